@@ -1,0 +1,55 @@
+// A directed graph over dense node ids 0..n-1 and the generic DAG algorithms the IR, planner and
+// scheduler share. Any node type adapts by numbering its nodes (see ir::Graph -> to_dag()).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gp::graph {
+
+/// Adjacency-list digraph. Parallel edges are ignored by add_edge (set semantics).
+class Dag {
+ public:
+  Dag() = default;
+  explicit Dag(int n) : succ_(n), pred_(n) {}
+  int size() const { return static_cast<int>(succ_.size()); }
+  int add_node();
+  void add_edge(int u, int v);  // no-op if already present
+  bool has_edge(int u, int v) const;
+  const std::vector<int>& succs(int u) const { return succ_[u]; }
+  const std::vector<int>& preds(int u) const { return pred_[u]; }
+  size_t num_edges() const;
+  std::vector<int> sources() const;
+  std::vector<int> sinks() const;
+  bool operator==(const Dag&) const = default;
+
+ private:
+  std::vector<std::vector<int>> succ_, pred_;
+};
+
+/// Kahn order (smallest id first among ready nodes); nullopt if the graph has a cycle.
+std::optional<std::vector<int>> topo_order(const Dag& g);
+/// A cycle as a node list (first == last omitted) if one exists, else empty.
+std::vector<int> find_cycle(const Dag& g);
+
+/// reach[u] is the bitset of nodes reachable from u (u itself included).
+class Reachability {
+ public:
+  explicit Reachability(const Dag& g);
+  bool reaches(int u, int v) const;
+ private:
+  int n_ = 0;
+  std::vector<uint64_t> bits_;
+};
+
+/// A node set S is convex iff no path leaves S and re-enters it.
+bool is_convex(const Dag& g, const std::vector<int>& nodes);
+Dag transitive_reduction(const Dag& g);
+/// Component index per node (weakly connected).
+std::vector<int> weak_components(const Dag& g, int* count = nullptr);
+/// Immediate dominators from a single source (idom[source] = source; -1 if unreachable).
+std::vector<int> dominators(const Dag& g, int source);
+std::vector<int> post_dominators(const Dag& g, int sink);
+
+}  // namespace gp::graph

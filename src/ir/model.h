@@ -1,0 +1,169 @@
+// The operator-graph IR: a model is a DAG of operators over tensors with a symbolic batch dimension.
+// Every cost-relevant number (parameters, FLOPs, activation bytes) is derived from kind + shapes here,
+// never typed in per model. The planner, cost model, simulator and runtime all read this one IR.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "support/ids.h"
+#include "support/json.h"
+
+namespace gp::ir {
+
+/// A shape; dimension 0 is the batch dimension and is stored as kBatch (-1) for batched tensors.
+/// A tensor without a batch dimension (the reduced loss) has shape {} (a scalar).
+using Shape = std::vector<int64_t>;
+inline constexpr int64_t kBatch = -1;
+
+enum class DType { f32, f16, bf16, i64 };
+int64_t dtype_bytes(DType t);
+const char* to_string(DType t);
+DType dtype_from_string(const std::string& s);  // throws UserError listing valid names
+
+/// Operator kinds and their exact semantics (the runtime implements exactly this; "x" is input 0).
+/// Shapes below include the batch dimension B as dim 0. Axis attributes index the full shape
+/// (so axis 0 is the batch; concat/slice/softmax/mean/sum never use axis 0); negative axes count
+/// from the end.
+enum class OpKind {
+  linear,         // y = x W^T + b over the last dim. attrs: out_features, bias (bool, default true)
+  matmul,         // y = a @ b, batched over leading dims: a [B,..,m,k], b [B,..,k,n] -> [B,..,m,n]
+  add,            // elementwise sum of 2+ inputs of identical shape
+  mul,            // elementwise product of 2+ inputs of identical shape
+  concat,         // concatenation along attrs.axis (>= 1)
+  slice,          // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end
+  relu, gelu, sigmoid, tanh,  // elementwise; gelu is the exact (erf) form
+  softmax,        // along attrs.axis (default -1)
+  layernorm,      // over the last dim, with affine weight and bias; attrs: eps (default 1e-5)
+  dropout,        // attrs: p (default 0.1); identity at p = 0
+  embedding_bag,  // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
+  attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
+                  // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
+  conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true)
+  batchnorm,      // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
+  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0)
+  global_avgpool, // [B,C,H,W] -> [B,C]
+  flatten,        // [B, ...] -> [B, prod(...)]
+  reshape,        // attrs: shape (per-sample dims, without the batch dim)
+  transpose,      // attrs: perm over all dims, perm[0] == 0
+  mean, sum,      // reduce along attrs.axis; attrs: keepdim (default false)
+  mse_loss,       // inputs (pred, target) of equal shape -> scalar: mean over all elements
+  cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch
+};
+const char* to_string(OpKind k);
+OpKind op_kind_from_string(const std::string& s);  // throws UserError listing valid names
+bool is_loss(OpKind k);
+
+/// A graph input (features or targets), not an op.
+struct Input {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+  bool operator==(const Input&) const = default;
+};
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::relu;
+  std::vector<std::string> inputs;  // names of graph inputs or other ops
+  Shape output_shape;
+  DType dtype = DType::f32;
+  Json attrs = Json::object();
+  bool operator==(const Op&) const = default;
+};
+
+/// Quantities derived from kind + shapes by derive_costs(); all per sample unless named otherwise.
+struct OpCosts {
+  int64_t params = 0;                // trainable parameter count
+  int64_t param_bytes = 0;           // params x dtype bytes
+  double fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2 FLOPs)
+  double bwd_flops = 0;              // backward FLOPs per sample (input + weight gradients)
+  double input_bytes = 0;            // bytes read from activations per sample (all inputs)
+  double output_bytes = 0;           // bytes of the output per sample
+  double saved_bytes = 0;            // activation bytes kept for backward per sample
+  bool operator==(const OpCosts&) const = default;
+};
+
+/// A model as written in a file or built by the zoo: plain value, no derived state.
+struct Model {
+  std::string name;
+  std::vector<Input> inputs;
+  std::vector<Op> ops;
+  std::vector<std::string> outputs;  // the loss op(s)
+  bool operator==(const Model&) const = default;
+};
+
+/// A validated model with dense ids and derived costs. Ops are stored in a topological order;
+/// OpId(i) is ops()[i]. preds/succs are op-to-op edges only (graph inputs are not nodes).
+class Graph {
+ public:
+  /// Validates the model (see validate()) and derives costs. Throws UserError with `where`
+  /// (a file name or model spec) prefixed to the message.
+  static Graph build(Model model, const std::string& where = "model");
+
+  const Model& model() const { return model_; }
+  const std::string& name() const { return model_.name; }
+  size_t num_ops() const { return model_.ops.size(); }
+  const Op& op(OpId id) const { return model_.ops[id.v]; }
+  const OpCosts& costs(OpId id) const { return costs_[id.v]; }
+  const std::vector<OpId>& preds(OpId id) const { return preds_[id.v]; }
+  const std::vector<OpId>& succs(OpId id) const { return succs_[id.v]; }
+  /// Graph inputs read by op `id` (indices into model().inputs).
+  const std::vector<int>& graph_inputs_of(OpId id) const { return graph_inputs_[id.v]; }
+  OpId find(const std::string& op_name) const;  // invalid id when absent
+  const Input* find_input(const std::string& name) const;
+
+  // Totals per sample over all ops.
+  int64_t total_params() const;
+  double total_fwd_flops() const;
+  double total_bwd_flops() const;
+  double total_saved_bytes() const;
+
+ private:
+  Model model_;
+  std::vector<OpCosts> costs_;
+  std::vector<std::vector<OpId>> preds_, succs_;
+  std::vector<std::vector<int>> graph_inputs_;
+  std::unordered_map<std::string, int32_t> index_;
+};
+
+/// Checks a model; throws UserError naming the problem: duplicate name, unknown input, a cycle
+/// (naming the ops on it), a shape mismatch (naming the op and both shapes), bad attributes,
+/// an op with no path to an output. Returns the ops in a topological order (indices into ops).
+std::vector<int> validate(const Model& m, const std::string& where = "model");
+
+/// Infers the output shape of an op from its input shapes and attrs (throws UserError on mismatch).
+Shape infer_shape(const Op& op, const std::vector<Shape>& input_shapes, const std::string& where);
+
+/// Derives parameters, FLOPs and bytes of one op from its kind, attrs and shapes.
+OpCosts derive_costs(const Op& op, const std::vector<Shape>& input_shapes,
+                     const std::vector<DType>& input_dtypes);
+
+/// Elements per sample of a shape (product of all dims except a leading kBatch).
+int64_t per_sample_elems(const Shape& s);
+std::string shape_str(const Shape& s);
+
+/// Helper to build models in code: `b.linear("enc.fc1", x, 4096)` returns the new op's name.
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(std::string name) { m_.name = std::move(name); }
+  std::string input(const std::string& name, Shape per_sample_shape, DType dt = DType::f32);
+  /// Adds an op whose output shape is inferred; returns its name.
+  std::string op(const std::string& name, OpKind kind, std::vector<std::string> inputs,
+                 Json attrs = Json::object());
+  std::string linear(const std::string& name, const std::string& x, int64_t out, bool bias = true);
+  std::string unary(const std::string& name, OpKind kind, const std::string& x) {
+    return op(name, kind, {x});
+  }
+  const Shape& shape_of(const std::string& name) const;
+  void output(const std::string& name) { m_.outputs.push_back(name); }
+  Model build() const { return m_; }
+
+ private:
+  Model m_;
+  std::unordered_map<std::string, Shape> shapes_;
+  std::unordered_map<std::string, DType> dtypes_;
+};
+
+}  // namespace gp::ir

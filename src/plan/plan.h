@@ -1,0 +1,70 @@
+// A GPP strategy: the stage DAG with devices, micro-batch sizes and in-flight counts. The planning
+// side and the runtime side meet only through this type and its file format, graphpipe.plan/1.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/model.h"
+#include "support/json.h"
+
+namespace gp::plan {
+
+struct Stage {
+  int id = 0;                      // equals its index in Plan::stages
+  std::vector<std::string> ops;    // model op names (a convex set)
+  std::vector<int> devices;        // size = data-parallel degree inside the stage
+  int micro_batch_size = 1;        // samples per micro-batch over all replicas of the stage;
+                                   // each replica takes micro_batch_size / devices.size()
+  int in_flight = 1;               // micro-batches whose activations are held at once (1F1B warm-up)
+  std::vector<int> inputs_from;    // predecessor stage ids (sorted)
+  std::vector<int> outputs_to;     // successor stage ids (sorted)
+  // Planner's per-stage estimate (optional in files; 0 when unknown).
+  double tps_s = 0;                // time per sample
+  double memory_bytes = 0;         // per device
+  bool operator==(const Stage&) const = default;
+};
+
+struct Predicted {
+  double iteration_time_s = 0;
+  double throughput_samples_per_s = 0;
+  double bottleneck_tps_s = 0;
+  std::vector<double> peak_memory_bytes;  // per device
+  bool operator==(const Predicted&) const = default;
+};
+
+struct Plan {
+  std::string planner;             // graphpipe | pipedream | piper | manual
+  std::string model_name;
+  int num_ops = 0;
+  std::string model_spec;          // how to rebuild the model ("mmt:branches=2" or a file path)
+  std::string cluster_name;
+  int num_devices = 0;
+  std::string cluster_spec;        // preset name or file path
+  int mini_batch_size = 0;
+  std::string optimizer = "adam";
+  std::vector<Stage> stages;
+  Predicted predicted;
+  double search_time_s = 0;
+  bool operator==(const Plan&) const = default;
+};
+
+Json plan_to_json(const Plan& p);
+/// Strict parse; errors name the file and JSON path.
+Plan plan_from_json(const Json& j, const std::string& file);
+Plan load_plan(const std::string& path);
+void save_plan(const std::string& path, const Plan& p);
+
+/// Checks the plan against the model: C1 (every op in exactly one stage, convex stages),
+/// C2 (op edges across stages are declared stage edges; inputs_from/outputs_to agree; acyclic),
+/// C3 (disjoint devices in [0, num_devices), none empty), micro-batch sizes dividing the
+/// mini-batch and divisible by the replica count, in-flight >= 1 + max over successors (with
+/// uniform micro-batch sizes; in samples otherwise). Throws UserError "FILE: C1: ..." naming the
+/// violated rule and the ops or stages involved.
+void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where = "plan");
+
+/// Stage index of every op (by OpId), for a plan already validated against g.
+std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g);
+/// Stage ids in a topological order of the stage DAG.
+std::vector<int> stage_topo_order(const Plan& p);
+
+}  // namespace gp::plan

@@ -1,0 +1,68 @@
+// Per-stage ordered action lists for one training iteration (graphpipe.schedule/1). The runtime
+// executes these lists exactly; the simulator times them; the checker proves they cannot deadlock.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "support/json.h"
+
+namespace gp::schedule {
+
+/// Sample ranges. A stage with micro-batch size m and mini-batch B runs B/m micro-batches;
+/// micro-batch k covers samples [k*m, (k+1)*m). A transfer on edge u->v moves the activations
+/// (or gradients) of one sample range whose size is min(m_u, m_v): when sizes differ, the larger
+/// side's micro-batch is sent/received as several pieces (regrouping; see docs/schedule.md).
+enum class ActionKind {
+  forward,      // micro_batch: run forward of this stage's ops
+  backward,     // micro_batch: run backward
+  send_act,     // peer: successor stage; samples [sample_begin, sample_begin+sample_count)
+  recv_act,     // peer: predecessor stage
+  send_grad,    // peer: predecessor stage (gradient of its output)
+  recv_grad,    // peer: successor stage
+  allreduce,    // gradient all-reduce among the stage's replicas (only when devices.size() > 1)
+  optimizer_step,
+};
+const char* to_string(ActionKind k);
+ActionKind action_kind_from_string(const std::string& s);
+
+struct Action {
+  ActionKind kind = ActionKind::forward;
+  int micro_batch = -1;   // forward/backward: the stage's own micro-batch index
+  int peer = -1;          // transfers: the other stage id
+  int sample_begin = 0;   // transfers: first sample of the range
+  int sample_count = 0;   // transfers: number of samples
+  bool operator==(const Action&) const = default;
+};
+std::string to_string(const Action& a);  // "F mb3", "B mb0", "send_act ->s2 [0,8)", ...
+
+struct StageSchedule {
+  int stage = 0;
+  std::vector<Action> actions;
+  bool operator==(const StageSchedule&) const = default;
+};
+
+struct Schedule {
+  std::string kind;  // 1f1b | gpipe | manual
+  int mini_batch_size = 0;
+  std::vector<StageSchedule> stages;  // index = stage id
+  bool operator==(const Schedule&) const = default;
+};
+
+/// Builds a schedule for a (validated) plan. kind: "1f1b" or "gpipe".
+Schedule build_schedule(const plan::Plan& p, const std::string& kind = "1f1b");
+
+Json schedule_to_json(const Schedule& s);
+Schedule schedule_from_json(const Json& j, const std::string& file);
+Schedule load_schedule(const std::string& path);
+void save_schedule(const std::string& path, const Schedule& s);
+
+/// Proves the schedule runs against the plan: every recv has its matching send (same edge, same
+/// samples, same order), C4 holds per stage, and a symbolic execution of all stages finishes.
+/// Throws UserError naming the stages and actions that wait on each other on failure.
+void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& where = "schedule");
+
+/// Peak number of micro-batches whose activations a stage holds at once under the schedule.
+std::vector<int> peak_in_flight(const Schedule& s);
+
+}  // namespace gp::schedule
