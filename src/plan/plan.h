@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/dag.h"
 #include "ir/model.h"
 #include "support/json.h"
 
@@ -66,5 +67,22 @@ void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where =
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g);
 /// Stage ids in a topological order of the stage DAG.
 std::vector<int> stage_topo_order(const Plan& p);
+
+// --- additions (planner) ---
+
+/// The op graph as a graph::Dag: node i is OpId(i), edges are op-to-op edges.
+graph::Dag op_dag(const ir::Graph& g);
+
+/// The in-flight rule: a stage with micro-batch size `mbs` whose successors hold
+/// `succ_in_flight_samples` samples at most (max over successors of in_flight x micro-batch size;
+/// 0 for a sink) needs 1 + ceil(succ_in_flight_samples / mbs) micro-batches in flight.
+/// With one micro-batch size everywhere this is 1 + max over successors of their in-flight counts.
+int required_in_flight(int mbs, int64_t succ_in_flight_samples);
+
+/// Sets every stage's in_flight to the minimum the in-flight rule allows (sinks get 1).
+void assign_min_in_flight(Plan& p);
+
+/// Sets inputs_from/outputs_to from the op edges between stages (sorted, deduplicated).
+void derive_stage_edges(Plan& p, const ir::Graph& g);
 
 }  // namespace gp::plan

@@ -1,0 +1,366 @@
+// graphpipe.plan/1: JSON reading/writing and the validity rules C1-C3 of DESIGN.md.
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "graph/dag.h"
+
+namespace gp::plan {
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+
+Json plan_to_json(const Plan& p) {
+  Json stages = Json::array();
+  for (const Stage& s : p.stages) {
+    stages.push_back({{"id", s.id},
+                      {"ops", s.ops},
+                      {"devices", s.devices},
+                      {"micro_batch_size", s.micro_batch_size},
+                      {"in_flight", s.in_flight},
+                      {"inputs_from", s.inputs_from},
+                      {"outputs_to", s.outputs_to},
+                      {"tps_s", s.tps_s},
+                      {"memory_bytes", s.memory_bytes}});
+  }
+  Json model = {{"name", p.model_name}, {"num_ops", p.num_ops}};
+  if (!p.model_spec.empty()) model["spec"] = p.model_spec;
+  Json cluster = {{"name", p.cluster_name}, {"num_devices", p.num_devices}};
+  if (!p.cluster_spec.empty()) cluster["spec"] = p.cluster_spec;
+  return {{"format", "graphpipe.plan/1"},
+          {"planner", p.planner},
+          {"model", model},
+          {"cluster", cluster},
+          {"mini_batch_size", p.mini_batch_size},
+          {"optimizer", p.optimizer},
+          {"stages", stages},
+          {"predicted",
+           {{"iteration_time_s", p.predicted.iteration_time_s},
+            {"throughput_samples_per_s", p.predicted.throughput_samples_per_s},
+            {"bottleneck_tps_s", p.predicted.bottleneck_tps_s},
+            {"peak_memory_bytes", p.predicted.peak_memory_bytes}}},
+          {"search_time_s", p.search_time_s}};
+}
+
+namespace {
+
+int positive_int(const JsonAt& j, int min_value) {
+  int64_t v = j.i64();
+  if (v < min_value || v > (int64_t{1} << 30))
+    j.fail(fmt::format("expected an integer >= {}, found {}", min_value, v));
+  return static_cast<int>(v);
+}
+
+std::vector<int> int_list(const JsonAt& j, int min_value) {
+  std::vector<int> out;
+  for (size_t i = 0; i < j.size(); ++i) out.push_back(positive_int(j.at(i), min_value));
+  return out;
+}
+
+std::vector<std::string> str_list(const JsonAt& j) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) out.push_back(j.at(i).str());
+  return out;
+}
+
+double nonneg(const JsonAt& j) {
+  double v = j.num();
+  if (!(v >= 0)) j.fail(fmt::format("expected a number >= 0, found {}", j.json().dump()));
+  return v;
+}
+
+}  // namespace
+
+Plan plan_from_json(const Json& j, const std::string& file) {
+  JsonAt doc(j, file);
+  doc.expect_object();
+  expect_format(doc, "graphpipe.plan/1");
+  Plan p;
+  p.planner = doc.at("planner").str();
+  JsonAt model = doc.at("model");
+  p.model_name = model.at("name").str();
+  p.num_ops = positive_int(model.at("num_ops"), 1);
+  p.model_spec = model.str_or("spec", "");
+  JsonAt cluster = doc.at("cluster");
+  p.cluster_name = cluster.at("name").str();
+  p.num_devices = positive_int(cluster.at("num_devices"), 1);
+  p.cluster_spec = cluster.str_or("spec", "");
+  p.mini_batch_size = positive_int(doc.at("mini_batch_size"), 1);
+  if (doc.has("optimizer")) {
+    JsonAt o = doc.at("optimizer");
+    p.optimizer = o.str();
+    if (p.optimizer != "adam" && p.optimizer != "sgd")
+      o.fail(fmt::format("unknown optimizer \"{}\" (valid: adam, sgd)", p.optimizer));
+  }
+  JsonAt stages = doc.at("stages");
+  if (stages.size() == 0) stages.fail("a plan needs at least one stage");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    JsonAt sj = stages.at(i);
+    sj.expect_object();
+    Stage s;
+    s.id = positive_int(sj.at("id"), 0);
+    if (s.id != static_cast<int>(i))
+      sj.at("id").fail(fmt::format("stage ids must be 0, 1, 2, ... in order; found {} at index {}",
+                                   s.id, i));
+    s.ops = str_list(sj.at("ops"));
+    s.devices = int_list(sj.at("devices"), 0);
+    s.micro_batch_size = positive_int(sj.at("micro_batch_size"), 1);
+    s.in_flight = positive_int(sj.at("in_flight"), 1);
+    s.inputs_from = int_list(sj.at("inputs_from"), 0);
+    s.outputs_to = int_list(sj.at("outputs_to"), 0);
+    if (sj.has("tps_s")) s.tps_s = nonneg(sj.at("tps_s"));
+    if (sj.has("memory_bytes")) s.memory_bytes = nonneg(sj.at("memory_bytes"));
+    p.stages.push_back(std::move(s));
+  }
+  if (doc.has("predicted")) {
+    JsonAt pr = doc.at("predicted");
+    pr.expect_object();
+    if (pr.has("iteration_time_s")) p.predicted.iteration_time_s = nonneg(pr.at("iteration_time_s"));
+    if (pr.has("throughput_samples_per_s"))
+      p.predicted.throughput_samples_per_s = nonneg(pr.at("throughput_samples_per_s"));
+    if (pr.has("bottleneck_tps_s")) p.predicted.bottleneck_tps_s = nonneg(pr.at("bottleneck_tps_s"));
+    if (pr.has("peak_memory_bytes")) {
+      JsonAt m = pr.at("peak_memory_bytes");
+      for (size_t i = 0; i < m.size(); ++i) p.predicted.peak_memory_bytes.push_back(nonneg(m.at(i)));
+    }
+  }
+  if (doc.has("search_time_s")) p.search_time_s = nonneg(doc.at("search_time_s"));
+  return p;
+}
+
+Plan load_plan(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+
+void save_plan(const std::string& path, const Plan& p) { write_json_file(path, plan_to_json(p)); }
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared with the planner
+
+graph::Dag op_dag(const ir::Graph& g) {
+  graph::Dag d(static_cast<int>(g.num_ops()));
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    for (OpId s : g.succs(OpId(static_cast<int32_t>(i)))) d.add_edge(static_cast<int>(i), s.v);
+  return d;
+}
+
+int required_in_flight(int mbs, int64_t succ_in_flight_samples) {
+  GP_ASSERT(mbs >= 1, "micro-batch size {}", mbs);
+  return 1 + static_cast<int>((succ_in_flight_samples + mbs - 1) / mbs);
+}
+
+void assign_min_in_flight(Plan& p) {
+  for (int id : [&] {
+         auto order = stage_topo_order(p);
+         std::reverse(order.begin(), order.end());
+         return order;
+       }()) {
+    Stage& s = p.stages[id];
+    int64_t succ = 0;
+    for (int t : s.outputs_to)
+      succ = std::max<int64_t>(succ, int64_t{p.stages[t].in_flight} * p.stages[t].micro_batch_size);
+    s.in_flight = required_in_flight(s.micro_batch_size, succ);
+  }
+}
+
+void derive_stage_edges(Plan& p, const ir::Graph& g) {
+  std::vector<int> st = stage_of_ops(p, g);
+  std::vector<std::set<int>> out(p.stages.size()), in(p.stages.size());
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    for (OpId s : g.succs(OpId(static_cast<int32_t>(i)))) {
+      int a = st[i], b = st[s.v];
+      GP_ASSERT(a >= 0 && b >= 0, "op without a stage");
+      if (a != b) {
+        out[a].insert(b);
+        in[b].insert(a);
+      }
+    }
+  }
+  for (size_t k = 0; k < p.stages.size(); ++k) {
+    p.stages[k].outputs_to.assign(out[k].begin(), out[k].end());
+    p.stages[k].inputs_from.assign(in[k].begin(), in[k].end());
+  }
+}
+
+std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {
+  std::vector<int> st(g.num_ops(), -1);
+  for (const Stage& s : p.stages)
+    for (const std::string& name : s.ops) {
+      OpId id = g.find(name);
+      if (id.valid()) st[id.v] = s.id;
+    }
+  return st;
+}
+
+namespace {
+graph::Dag stage_dag(const Plan& p) {
+  graph::Dag d(static_cast<int>(p.stages.size()));
+  for (const Stage& s : p.stages)
+    for (int t : s.outputs_to)
+      if (t >= 0 && t < d.size()) d.add_edge(s.id, t);
+  return d;
+}
+
+std::string cycle_str(const std::vector<int>& cyc) {
+  std::string out;
+  for (int v : cyc) out += fmt::format("{} -> ", v);
+  return out + std::to_string(cyc.front());
+}
+}  // namespace
+
+std::vector<int> stage_topo_order(const Plan& p) {
+  auto order = graph::topo_order(stage_dag(p));
+  if (!order) throw UserError("plan: C2: stage graph has a cycle: " + cycle_str(graph::find_cycle(stage_dag(p))));
+  return *order;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+namespace {
+
+/// A witness that stage `members` is not convex: an op outside it on a path between two members.
+std::string convexity_witness(const ir::Graph& g, const graph::Dag& d, const std::vector<int>& st,
+                              int stage) {
+  // Forward reachability from the stage through outside ops, remembering where each walk began.
+  const int n = d.size();
+  std::vector<int> origin(n, -1);
+  std::vector<int> stack;
+  for (int u = 0; u < n; ++u)
+    if (st[u] == stage)
+      for (int v : d.succs(u))
+        if (st[v] != stage && origin[v] < 0) {
+          origin[v] = u;
+          stack.push_back(v);
+        }
+  while (!stack.empty()) {
+    int u = stack.back();
+    stack.pop_back();
+    for (int v : d.succs(u)) {
+      if (st[v] == stage)
+        return fmt::format("op \"{}\" (stage {}) lies on a path from \"{}\" to \"{}\"",
+                           g.op(OpId(u)).name, st[u], g.op(OpId(origin[u])).name,
+                           g.op(OpId(v)).name);
+      if (origin[v] < 0) {
+        origin[v] = origin[u];
+        stack.push_back(v);
+      }
+    }
+  }
+  return "a path leaves it and re-enters it";
+}
+
+}  // namespace
+
+void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where) {
+  auto fail = [&](const std::string& msg) { throw UserError(where + ": " + msg); };
+  const int num_stages = static_cast<int>(p.stages.size());
+  if (num_stages == 0) fail("plan has no stages");
+  if (p.num_ops != static_cast<int>(g.num_ops()))
+    fail(fmt::format("model.num_ops is {} but model \"{}\" has {} ops", p.num_ops, g.name(),
+                     g.num_ops()));
+  for (int k = 0; k < num_stages; ++k)
+    if (p.stages[k].id != k) fail(fmt::format("stages[{}] has id {}; ids must equal positions", k, p.stages[k].id));
+
+  // C1: every op in exactly one stage.
+  std::vector<int> st(g.num_ops(), -1);
+  for (const Stage& s : p.stages) {
+    if (s.ops.empty()) fail(fmt::format("C1: stage {} has no ops", s.id));
+    for (const std::string& name : s.ops) {
+      OpId id = g.find(name);
+      if (!id.valid()) {
+        if (g.find_input(name)) continue;  // graph inputs may be listed; they are not ops
+        fail(fmt::format("C1: stage {} lists unknown op \"{}\"", s.id, name));
+      }
+      if (st[id.v] >= 0) fail(fmt::format("C1: op \"{}\" is in stages {} and {}", name, st[id.v], s.id));
+      st[id.v] = s.id;
+    }
+  }
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    if (st[i] < 0) missing.push_back(g.op(OpId(static_cast<int32_t>(i))).name);
+  if (!missing.empty()) {
+    std::string eg;
+    for (size_t i = 0; i < std::min<size_t>(3, missing.size()); ++i)
+      eg += fmt::format("{}\"{}\"", i ? ", " : "", missing[i]);
+    fail(fmt::format("C1: {} op{} in no stage, e.g. {}", missing.size(), missing.size() == 1 ? " is" : "s are", eg));
+  }
+  // C1: convex stages.
+  graph::Dag d = op_dag(g);
+  {
+    std::vector<std::vector<int>> members(num_stages);
+    for (size_t i = 0; i < st.size(); ++i) members[st[i]].push_back(static_cast<int>(i));
+    for (int k = 0; k < num_stages; ++k)
+      if (!graph::is_convex(d, members[k]))
+        fail(fmt::format("C1: stage {} is not convex: {}", k, convexity_witness(g, d, st, k)));
+  }
+
+  // C2: declared stage edges well-formed and consistent, implied edges declared, acyclic.
+  for (const Stage& s : p.stages) {
+    for (int t : s.outputs_to) {
+      if (t < 0 || t >= num_stages) fail(fmt::format("C2: stage {} outputs_to unknown stage {}", s.id, t));
+      if (t == s.id) fail(fmt::format("C2: stage {} lists itself in outputs_to", s.id));
+      const auto& back = p.stages[t].inputs_from;
+      if (std::find(back.begin(), back.end(), s.id) == back.end())
+        fail(fmt::format("C2: stage {} outputs_to {} but stage {} inputs_from does not list {}", s.id,
+                         t, t, s.id));
+    }
+    for (int f : s.inputs_from) {
+      if (f < 0 || f >= num_stages) fail(fmt::format("C2: stage {} inputs_from unknown stage {}", s.id, f));
+      const auto& fwd = p.stages[f].outputs_to;
+      if (std::find(fwd.begin(), fwd.end(), s.id) == fwd.end())
+        fail(fmt::format("C2: stage {} inputs_from {} but stage {} outputs_to does not list {}", s.id,
+                         f, f, s.id));
+    }
+  }
+  for (int u = 0; u < d.size(); ++u)
+    for (int v : d.succs(u))
+      if (st[u] != st[v]) {
+        const auto& outs = p.stages[st[u]].outputs_to;
+        if (std::find(outs.begin(), outs.end(), st[v]) == outs.end())
+          fail(fmt::format("C2: op \"{}\" (stage {}) feeds op \"{}\" (stage {}) but stage {} outputs_to "
+                           "does not list {}",
+                           g.op(OpId(u)).name, st[u], g.op(OpId(v)).name, st[v], st[u], st[v]));
+      }
+  graph::Dag sd = stage_dag(p);
+  if (auto cyc = graph::find_cycle(sd); !cyc.empty())
+    fail("C2: stage graph has a cycle: " + cycle_str(cyc));
+
+  // C3: devices non-empty, in range, disjoint.
+  std::map<int, int> owner;
+  for (const Stage& s : p.stages) {
+    if (s.devices.empty()) fail(fmt::format("C3: stage {} has no devices", s.id));
+    for (int dev : s.devices) {
+      if (dev < 0 || dev >= p.num_devices)
+        fail(fmt::format("C3: stage {} uses device {} outside [0, {})", s.id, dev, p.num_devices));
+      auto [it, fresh] = owner.emplace(dev, s.id);
+      if (!fresh) fail(fmt::format("C3: device {} in stages {} and {}", dev, it->second, s.id));
+    }
+  }
+
+  // Micro-batch sizes: divide the mini-batch, split evenly over the stage's replicas.
+  if (p.mini_batch_size < 1) fail(fmt::format("mini_batch_size {} must be >= 1", p.mini_batch_size));
+  for (const Stage& s : p.stages) {
+    if (s.micro_batch_size < 1 || p.mini_batch_size % s.micro_batch_size != 0)
+      fail(fmt::format("stage {}: micro_batch_size {} does not divide mini_batch_size {}", s.id,
+                       s.micro_batch_size, p.mini_batch_size));
+    if (s.micro_batch_size % static_cast<int>(s.devices.size()) != 0)
+      fail(fmt::format("stage {}: micro_batch_size {} is not divisible by its {} devices "
+                       "(data-parallel replicas)",
+                       s.id, s.micro_batch_size, s.devices.size()));
+  }
+
+  // In-flight rule: 1 + max over successors (in samples when micro-batch sizes differ).
+  for (const Stage& s : p.stages) {
+    int64_t succ = 0;
+    for (int t : s.outputs_to)
+      succ = std::max<int64_t>(succ, int64_t{p.stages[t].in_flight} * p.stages[t].micro_batch_size);
+    int need = required_in_flight(s.micro_batch_size, succ);
+    if (s.in_flight < need)
+      fail(fmt::format("in_flight: stage {} has {}, needs >= {} (1 + its successors' in-flight "
+                       "samples / micro_batch_size {})",
+                       s.id, s.in_flight, need, s.micro_batch_size));
+  }
+}
+
+}  // namespace gp::plan
