@@ -79,7 +79,10 @@ struct OpCosts {
   int64_t param_bytes = 0;           // params x dtype bytes
   double fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2 FLOPs)
   double bwd_flops = 0;              // backward FLOPs per sample (input + weight gradients)
-  double input_bytes = 0;            // bytes read from activations per sample (all inputs)
+  double input_bytes = 0;            // bytes read per sample: all activation inputs, plus the
+                                     // embedding rows gathered by an embedding_bag
+  int64_t weight_read_bytes = 0;     // weight bytes read once per kernel call (independent of the
+                                     // batch; 0 for embedding_bag, whose reads are per sample)
   double output_bytes = 0;           // bytes of the output per sample
   double saved_bytes = 0;            // activation bytes kept for backward per sample
   bool operator==(const OpCosts&) const = default;

@@ -1,0 +1,154 @@
+// Parameters, FLOPs and bytes per op, derived from kind + shapes (never typed in per model).
+// Conventions: a multiply-add is 2 FLOPs; backward of a weighted op costs 2x its forward (input and
+// weight gradients); elementwise ops count a few FLOPs per element as noted.
+#include "ir/attrs.h"
+#include "ir/model.h"
+
+namespace gp::ir {
+
+OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vector<DType>& in_dt) {
+  OpCosts c;
+  const std::string where = "model";
+  const double eb = static_cast<double>(dtype_bytes(op.dtype));  // output element bytes
+  const double out_elems = op.output_shape.empty() ? 0.0 : static_cast<double>(per_sample_elems(op.output_shape));
+  double in_elems0 = in.empty() ? 0.0 : static_cast<double>(per_sample_elems(in[0]));
+  for (size_t i = 0; i < in.size(); ++i)
+    c.input_bytes += static_cast<double>(per_sample_elems(in[i]) * dtype_bytes(in_dt[i]));
+  c.output_bytes = out_elems * eb;
+  const double in0_bytes = in.empty() ? 0.0 : in_elems0 * static_cast<double>(dtype_bytes(in_dt[0]));
+
+  switch (op.kind) {
+    case OpKind::linear: {
+      double k = static_cast<double>(in[0].back()), n = static_cast<double>(op.output_shape.back());
+      double rows = in_elems0 / k;
+      c.params = static_cast<int64_t>(k * n) + (attr_bool(op, "bias", true, where) ? static_cast<int64_t>(n) : 0);
+      c.fwd_flops = 2 * rows * k * n;
+      c.bwd_flops = 2 * c.fwd_flops;
+      c.saved_bytes = in0_bytes;
+      break;
+    }
+    case OpKind::matmul: {
+      const Shape& a = in[0];
+      double m = static_cast<double>(a[a.size() - 2]), k = static_cast<double>(a.back());
+      double n = static_cast<double>(op.output_shape.back());
+      double batch = in_elems0 / (m * k);
+      c.fwd_flops = 2 * batch * m * k * n;
+      c.bwd_flops = 2 * c.fwd_flops;
+      c.saved_bytes = c.input_bytes;
+      break;
+    }
+    case OpKind::add:
+      c.fwd_flops = static_cast<double>(in.size() - 1) * out_elems;
+      c.bwd_flops = 0;  // gradients pass through
+      break;
+    case OpKind::mul:
+      c.fwd_flops = static_cast<double>(in.size() - 1) * out_elems;
+      c.bwd_flops = static_cast<double>(in.size()) * static_cast<double>(in.size() - 1) * out_elems;
+      c.saved_bytes = c.input_bytes;
+      break;
+    case OpKind::concat:
+    case OpKind::slice:
+    case OpKind::flatten:
+    case OpKind::reshape:
+    case OpKind::transpose:
+      break;  // data movement only: bytes, no FLOPs, nothing saved
+    case OpKind::relu:
+      c.fwd_flops = out_elems;
+      c.bwd_flops = out_elems;
+      c.saved_bytes = c.output_bytes;
+      break;
+    case OpKind::gelu:  // erf form: ~8 FLOPs forward, ~12 backward per element
+      c.fwd_flops = 8 * out_elems;
+      c.bwd_flops = 12 * out_elems;
+      c.saved_bytes = in0_bytes;
+      break;
+    case OpKind::sigmoid:
+    case OpKind::tanh:
+      c.fwd_flops = 4 * out_elems;
+      c.bwd_flops = 3 * out_elems;
+      c.saved_bytes = c.output_bytes;
+      break;
+    case OpKind::softmax:
+      c.fwd_flops = 5 * out_elems;
+      c.bwd_flops = 4 * out_elems;
+      c.saved_bytes = c.output_bytes;
+      break;
+    case OpKind::layernorm: {
+      double h = static_cast<double>(in[0].back());
+      c.params = 2 * in[0].back();
+      c.fwd_flops = 8 * out_elems;
+      c.bwd_flops = 14 * out_elems;
+      c.saved_bytes = in0_bytes + 2 * (out_elems / h) * 4;  // input + mean and rstd per row
+      break;
+    }
+    case OpKind::dropout:
+      c.fwd_flops = 2 * out_elems;
+      c.bwd_flops = out_elems;
+      c.saved_bytes = attr_num(op, "p", 0.1, where) > 0 ? out_elems : 0;  // one byte mask per element
+      break;
+    case OpKind::embedding_bag: {
+      double bag = static_cast<double>(in[0][1]);
+      int64_t rows = attr_int(op, "rows", std::nullopt, where), dim = op.output_shape[1];
+      c.params = rows * dim;
+      c.fwd_flops = bag * static_cast<double>(dim);
+      c.bwd_flops = bag * static_cast<double>(dim);
+      c.input_bytes += bag * static_cast<double>(dim) * eb;  // gathered rows
+      c.saved_bytes = in0_bytes;                              // the indices
+      break;
+    }
+    case OpKind::attention: {
+      // x [S, H]: Q,K,V projections 3*2SH^2, scores QK^T 2S^2H, weighted sum 2S^2H, output
+      // projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
+      double s = static_cast<double>(in[0][1]), h = static_cast<double>(in[0][2]);
+      double heads = static_cast<double>(attr_int(op, "heads", std::nullopt, where));
+      c.params = 4 * in[0][2] * in[0][2] + 4 * in[0][2];
+      c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
+      c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
+      c.saved_bytes = (5 * s * h + heads * s * s) * eb;
+      break;
+    }
+    case OpKind::conv2d: {
+      int64_t ci = in[0][1], co = op.output_shape[1], k = attr_int(op, "kernel", std::nullopt, where);
+      c.params = co * ci * k * k + (attr_bool(op, "bias", true, where) ? co : 0);
+      c.fwd_flops = 2 * out_elems * static_cast<double>(ci * k * k);
+      c.bwd_flops = 2 * c.fwd_flops;
+      c.saved_bytes = in0_bytes;
+      break;
+    }
+    case OpKind::batchnorm:
+      c.params = 2 * in[0][1];
+      c.fwd_flops = 8 * out_elems;
+      c.bwd_flops = 14 * out_elems;
+      c.saved_bytes = in0_bytes;
+      break;
+    case OpKind::maxpool:
+    case OpKind::avgpool: {
+      double k = static_cast<double>(attr_int(op, "kernel", std::nullopt, where));
+      c.fwd_flops = out_elems * k * k;
+      c.bwd_flops = out_elems * k * k;
+      c.saved_bytes = op.kind == OpKind::maxpool ? in0_bytes + out_elems * 8 : 0;  // input + argmax
+      break;
+    }
+    case OpKind::global_avgpool:
+    case OpKind::mean:
+    case OpKind::sum:
+      c.fwd_flops = in_elems0;
+      c.bwd_flops = in_elems0;
+      break;
+    case OpKind::mse_loss:
+      c.fwd_flops = 3 * in_elems0;
+      c.bwd_flops = 2 * in_elems0;
+      c.saved_bytes = c.input_bytes;
+      break;
+    case OpKind::cross_entropy:
+      c.fwd_flops = 5 * in_elems0;
+      c.bwd_flops = 3 * in_elems0;
+      c.saved_bytes = in0_bytes;
+      break;
+  }
+  c.param_bytes = c.params * dtype_bytes(op.dtype);
+  c.weight_read_bytes = op.kind == OpKind::embedding_bag ? 0 : c.param_bytes;
+  return c;
+}
+
+}  // namespace gp::ir

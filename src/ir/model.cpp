@@ -1,0 +1,267 @@
+// Model validation, the validated Graph with derived costs, and ModelBuilder.
+#include "ir/model.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+namespace gp::ir {
+
+namespace {
+
+// Kahn's algorithm over op indices, smallest index first (keeps a file's order when it is already
+// topological). Returns the order; ops left out are on or behind a cycle.
+std::vector<int> kahn(const std::vector<std::vector<int>>& op_preds) {
+  const int n = static_cast<int>(op_preds.size());
+  std::vector<std::vector<int>> succ(n);
+  std::vector<int> indeg(n, 0);
+  for (int v = 0; v < n; ++v)
+    for (int u : op_preds[v]) {
+      succ[u].push_back(v);
+      ++indeg[v];
+    }
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int v = 0; v < n; ++v)
+    if (indeg[v] == 0) ready.push(v);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int u = ready.top();
+    ready.pop();
+    order.push_back(u);
+    for (int v : succ[u])
+      if (--indeg[v] == 0) ready.push(v);
+  }
+  return order;
+}
+
+// A cycle among ops not placed by kahn(): walk predecessors inside the remainder until a repeat.
+std::vector<int> some_cycle(const std::vector<std::vector<int>>& op_preds, const std::vector<char>& placed) {
+  int start = -1;
+  for (size_t v = 0; v < placed.size(); ++v)
+    if (!placed[v]) start = static_cast<int>(v);
+  std::vector<int> pos(placed.size(), -1), path;
+  int v = start;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(path.size());
+    path.push_back(v);
+    for (int u : op_preds[v])
+      if (!placed[u]) {
+        v = u;
+        break;
+      }
+  }
+  std::vector<int> cycle(path.begin() + pos[v], path.end());
+  std::reverse(cycle.begin(), cycle.end());  // walked backwards along edges
+  return cycle;
+}
+
+}  // namespace
+
+std::vector<int> validate(const Model& m, const std::string& where) {
+  std::unordered_map<std::string, int> input_index, op_index;
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    const Input& in = m.inputs[i];
+    GP_CHECK(!in.name.empty(), "{}: inputs[{}]: empty name", where, i);
+    GP_CHECK(input_index.emplace(in.name, static_cast<int>(i)).second, "{}: duplicate name \"{}\" (inputs)", where,
+             in.name);
+    GP_CHECK(!in.shape.empty() && in.shape[0] == kBatch, "{}: input \"{}\": shape {} must start with the batch dimension -1",
+             where, in.name, shape_str(in.shape));
+    for (size_t d = 1; d < in.shape.size(); ++d)
+      GP_CHECK(in.shape[d] > 0, "{}: input \"{}\": shape {} has a non-positive dimension", where, in.name,
+               shape_str(in.shape));
+  }
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const std::string& name = m.ops[i].name;
+    GP_CHECK(!name.empty(), "{}: ops[{}]: empty name", where, i);
+    auto [it, fresh] = op_index.emplace(name, static_cast<int>(i));
+    GP_CHECK(fresh, "{}: duplicate op name \"{}\" (ops[{}] and ops[{}])", where, name, it->second, i);
+    GP_CHECK(!input_index.count(name), "{}: op \"{}\" has the same name as a graph input", where, name);
+  }
+  std::vector<std::vector<int>> op_preds(m.ops.size());
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    const Op& op = m.ops[i];
+    GP_CHECK(!op.inputs.empty(), "{}: op \"{}\" has no inputs", where, op.name);
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const std::string& src = op.inputs[k];
+      if (auto it = op_index.find(src); it != op_index.end())
+        op_preds[i].push_back(it->second);
+      else
+        GP_CHECK(input_index.count(src), "{}: op \"{}\": inputs[{}]: unknown input \"{}\"", where, op.name, k, src);
+    }
+  }
+  std::vector<int> order = kahn(op_preds);
+  if (order.size() != m.ops.size()) {
+    std::vector<char> placed(m.ops.size(), 0);
+    for (int v : order) placed[v] = 1;
+    std::vector<int> cyc = some_cycle(op_preds, placed);
+    std::string names;
+    for (int v : cyc) names += "\"" + m.ops[v].name + "\" -> ";
+    names += "\"" + m.ops[cyc.front()].name + "\"";
+    throw UserError(fmt::format("{}: the graph has a cycle: {}", where, names));
+  }
+
+  // Shapes and dtypes in topological order.
+  for (int i : order) {
+    const Op& op = m.ops[i];
+    std::vector<Shape> shapes;
+    std::vector<DType> dts;
+    for (const std::string& src : op.inputs) {
+      if (auto it = op_index.find(src); it != op_index.end()) {
+        shapes.push_back(m.ops[it->second].output_shape);
+        dts.push_back(m.ops[it->second].dtype);
+      } else {
+        shapes.push_back(m.inputs[input_index.at(src)].shape);
+        dts.push_back(m.inputs[input_index.at(src)].dtype);
+      }
+    }
+    for (size_t k = 0; k < dts.size(); ++k) {
+      bool want_int = (op.kind == OpKind::embedding_bag && k == 0) || (op.kind == OpKind::cross_entropy && k == 1);
+      bool is_int = dts[k] == DType::i64;
+      GP_CHECK(want_int == is_int, "{}: op \"{}\" ({}): input {} (\"{}\") is {}, expected {}", where, op.name,
+               to_string(op.kind), k, op.inputs[k], to_string(dts[k]), want_int ? "i64" : "a floating type");
+    }
+    GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
+    Shape inferred = infer_shape(op, shapes, where);
+    GP_CHECK(inferred == op.output_shape, "{}: op \"{}\" ({}): shape mismatch: declared output shape {} but its inputs give {}",
+             where, op.name, to_string(op.kind), shape_str(op.output_shape), shape_str(inferred));
+  }
+
+  // Outputs exist, and every op reaches one.
+  GP_CHECK(!m.outputs.empty(), "{}: no outputs (name the loss op in \"outputs\")", where);
+  std::vector<char> live(m.ops.size(), 0);
+  std::vector<int> stack;
+  for (const std::string& out : m.outputs) {
+    auto it = op_index.find(out);
+    GP_CHECK(it != op_index.end(), "{}: outputs: unknown op \"{}\"", where, out);
+    if (!live[it->second]) {
+      live[it->second] = 1;
+      stack.push_back(it->second);
+    }
+  }
+  while (!stack.empty()) {
+    int v = stack.back();
+    stack.pop_back();
+    for (int u : op_preds[v])
+      if (!live[u]) {
+        live[u] = 1;
+        stack.push_back(u);
+      }
+  }
+  for (size_t i = 0; i < m.ops.size(); ++i)
+    GP_CHECK(live[i], "{}: op \"{}\" has no path to an output ({})", where, m.ops[i].name, m.outputs.front());
+  return order;
+}
+
+Graph Graph::build(Model model, const std::string& where) {
+  std::vector<int> order = validate(model, where);
+  Graph g;
+  g.model_.name = std::move(model.name);
+  g.model_.inputs = std::move(model.inputs);
+  g.model_.outputs = std::move(model.outputs);
+  for (int i : order) g.model_.ops.push_back(std::move(model.ops[i]));
+  const size_t n = g.model_.ops.size();
+  for (size_t i = 0; i < n; ++i) g.index_.emplace(g.model_.ops[i].name, static_cast<int32_t>(i));
+  g.preds_.resize(n);
+  g.succs_.resize(n);
+  g.graph_inputs_.resize(n);
+  g.costs_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Op& op = g.model_.ops[i];
+    std::vector<Shape> shapes;
+    std::vector<DType> dts;
+    for (const std::string& src : op.inputs) {
+      OpId p = g.find(src);
+      if (p.valid()) {
+        if (std::find(g.preds_[i].begin(), g.preds_[i].end(), p) == g.preds_[i].end()) {
+          g.preds_[i].push_back(p);
+          g.succs_[p.v].push_back(OpId(static_cast<int32_t>(i)));
+        }
+        shapes.push_back(g.model_.ops[p.v].output_shape);
+        dts.push_back(g.model_.ops[p.v].dtype);
+      } else {
+        const Input* in = g.find_input(src);
+        int idx = static_cast<int>(in - g.model_.inputs.data());
+        if (std::find(g.graph_inputs_[i].begin(), g.graph_inputs_[i].end(), idx) == g.graph_inputs_[i].end())
+          g.graph_inputs_[i].push_back(idx);
+        shapes.push_back(in->shape);
+        dts.push_back(in->dtype);
+      }
+    }
+    g.costs_[i] = derive_costs(op, shapes, dts);
+  }
+  return g;
+}
+
+OpId Graph::find(const std::string& op_name) const {
+  auto it = index_.find(op_name);
+  return it == index_.end() ? OpId() : OpId(it->second);
+}
+
+const Input* Graph::find_input(const std::string& name) const {
+  for (const Input& in : model_.inputs)
+    if (in.name == name) return &in;
+  return nullptr;
+}
+
+int64_t Graph::total_params() const {
+  int64_t s = 0;
+  for (const auto& c : costs_) s += c.params;
+  return s;
+}
+double Graph::total_fwd_flops() const {
+  double s = 0;
+  for (const auto& c : costs_) s += c.fwd_flops;
+  return s;
+}
+double Graph::total_bwd_flops() const {
+  double s = 0;
+  for (const auto& c : costs_) s += c.bwd_flops;
+  return s;
+}
+double Graph::total_saved_bytes() const {
+  double s = 0;
+  for (const auto& c : costs_) s += c.saved_bytes;
+  return s;
+}
+
+std::string ModelBuilder::input(const std::string& name, Shape per_sample_shape, DType dt) {
+  Shape s{kBatch};
+  s.insert(s.end(), per_sample_shape.begin(), per_sample_shape.end());
+  m_.inputs.push_back(Input{name, s, dt});
+  shapes_[name] = s;
+  dtypes_[name] = dt;
+  return name;
+}
+
+std::string ModelBuilder::op(const std::string& name, OpKind kind, std::vector<std::string> inputs, Json attrs) {
+  Op o;
+  o.name = name;
+  o.kind = kind;
+  o.inputs = std::move(inputs);
+  o.attrs = std::move(attrs);
+  std::vector<Shape> shapes;
+  for (const std::string& src : o.inputs) {
+    auto it = shapes_.find(src);
+    GP_CHECK(it != shapes_.end(), "model \"{}\": op \"{}\": unknown input \"{}\"", m_.name, name, src);
+    shapes.push_back(it->second);
+  }
+  o.output_shape = infer_shape(o, shapes, "model \"" + m_.name + "\"");
+  GP_CHECK(shapes_.emplace(name, o.output_shape).second, "model \"{}\": duplicate op name \"{}\"", m_.name, name);
+  dtypes_[name] = o.dtype;
+  m_.ops.push_back(std::move(o));
+  return name;
+}
+
+std::string ModelBuilder::linear(const std::string& name, const std::string& x, int64_t out, bool bias) {
+  Json a = {{"out_features", out}};
+  if (!bias) a["bias"] = false;
+  return op(name, OpKind::linear, {x}, a);
+}
+
+const Shape& ModelBuilder::shape_of(const std::string& name) const {
+  auto it = shapes_.find(name);
+  GP_CHECK(it != shapes_.end(), "model \"{}\": unknown tensor \"{}\"", m_.name, name);
+  return it->second;
+}
+
+}  // namespace gp::ir

@@ -1,0 +1,265 @@
+// Shape inference per op kind (the semantics documented in model.h) and attribute access.
+#include <numeric>
+
+#include "ir/attrs.h"
+#include "ir/model.h"
+
+namespace gp::ir {
+
+namespace {
+[[noreturn]] void fail(const Op& op, const std::string& where, const std::string& msg) {
+  throw UserError(fmt::format("{}: op \"{}\" ({}): {}", where, op.name, to_string(op.kind), msg));
+}
+}  // namespace
+
+int64_t attr_int(const Op& op, const char* key, std::optional<int64_t> dflt, const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains(key)) {
+    if (dflt) return *dflt;
+    fail(op, where, fmt::format("missing attribute \"{}\"", key));
+  }
+  const Json& v = op.attrs.at(key);
+  if (!v.is_number_integer()) fail(op, where, fmt::format("attrs.{}: expected an integer, found {}", key, v.dump()));
+  return v.get<int64_t>();
+}
+
+double attr_num(const Op& op, const char* key, double dflt, const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains(key)) return dflt;
+  const Json& v = op.attrs.at(key);
+  if (!v.is_number()) fail(op, where, fmt::format("attrs.{}: expected a number, found {}", key, v.dump()));
+  return v.get<double>();
+}
+
+bool attr_bool(const Op& op, const char* key, bool dflt, const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains(key)) return dflt;
+  const Json& v = op.attrs.at(key);
+  if (!v.is_boolean()) fail(op, where, fmt::format("attrs.{}: expected true or false, found {}", key, v.dump()));
+  return v.get<bool>();
+}
+
+std::vector<int64_t> attr_ints(const Op& op, const char* key, const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains(key)) fail(op, where, fmt::format("missing attribute \"{}\"", key));
+  const Json& v = op.attrs.at(key);
+  std::vector<int64_t> out;
+  if (!v.is_array()) fail(op, where, fmt::format("attrs.{}: expected a list of integers, found {}", key, v.dump()));
+  for (const auto& e : v) {
+    if (!e.is_number_integer())
+      fail(op, where, fmt::format("attrs.{}: expected a list of integers, found {}", key, v.dump()));
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
+
+int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank,
+                  const std::string& where) {
+  int64_t a = attr_int(op, key, dflt, where);
+  int64_t r = static_cast<int64_t>(rank);
+  int64_t norm = a < 0 ? a + r : a;
+  if (norm < 1 || norm >= r)
+    fail(op, where, fmt::format("attrs.{} = {} is not a non-batch axis of a rank-{} tensor", key, a, r));
+  return norm;
+}
+
+int64_t per_sample_elems(const Shape& s) {
+  int64_t n = 1;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!(i == 0 && s[i] == kBatch)) n *= s[i];
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += s[i] == kBatch && i == 0 ? "B" : std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string& where) {
+  auto need_inputs = [&](size_t lo, size_t hi) {
+    if (in.size() < lo || in.size() > hi) {
+      if (lo == hi) fail(op, where, fmt::format("expects {} input(s), has {}", lo, in.size()));
+      fail(op, where, fmt::format("expects {} to {} inputs, has {}", lo, hi, in.size()));
+    }
+  };
+  auto need_rank = [&](size_t i, size_t lo, size_t hi) {
+    if (in[i].size() < lo || in[i].size() > hi)
+      fail(op, where, fmt::format("input {} has shape {}, expected rank {}{}", i, shape_str(in[i]), lo,
+                                  hi == lo ? "" : fmt::format(" to {}", hi)));
+  };
+  auto positive = [&](const char* key, std::optional<int64_t> dflt) {
+    int64_t v = attr_int(op, key, dflt, where);
+    if (v <= 0) fail(op, where, fmt::format("attrs.{} must be positive, found {}", key, v));
+    return v;
+  };
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].empty() || in[i][0] != kBatch)
+      fail(op, where, fmt::format("input {} has shape {} without a batch dimension", i, shape_str(in[i])));
+
+  switch (op.kind) {
+    case OpKind::linear: {
+      need_inputs(1, 1);
+      need_rank(0, 2, 8);
+      Shape out = in[0];
+      out.back() = positive("out_features", std::nullopt);
+      return out;
+    }
+    case OpKind::matmul: {
+      need_inputs(2, 2);
+      need_rank(0, 3, 8);
+      need_rank(1, 3, 8);
+      const Shape &a = in[0], &b = in[1];
+      if (a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) || a[a.size() - 1] != b[b.size() - 2])
+        fail(op, where, fmt::format("shape mismatch: {} @ {}", shape_str(a), shape_str(b)));
+      Shape out = a;
+      out.back() = b.back();
+      return out;
+    }
+    case OpKind::add:
+    case OpKind::mul: {
+      need_inputs(2, 64);
+      for (size_t i = 1; i < in.size(); ++i)
+        if (in[i] != in[0])
+          fail(op, where, fmt::format("shape mismatch: input 0 is {} but input {} is {}", shape_str(in[0]), i,
+                                      shape_str(in[i])));
+      return in[0];
+    }
+    case OpKind::concat: {
+      need_inputs(1, 1024);
+      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
+      Shape out = in[0];
+      for (size_t i = 1; i < in.size(); ++i) {
+        Shape a = in[0], b = in[i];
+        if (a.size() != b.size()) fail(op, where, fmt::format("shape mismatch: {} vs {}", shape_str(a), shape_str(b)));
+        a[axis] = b[axis] = 0;
+        if (a != b)
+          fail(op, where, fmt::format("shape mismatch: input 0 is {} but input {} is {} (concat on axis {})",
+                                      shape_str(in[0]), i, shape_str(in[i]), axis));
+        out[axis] += in[i][axis];
+      }
+      return out;
+    }
+    case OpKind::slice: {
+      need_inputs(1, 1);
+      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
+      int64_t start = attr_int(op, "start", std::nullopt, where), end = attr_int(op, "end", std::nullopt, where);
+      if (start < 0 || end > in[0][axis] || start >= end)
+        fail(op, where, fmt::format("slice [{}, {}) out of range for axis {} of {}", start, end, axis, shape_str(in[0])));
+      Shape out = in[0];
+      out[axis] = end - start;
+      return out;
+    }
+    case OpKind::relu:
+    case OpKind::gelu:
+    case OpKind::sigmoid:
+    case OpKind::tanh:
+    case OpKind::dropout:
+      need_inputs(1, 1);
+      if (op.kind == OpKind::dropout) {
+        double p = attr_num(op, "p", 0.1, where);
+        if (p < 0 || p >= 1) fail(op, where, fmt::format("attrs.p must be in [0, 1), found {}", p));
+      }
+      return in[0];
+    case OpKind::softmax:
+      need_inputs(1, 1);
+      attr_axis(op, "axis", -1, in[0].size(), where);
+      return in[0];
+    case OpKind::layernorm:
+      need_inputs(1, 1);
+      need_rank(0, 2, 8);
+      return in[0];
+    case OpKind::embedding_bag: {
+      need_inputs(1, 1);
+      need_rank(0, 2, 2);
+      positive("rows", std::nullopt);
+      return Shape{kBatch, positive("dim", std::nullopt)};
+    }
+    case OpKind::attention: {
+      need_inputs(1, 1);
+      need_rank(0, 3, 3);
+      int64_t heads = positive("heads", std::nullopt);
+      if (in[0][2] % heads != 0)
+        fail(op, where, fmt::format("attrs.heads = {} does not divide hidden size {}", heads, in[0][2]));
+      return in[0];
+    }
+    case OpKind::conv2d: {
+      need_inputs(1, 1);
+      need_rank(0, 4, 4);
+      int64_t co = positive("out_channels", std::nullopt), k = positive("kernel", std::nullopt);
+      int64_t s = positive("stride", 1), p = attr_int(op, "padding", 0, where);
+      int64_t h = (in[0][2] + 2 * p - k) / s + 1, w = (in[0][3] + 2 * p - k) / s + 1;
+      if (p < 0 || h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
+      return Shape{kBatch, co, h, w};
+    }
+    case OpKind::batchnorm:
+      need_inputs(1, 1);
+      need_rank(0, 4, 4);
+      return in[0];
+    case OpKind::maxpool:
+    case OpKind::avgpool: {
+      need_inputs(1, 1);
+      need_rank(0, 4, 4);
+      int64_t k = positive("kernel", std::nullopt), s = positive("stride", k), p = attr_int(op, "padding", 0, where);
+      if (p < 0 || 2 * p > k) fail(op, where, fmt::format("attrs.padding = {} must be in [0, kernel/2]", p));
+      int64_t h = (in[0][2] + 2 * p - k) / s + 1, w = (in[0][3] + 2 * p - k) / s + 1;
+      if (h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
+      return Shape{kBatch, in[0][1], h, w};
+    }
+    case OpKind::global_avgpool:
+      need_inputs(1, 1);
+      need_rank(0, 4, 4);
+      return Shape{kBatch, in[0][1]};
+    case OpKind::flatten:
+      need_inputs(1, 1);
+      return Shape{kBatch, per_sample_elems(in[0])};
+    case OpKind::reshape: {
+      need_inputs(1, 1);
+      Shape out{kBatch};
+      for (int64_t d : attr_ints(op, "shape", where)) {
+        if (d <= 0) fail(op, where, fmt::format("attrs.shape has non-positive dimension {}", d));
+        out.push_back(d);
+      }
+      if (per_sample_elems(out) != per_sample_elems(in[0]))
+        fail(op, where, fmt::format("shape mismatch: cannot reshape {} to {}", shape_str(in[0]), shape_str(out)));
+      return out;
+    }
+    case OpKind::transpose: {
+      need_inputs(1, 1);
+      auto perm = attr_ints(op, "perm", where);
+      std::vector<int64_t> sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<int64_t> iota(in[0].size());
+      std::iota(iota.begin(), iota.end(), 0);
+      if (sorted != iota || perm[0] != 0)
+        fail(op, where, fmt::format("attrs.perm is not a permutation of 0..{} keeping 0 first", in[0].size() - 1));
+      Shape out;
+      for (int64_t p : perm) out.push_back(in[0][p]);
+      return out;
+    }
+    case OpKind::mean:
+    case OpKind::sum: {
+      need_inputs(1, 1);
+      need_rank(0, 2, 8);
+      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
+      Shape out = in[0];
+      if (attr_bool(op, "keepdim", false, where))
+        out[axis] = 1;
+      else
+        out.erase(out.begin() + axis);
+      return out;
+    }
+    case OpKind::mse_loss:
+      need_inputs(2, 2);
+      if (in[0] != in[1])
+        fail(op, where, fmt::format("shape mismatch: prediction {} vs target {}", shape_str(in[0]), shape_str(in[1])));
+      return Shape{};
+    case OpKind::cross_entropy:
+      need_inputs(2, 2);
+      need_rank(0, 2, 2);
+      need_rank(1, 1, 1);
+      return Shape{};
+  }
+  fail(op, where, "unhandled op kind");
+}
+
+}  // namespace gp::ir

@@ -1,0 +1,165 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "ir/model.h"
+
+using namespace gp;
+using namespace gp::ir;
+using ::testing::HasSubstr;
+
+namespace {
+
+Model tiny() {
+  ModelBuilder b("tiny");
+  b.input("x", {16});
+  b.input("label", {}, DType::i64);
+  std::string h = b.linear("fc1", "x", 32);
+  h = b.unary("act", OpKind::relu, h);
+  h = b.linear("fc2", h, 10);
+  b.output(b.op("loss", OpKind::cross_entropy, {h, "label"}));
+  return b.build();
+}
+
+std::string error_of(const Model& m) {
+  try {
+    validate(m, "m.json");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(IrTest, LinearCostsAreClosedForm) {
+  Graph g = Graph::build(tiny());
+  ASSERT_EQ(g.num_ops(), 4u);
+  const OpCosts& fc1 = g.costs(g.find("fc1"));
+  EXPECT_EQ(fc1.params, 16 * 32 + 32);
+  EXPECT_EQ(fc1.param_bytes, (16 * 32 + 32) * 4);
+  EXPECT_DOUBLE_EQ(fc1.fwd_flops, 2.0 * 16 * 32);
+  EXPECT_DOUBLE_EQ(fc1.bwd_flops, 4.0 * 16 * 32);
+  EXPECT_DOUBLE_EQ(fc1.saved_bytes, 16 * 4);
+  EXPECT_DOUBLE_EQ(fc1.output_bytes, 32 * 4);
+  EXPECT_EQ(g.total_params(), 16 * 32 + 32 + 32 * 10 + 10);
+  EXPECT_EQ(g.op(g.find("loss")).output_shape, Shape{});
+}
+
+TEST(IrTest, AttentionCostsAreClosedForm) {
+  ModelBuilder b("att");
+  b.input("x", {8, 16});
+  std::string a = b.op("attn", OpKind::attention, {"x"}, {{"heads", 4}});
+  b.output(b.op("loss", OpKind::mse_loss, {a, "x"}));
+  Graph g = Graph::build(b.build());
+  const OpCosts& c = g.costs(g.find("attn"));
+  const double s = 8, h = 16;
+  EXPECT_EQ(c.params, 4 * 16 * 16 + 4 * 16);
+  EXPECT_DOUBLE_EQ(c.fwd_flops, 8 * s * h * h + 4 * s * s * h + 5 * 4 * s * s);
+  EXPECT_DOUBLE_EQ(c.saved_bytes, (5 * s * h + 4 * s * s) * 4);
+}
+
+TEST(IrTest, EmbeddingBagReadsRowsPerSample) {
+  ModelBuilder b("emb");
+  b.input("idx", {100}, DType::i64);
+  b.input("t", {64});
+  std::string e = b.op("emb", OpKind::embedding_bag, {"idx"}, {{"rows", 1000000}, {"dim", 64}});
+  b.output(b.op("loss", OpKind::mse_loss, {e, "t"}));
+  Graph g = Graph::build(b.build());
+  const OpCosts& c = g.costs(g.find("emb"));
+  EXPECT_EQ(c.params, 64000000);
+  EXPECT_EQ(c.weight_read_bytes, 0);
+  EXPECT_DOUBLE_EQ(c.input_bytes, 100 * 8 + 100 * 64 * 4);
+}
+
+TEST(IrTest, TopologicalOrderAndEdges) {
+  Model m = tiny();
+  std::swap(m.ops[0], m.ops[2]);  // fc2 before fc1 in the file
+  Graph g = Graph::build(m);
+  EXPECT_EQ(g.op(OpId(0)).name, "fc1");
+  EXPECT_EQ(g.succs(g.find("fc1")).size(), 1u);
+  EXPECT_EQ(g.graph_inputs_of(g.find("loss")).size(), 1u);
+}
+
+TEST(IrTest, RejectsDuplicateName) {
+  Model m = tiny();
+  m.ops[1].name = "fc1";
+  EXPECT_THAT(error_of(m), HasSubstr("duplicate op name \"fc1\""));
+}
+
+TEST(IrTest, RejectsUnknownInput) {
+  Model m = tiny();
+  m.ops[2].inputs[0] = "enc.l3";
+  EXPECT_THAT(error_of(m), HasSubstr("op \"fc2\": inputs[0]: unknown input \"enc.l3\""));
+}
+
+TEST(IrTest, RejectsCycleNamingItsOps) {
+  Model m = tiny();
+  m.ops[0].inputs[0] = "fc2";  // fc1 <- fc2 <- act <- fc1
+  EXPECT_THAT(error_of(m), HasSubstr("cycle"));
+  EXPECT_THAT(error_of(m), HasSubstr("\"fc1\""));
+  EXPECT_THAT(error_of(m), HasSubstr("\"act\""));
+  EXPECT_THAT(error_of(m), HasSubstr("\"fc2\""));
+}
+
+TEST(IrTest, RejectsShapeMismatchNamingBothShapes) {
+  Model m = tiny();
+  m.ops[2].output_shape = {kBatch, 11};
+  EXPECT_THAT(error_of(m), HasSubstr("op \"fc2\" (linear): shape mismatch: declared output shape [B, 11] but its inputs give [B, 10]"));
+  ModelBuilder b("bad");
+  b.input("a", {4});
+  b.input("c", {5});
+  EXPECT_THROW(b.op("s", OpKind::add, {"a", "c"}), UserError);
+  try {
+    b.op("s", OpKind::add, {"a", "c"});
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shape mismatch: input 0 is [B, 4] but input 1 is [B, 5]"));
+  }
+}
+
+TEST(IrTest, RejectsOpWithoutPathToOutput) {
+  Model m = tiny();
+  Op dead = m.ops[1];
+  dead.name = "dead";
+  m.ops.push_back(dead);
+  EXPECT_THAT(error_of(m), HasSubstr("op \"dead\" has no path to an output"));
+}
+
+TEST(IrTest, RejectsWrongDtype) {
+  Model m = tiny();
+  m.inputs[1].dtype = DType::f32;
+  EXPECT_THAT(error_of(m), HasSubstr("input 1 (\"label\") is f32, expected i64"));
+}
+
+TEST(IrTest, ShapeInferenceForStructuralOps) {
+  ModelBuilder b("s");
+  b.input("img", {3, 32, 32});
+  std::string c = b.op("conv", OpKind::conv2d, {"img"}, {{"out_channels", 8}, {"kernel", 3}, {"padding", 1}});
+  EXPECT_EQ(b.shape_of(c), (Shape{kBatch, 8, 32, 32}));
+  std::string p = b.op("pool", OpKind::maxpool, {c}, {{"kernel", 2}});
+  EXPECT_EQ(b.shape_of(p), (Shape{kBatch, 8, 16, 16}));
+  std::string cat = b.op("cat", OpKind::concat, {p, p}, {{"axis", 1}});
+  EXPECT_EQ(b.shape_of(cat), (Shape{kBatch, 16, 16, 16}));
+  std::string t = b.op("t", OpKind::transpose, {cat}, {{"perm", {0, 2, 1, 3}}});
+  EXPECT_EQ(b.shape_of(t), (Shape{kBatch, 16, 16, 16}));
+  std::string r = b.op("r", OpKind::reshape, {t}, {{"shape", {256, 16}}});
+  EXPECT_EQ(b.shape_of(r), (Shape{kBatch, 256, 16}));
+  std::string mn = b.op("mean", OpKind::mean, {r}, {{"axis", 1}});
+  EXPECT_EQ(b.shape_of(mn), (Shape{kBatch, 16}));
+  std::string sl = b.op("sl", OpKind::slice, {mn}, {{"axis", -1}, {"start", 4}, {"end", 12}});
+  EXPECT_EQ(b.shape_of(sl), (Shape{kBatch, 8}));
+  std::string gp = b.op("gap", OpKind::global_avgpool, {c});
+  EXPECT_EQ(b.shape_of(gp), (Shape{kBatch, 8}));
+  EXPECT_THROW(b.op("bad", OpKind::attention, {r}, {{"heads", 3}}), UserError);
+  EXPECT_THROW(b.op("bad2", op_kind_from_string("nope"), {r}), UserError);
+}
+
+TEST(IrTest, KindNamesRoundTrip) {
+  for (int k = 0; k <= static_cast<int>(OpKind::cross_entropy); ++k)
+    EXPECT_EQ(static_cast<int>(op_kind_from_string(to_string(static_cast<OpKind>(k)))), k);
+  try {
+    op_kind_from_string("convolution");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("valid kinds: linear, matmul"));
+  }
+}
