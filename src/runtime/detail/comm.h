@@ -1,0 +1,79 @@
+// The communicator the pipeline workers use: point-to-point transfers along stage edges and
+// all-reduce inside data-parallel stage groups. Internal (LibTorch types); c10d Gloo behind it.
+#pragma once
+#include <torch/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/error.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace gp::runtime::detail {
+
+/// A communication failure: a peer timed out or its connection closed. `peer` names the rank
+/// the operation waited on (-1 for collectives, where the culprit is unknown).
+class CommError : public RuntimeFailure {
+ public:
+  CommError(const std::string& msg, int peer, bool timed_out)
+      : RuntimeFailure(msg), peer_(peer), timed_out_(timed_out) {}
+  int peer() const { return peer_; }
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  int peer_;
+  bool timed_out_;
+};
+
+/// A non-blocking operation in flight; wait() blocks (bounded by the communicator timeout)
+/// and rethrows a failure as CommError with context.
+class Pending {
+ public:
+  Pending() = default;
+  explicit Pending(std::function<void()> wait) : wait_(std::move(wait)) {}
+  void wait() {
+    if (wait_) std::exchange(wait_, nullptr)();
+  }
+
+ private:
+  std::function<void()> wait_;
+};
+
+enum class Reduce { sum, max };
+
+/// Ranks 0..size()-1 of one group. Tags distinguish messages between the same pair of ranks.
+/// Every wait is bounded by the timeout given at creation.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Starts sending `t` (contiguous; kept alive by the Pending) to `dst`.
+  virtual Pending send(const torch::Tensor& t, int dst, int tag) = 0;
+  /// Receives into `t` (preallocated with the expected shape and dtype) from `src`.
+  virtual void recv(torch::Tensor& t, int src, int tag) = 0;
+  /// Reduces in place over all ranks of this communicator; returns when done.
+  virtual Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) = 0;
+  /// A communicator over `ranks` (this group's ranks, sorted; must include rank()). Collective
+  /// over the members only: every member calls it with the same ranks and name.
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
+                                                 const std::string& name) = 0;
+};
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{60000};
+  std::string hostname = "127.0.0.1";  // address Gloo binds to; "" = interface/hostname default
+  std::string interface;               // GLOO_SOCKET_IFNAME, takes precedence when set
+};
+
+/// A Gloo communicator (c10d::ProcessGroupGloo) over `store`; blocks until all `size` ranks join.
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     int rank, int size, const CommOptions& o);
+
+}  // namespace gp::runtime::detail

@@ -1,0 +1,128 @@
+// Communicator over c10d::ProcessGroupGloo: p2p via send/recv (Gloo unbound buffers),
+// collectives via allreduce, sub-groups as separate process groups over a PrefixStore.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO
+#endif
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "runtime/detail/comm.h"
+
+namespace gp::runtime::detail {
+namespace {
+
+bool looks_like_timeout(const std::string& what) {
+  return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+}
+
+std::vector<torch::Tensor> flatten_all(const std::vector<torch::Tensor>& ts) {
+  std::vector<torch::Tensor> out;
+  for (auto& t : ts) out.push_back(t.reshape({-1}));
+  return out;
+}
+
+// Runs `f`, converting any failure into a CommError that names the operation and the peer.
+template <class F>
+void guarded(const std::string& op, int peer, F&& f) {
+  try {
+    f();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    auto nl = what.find('\n');  // c10 messages carry a backtrace after the first line
+    if (nl != std::string::npos) what.resize(nl);
+    throw CommError(fmt::format("{}: {}", op, what), peer, looks_like_timeout(what));
+  }
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, CommOptions o)
+      : store_(std::move(store)), rank_(rank), size_(size), o_(std::move(o)) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(o_.timeout);
+    if (!o_.interface.empty()) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(o_.interface));
+    } else if (!o_.hostname.empty()) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o_.hostname));
+    } else {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    opts->threads = 1;
+    guarded(fmt::format("rendezvous of rank {} of {}", rank, size), -1, [&] {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, opts);
+    });
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Pending send(const torch::Tensor& t, int dst, int tag) override {
+    GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
+    std::vector<torch::Tensor> v{t.contiguous()};
+    c10::intrusive_ptr<c10d::Work> work;
+    std::string op = fmt::format("send to rank {} (tag {})", dst, tag);
+    guarded(op, dst, [&] { work = pg_->send(v, dst, tag); });
+    auto timeout = o_.timeout;
+    return Pending([work, v, op, dst, timeout] { guarded(op, dst, [&] { work->wait(timeout); }); });
+  }
+
+  void recv(torch::Tensor& t, int src, int tag) override {
+    GP_ASSERT(src >= 0 && src < size_ && src != rank_, "bad recv peer {}", src);
+    GP_ASSERT(t.is_contiguous(), "recv buffer must be contiguous");
+    std::vector<torch::Tensor> v{t};
+    guarded(fmt::format("recv from rank {} (tag {})", src, tag), src, [&] {
+      auto work = pg_->recv(v, src, tag);
+      work->wait(o_.timeout);
+    });
+  }
+
+  Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) override {
+    if (size_ == 1) return {};
+    c10d::AllreduceOptions ao;
+    ao.reduceOp = op == Reduce::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+    ao.timeout = o_.timeout;
+    // Gloo reduces a list of equal-sized tensors as one per device: flatten into one buffer.
+    std::vector<torch::Tensor> flat{ts.size() == 1 && ts[0].is_contiguous()
+                                        ? ts[0].view({-1})
+                                        : torch::cat(flatten_all(ts))};
+    c10::intrusive_ptr<c10d::Work> work;
+    std::string what = fmt::format("all-reduce over {} ranks", size_);
+    guarded(what, -1, [&] { work = pg_->allreduce(flat, ao); });
+    auto timeout = o_.timeout;
+    return Pending([work, what, timeout, flat, ts]() mutable {
+      guarded(what, -1, [&] { work->wait(timeout); });
+      int64_t off = 0;
+      for (auto& t : ts) {
+        int64_t n = t.numel();
+        if (!t.is_contiguous() || ts.size() > 1) t.copy_(flat[0].narrow(0, off, n).view_as(t));
+        off += n;
+      }
+    });
+  }
+
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
+                                         const std::string& name) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    GP_ASSERT(it != ranks.end(), "rank {} not in sub-group {}", rank_, name);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
+    return std::make_unique<GlooCommunicator>(prefixed, int(it - ranks.begin()), int(ranks.size()),
+                                              o_);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_;
+  CommOptions o_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     int rank, int size, const CommOptions& o) {
+  return std::make_unique<GlooCommunicator>(store, rank, size, o);
+}
+
+}  // namespace gp::runtime::detail
