@@ -2,6 +2,7 @@
 // covers the op, roofline formula otherwise), memory per stage, and communication times.
 // The planner calls this millions of times: per-op times are precomputed at power-of-two batches.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,10 +26,13 @@ struct LinkSpec {
 };
 
 /// nodes x devices_per_node identical devices. Device d lives on node d / devices_per_node.
+/// The last node may be partial (`--devices 6` on 4-device nodes: one full node + 2 devices).
 struct Cluster {
   std::string name;
   int num_nodes = 1;
   int devices_per_node = 1;
+  /// Devices in use; 0 means num_nodes * devices_per_node (all nodes full).
+  int devices = 0;
   DeviceSpec device;
   LinkSpec intra;                   // between devices of one node
   LinkSpec inter;                   // between nodes
@@ -36,7 +40,12 @@ struct Cluster {
   /// Use fp16 peak for compute (mixed precision) instead of fp32.
   bool mixed_precision = false;
 
-  int num_devices() const { return num_nodes * devices_per_node; }
+  int num_devices() const { return devices > 0 ? devices : num_nodes * devices_per_node; }
+  /// Devices of node n in use (devices_per_node except for a partial last node).
+  int devices_on_node(int n) const {
+    int rest = num_devices() - n * devices_per_node;
+    return rest < devices_per_node ? rest : devices_per_node;
+  }
   int node_of(int device) const { return device / devices_per_node; }
   bool same_node(int a, int b) const { return node_of(a) == node_of(b); }
 };
@@ -46,6 +55,10 @@ struct Cluster {
 Cluster load_cluster(const std::string& spec, int devices = 0);
 Json cluster_to_json(const Cluster& c);
 std::vector<std::string> cluster_preset_names();
+/// Parses a graphpipe.cluster/1 document; errors name `file` and the JSON path of the bad value.
+Cluster cluster_from_json(const Json& j, const std::string& file);
+/// The first `devices` devices of `c` (whole nodes first); UserError when c has fewer.
+Cluster take_devices(Cluster c, int devices, const std::string& where);
 
 enum class Optimizer { sgd, adam };
 Optimizer optimizer_from_string(const std::string& s);
@@ -61,6 +74,23 @@ struct OpTime {
 };
 
 class Profile;  // measured op costs (profile.h)
+
+/// Roofline efficiency (fraction of peak FLOP/s reached) per op kind; one table, see
+/// docs/cost-model.md.
+double compute_efficiency(ir::OpKind k);
+
+/// Bytes an op moves per sample beyond the IR's input and output bytes (attention: the score
+/// matrix written and read; embedding_bag's gathered rows are already in the IR's input_bytes).
+double extra_bytes_per_sample(const ir::Graph& g, OpId op);
+
+/// Roofline time of one op at per-device batch b on device d (see docs/cost-model.md):
+///   act = b*(input_bytes + output_bytes + extra)        (0 for views: flatten, reshape)
+///   fwd = max(b*fwd_flops / (peak*eff), (weight_read_bytes + act) / mem_bw) + kernel_overhead
+///   bwd = max(b*bwd_flops / (peak*eff), (weight_read_bytes + param_bytes + 2*act) / mem_bw)
+///         + kernel_overhead
+/// `f16` selects the f16 (tensor core) peak. Source is always formula.
+OpTime roofline_time(ir::OpKind kind, const ir::OpCosts& c, double extra_bytes, const DeviceSpec& d,
+                     bool f16, int64_t b);
 
 /// Cost of ops and transfers on one cluster. Cheap to query; construction precomputes tables.
 class CostModel {
@@ -92,14 +122,58 @@ class CostModel {
   double allreduce_time(const std::vector<int>& devices, double bytes) const;
   /// Same, by degree and whether the ring stays inside one node.
   double allreduce_time(int degree, bool same_node, double bytes) const;
+  /// Off-node bandwidth per sender when `devices_sending` devices of one node send off-node at
+  /// once: min(inter link, node injection / devices_sending). For the simulator's contention model.
+  double effective_inter_bandwidth(int devices_sending) const;
+
+  /// Links actually used (a profile's measured fits replace the cluster's intra-node link).
+  const LinkSpec& intra_link() const { return intra_; }
+  const LinkSpec& inter_link() const { return cluster_.inter; }
+  /// Where the intra-node link numbers came from (measured when the profile has a p2p fit).
+  Source link_source() const { return link_source_; }
+  /// The profile key of each op (computed once).
+  const std::string& signature(OpId op) const;
+
+  /// Sums over the ops at topological positions [begin, end) (OpId(i) order): O(1) for
+  /// power-of-two b (prefix sums), for baselines that cut the topological order into ranges.
+  double range_step_time(size_t begin, size_t end, int64_t b) const;
+  double range_state_bytes(size_t begin, size_t end) const;
+  double range_saved_bytes(size_t begin, size_t end, int64_t b) const;
 
  private:
   const ir::Graph* g_;
   Cluster cluster_;
   Optimizer opt_;
   std::shared_ptr<const Profile> profile_;
+  LinkSpec intra_;                 // cluster intra link, or the profile's p2p fit
+  LinkSpec allreduce_intra_;       // per-step ring link inside a node (profile's all-reduce fit)
+  Source link_source_ = Source::formula;
   struct Tables;
   std::unique_ptr<Tables> tables_;
+  bool tables_ready_ = false;      // false while the constructor fills the tables
 };
+
+/// The cost of one stage, shared by the planner and the simulator so that their numbers agree.
+/// All times in seconds, memory in bytes per device. See docs/cost-model.md ("Stage cost").
+struct StageCost {
+  int64_t per_device_batch = 0;  // ceil(micro_batch / dp_degree)
+  double compute_s = 0;          // fwd + bwd of the stage's ops per micro-batch, on one device
+  double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
+  double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
+  double tps_s = 0;              // time per sample: (compute + comm)/micro_batch + allreduce/mini_batch
+  double state_bytes = 0;        // weights + gradients + optimizer state
+  double act_bytes_per_mb = 0;   // activations saved for backward per in-flight micro-batch
+};
+
+/// Cost of the stage made of `ops` (with in_stage[i] = 1 iff OpId(i) is in it; size num_ops) on
+/// dp_degree devices at `micro_batch` samples per micro-batch (the whole stage's, split over its
+/// replicas) and `mini_batch` samples per iteration. `same_node`: its cut edges and its all-reduce
+/// ring stay inside one node. O(|ops| + cut edges).
+StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
+                     const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
+                     int64_t mini_batch, bool same_node);
+
+/// Per-device memory of a stage with `in_flight` micro-batches alive: state + in_flight * acts.
+double stage_memory(const StageCost& s, int in_flight);
 
 }  // namespace gp::cost

@@ -1,0 +1,223 @@
+// Cluster presets (datasheet figures), graphpipe.cluster/1 files, and taking the first N devices.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "cost/cost_model.h"
+
+namespace gp::cost {
+namespace {
+
+constexpr double GB = 1e9;
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double TFLOPS = 1e12;
+constexpr const char* kFormat = "graphpipe.cluster/1";
+
+// All GPU presets assume fp32 training (the IR's default dtype) with the fp16 tensor-core peak
+// recorded for `mixed_precision: true`. A fixed ~5 us per op covers the CUDA launch and the
+// framework's dispatch. Link latencies are NCCL-level estimates, not datasheet figures.
+constexpr double kGpuKernelOverhead = 5e-6;
+
+/// IBM AC922 "Summit" node, restricted to 4 V100s per node as CONTRACT.md specifies (the real
+/// node has 6). V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 125 TFLOP/s tensor, 900 GB/s HBM2, 16 GB.
+/// NVLink 2.0 on Summit: 2 bricks x 25 GB/s = 50 GB/s per direction between GPU pairs.
+/// Network: dual-rail EDR InfiniBand, 2 x 100 Gb/s = 25 GB/s injection per node; one GPU's flow
+/// uses one rail (12.5 GB/s).
+Cluster summit() {
+  Cluster c;
+  c.name = "summit";
+  c.devices_per_node = 4;
+  c.device = {"V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, kGpuKernelOverhead};
+  c.intra = {50 * GB, 5e-6};
+  c.inter = {12.5 * GB, 10e-6};
+  c.node_injection_Bps = 25 * GB;
+  return c;
+}
+
+/// NVIDIA DGX A100 (80 GB): A100 SXM4 datasheet 19.5 TFLOP/s fp32, 312 TFLOP/s fp16 tensor,
+/// 2039 GB/s HBM2e. NVLink 3 through NVSwitch: 600 GB/s bidirectional = 300 GB/s per direction.
+/// 8 x 200 Gb/s HDR InfiniBand (one NIC per GPU): 25 GB/s per GPU, 200 GB/s per node.
+Cluster dgx_a100() {
+  Cluster c;
+  c.name = "dgx-a100";
+  c.devices_per_node = 8;
+  c.device = {"A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, kGpuKernelOverhead};
+  c.intra = {300 * GB, 5e-6};
+  c.inter = {25 * GB, 10e-6};
+  c.node_injection_Bps = 200 * GB;
+  return c;
+}
+
+/// NVIDIA DGX H100: H100 SXM5 datasheet 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense),
+/// 3350 GB/s HBM3. NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction.
+/// 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s per node.
+Cluster dgx_h100() {
+  Cluster c;
+  c.name = "dgx-h100";
+  c.devices_per_node = 8;
+  c.device = {"H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, kGpuKernelOverhead};
+  c.intra = {450 * GB, 5e-6};
+  c.inter = {50 * GB, 10e-6};
+  c.node_injection_Bps = 400 * GB;
+  return c;
+}
+
+/// This machine: one node whose "devices" are worker processes, one per core. These numbers are
+/// deliberately conservative placeholders for what one LibTorch thread reaches; a measured profile
+/// (`graphpipe profile`) overrides op times and the local link. With more workers than cores the
+/// workers share cores, so each gets cores/workers of a core's FLOP/s and bandwidth.
+constexpr double kCpuCoreFlops = 50e9;       // one core, one thread, fp32 GEMM (AVX2/AVX-512 FMA)
+constexpr double kCpuCoreMemBw = 10 * GB;    // a core's share of DRAM bandwidth
+constexpr double kCpuKernelOverhead = 10e-6; // LibTorch dispatch + autograd bookkeeping per op
+constexpr double kCpuLinkBw = 2 * GB;        // loopback TCP through Gloo
+constexpr double kCpuLinkLatency = 50e-6;
+
+Cluster cpu(int devices) {
+  int cores = std::max(1u, std::thread::hardware_concurrency());
+  int n = std::max(devices, cores);
+  double share = std::min(1.0, static_cast<double>(cores) / n);
+  double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  Cluster c;
+  c.name = "cpu";
+  c.devices_per_node = n;
+  c.device = {fmt::format("cpu core ({} cores)", cores), ram / n, kCpuCoreFlops * share,
+              kCpuCoreFlops * share, kCpuCoreMemBw * share, kCpuKernelOverhead};
+  c.intra = {kCpuLinkBw, kCpuLinkLatency};
+  c.inter = c.intra;  // one node: never used
+  return c;
+}
+
+bool finite_positive(double v) { return std::isfinite(v) && v > 0; }
+
+double positive(const JsonAt& j) {
+  double v = j.num();
+  if (!finite_positive(v)) j.fail(fmt::format("must be a positive number, found {}", j.json().dump()));
+  return v;
+}
+
+double non_negative(const JsonAt& j) {
+  double v = j.num();
+  if (!std::isfinite(v) || v < 0)
+    j.fail(fmt::format("must be a non-negative number, found {}", j.json().dump()));
+  return v;
+}
+
+int positive_int(const JsonAt& j) {
+  int64_t v = j.i64();
+  if (v < 1 || v > 1'000'000) j.fail(fmt::format("must be an integer in [1, 1000000], found {}", v));
+  return static_cast<int>(v);
+}
+
+LinkSpec link_from_json(const JsonAt& j) {
+  j.expect_object();
+  return {positive(j.at("bandwidth_Bps")), non_negative(j.at("latency_s"))};
+}
+
+Json link_to_json(const LinkSpec& l) {
+  return {{"bandwidth_Bps", l.bandwidth_Bps}, {"latency_s", l.latency_s}};
+}
+
+}  // namespace
+
+std::vector<std::string> cluster_preset_names() { return {"summit", "dgx-a100", "dgx-h100", "cpu"}; }
+
+Cluster take_devices(Cluster c, int devices, const std::string& where) {
+  GP_CHECK(devices >= 0, "{}: --devices must be positive, got {}", where, devices);
+  if (devices == 0) return c;
+  GP_CHECK(devices <= c.num_devices(), "{}: --devices {} exceeds the cluster's {} devices", where,
+           devices, c.num_devices());
+  c.num_nodes = (devices + c.devices_per_node - 1) / c.devices_per_node;
+  c.devices = devices;
+  return c;
+}
+
+Cluster load_cluster(const std::string& spec, int devices) {
+  GP_CHECK(devices >= 0, "--devices must be positive, got {}", devices);
+  Cluster c;
+  if (spec == "cpu") {
+    c = cpu(devices);
+  } else if (spec == "summit" || spec == "dgx-a100" || spec == "dgx-h100") {
+    c = spec == "summit" ? summit() : spec == "dgx-a100" ? dgx_a100() : dgx_h100();
+    // Presets have as many nodes as the request needs; without --devices, one node.
+    int n = devices > 0 ? devices : c.devices_per_node;
+    c.num_nodes = (n + c.devices_per_node - 1) / c.devices_per_node;
+    if (n % c.devices_per_node != 0) c.devices = n;
+    return c;
+  } else {
+    bool looks_like_file = spec.find('/') != std::string::npos || spec.find('.') != std::string::npos;
+    GP_CHECK(looks_like_file || ::access(spec.c_str(), R_OK) == 0,
+             "unknown cluster \"{}\": expected one of summit, dgx-a100, dgx-h100, cpu, or a "
+             "graphpipe.cluster/1 .json file",
+             spec);
+    c = cluster_from_json(read_json_file(spec), spec);
+  }
+  return take_devices(std::move(c), devices, spec);
+}
+
+Json cluster_to_json(const Cluster& c) {
+  Json j = {{"format", kFormat},
+            {"name", c.name},
+            {"num_nodes", c.num_nodes},
+            {"devices_per_node", c.devices_per_node},
+            {"num_devices", c.num_devices()},
+            {"device",
+             {{"name", c.device.name},
+              {"memory_bytes", c.device.memory_bytes},
+              {"peak_flops_f32", c.device.peak_flops_f32},
+              {"peak_flops_f16", c.device.peak_flops_f16},
+              {"mem_bandwidth_Bps", c.device.mem_bandwidth_Bps},
+              {"kernel_overhead_s", c.device.kernel_overhead_s}}},
+            {"intra", link_to_json(c.intra)},
+            {"inter", link_to_json(c.inter)},
+            {"node_injection_Bps", c.node_injection_Bps},
+            {"mixed_precision", c.mixed_precision}};
+  return j;
+}
+
+Cluster cluster_from_json(const Json& json, const std::string& file) {
+  JsonAt j(json, file);
+  expect_format(j, kFormat);
+  Cluster c;
+  c.name = j.at("name").str();
+  if (c.name.empty()) j.at("name").fail("must not be empty");
+  c.num_nodes = positive_int(j.at("num_nodes"));
+  c.devices_per_node = positive_int(j.at("devices_per_node"));
+  int full = c.num_nodes * c.devices_per_node;
+  if (j.has("num_devices")) {
+    JsonAt nd = j.at("num_devices");
+    int n = positive_int(nd);
+    int min_n = (c.num_nodes - 1) * c.devices_per_node + 1;
+    if (n < min_n || n > full)
+      nd.fail(fmt::format("{} devices do not fit {} nodes of {} (expected {}..{})", n, c.num_nodes,
+                          c.devices_per_node, min_n, full));
+    if (n != full) c.devices = n;
+  }
+  JsonAt d = j.at("device");
+  d.expect_object();
+  c.device.name = d.at("name").str();
+  c.device.memory_bytes = positive(d.at("memory_bytes"));
+  c.device.peak_flops_f32 = positive(d.at("peak_flops_f32"));
+  c.device.peak_flops_f16 =
+      d.has("peak_flops_f16") ? positive(d.at("peak_flops_f16")) : c.device.peak_flops_f32;
+  c.device.mem_bandwidth_Bps = positive(d.at("mem_bandwidth_Bps"));
+  c.device.kernel_overhead_s = d.has("kernel_overhead_s") ? non_negative(d.at("kernel_overhead_s")) : 0;
+  c.intra = link_from_json(j.at("intra"));
+  // A single-node cluster never uses the inter-node link; it may be omitted there.
+  if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));
+  else c.inter = c.intra;
+  c.node_injection_Bps = j.has("node_injection_Bps") ? non_negative(j.at("node_injection_Bps")) : 0;
+  c.mixed_precision = j.has("mixed_precision") ? j.at("mixed_precision").boolean() : false;
+  return c;
+}
+
+Optimizer optimizer_from_string(const std::string& s) {
+  if (s == "sgd") return Optimizer::sgd;
+  if (s == "adam") return Optimizer::adam;
+  throw UserError(fmt::format("unknown optimizer \"{}\": expected sgd or adam", s));
+}
+
+const char* to_string(Optimizer o) { return o == Optimizer::sgd ? "sgd" : "adam"; }
+
+}  // namespace gp::cost

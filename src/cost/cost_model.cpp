@@ -1,0 +1,292 @@
+// CostModel: roofline / measured op times with power-of-two tables, memory, and communication.
+#include "cost/cost_model.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "cost/profile.h"
+
+namespace gp::cost {
+namespace {
+
+using ir::OpKind;
+
+/// Table rows: per-device batches 1, 2, 4, ..., 2^kMaxLog2.
+constexpr int kMaxLog2 = 20;
+constexpr int kRows = kMaxLog2 + 1;
+
+/// log2(b) when b is a power of two in the table, else -1.
+int table_row(int64_t b) {
+  if (b < 1 || b > (int64_t{1} << kMaxLog2) || !std::has_single_bit(static_cast<uint64_t>(b)))
+    return -1;
+  return std::countr_zero(static_cast<uint64_t>(b));
+}
+
+/// Ops that are views of their input in LibTorch: no kernel reads or writes the data.
+bool is_view(OpKind k) { return k == OpKind::flatten || k == OpKind::reshape; }
+
+double ring_time(int d, double bytes, double bw, double latency) {
+  return 2.0 * (d - 1) / d * bytes / bw + 2.0 * (d - 1) * latency;
+}
+
+}  // namespace
+
+double compute_efficiency(OpKind k) {
+  switch (k) {
+    case OpKind::linear:
+    case OpKind::matmul: return 0.7;     // large GEMMs: cuBLAS / oneDNN reach 60-80% of peak
+    case OpKind::conv2d: return 0.6;     // implicit GEMM, less regular than plain GEMM
+    case OpKind::attention: return 0.5;  // GEMMs plus softmax, reshapes and small batched matmuls
+    default: return 0.25;                // elementwise, norms, reductions: memory bound in practice
+  }
+}
+
+double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
+  const ir::Op& op = g.op(id);
+  // (embedding_bag's gathered rows are already in the IR's input_bytes.)
+  if (op.kind == OpKind::attention && op.output_shape.size() == 3) {
+    // heads x seq x seq scores: written by QK^T, read and written by softmax, read by (.)V.
+    double elt = static_cast<double>(ir::dtype_bytes(op.dtype));
+    double seq = static_cast<double>(op.output_shape[1]);
+    double heads = static_cast<double>(op.attrs.value("heads", int64_t{1}));
+    return 4.0 * heads * seq * seq * elt;
+  }
+  return 0;
+}
+
+OpTime roofline_time(OpKind kind, const ir::OpCosts& c, double extra_bytes, const DeviceSpec& d,
+                     bool f16, int64_t b) {
+  GP_ASSERT(b >= 1, "batch must be >= 1, got {}", b);
+  double bd = static_cast<double>(b);
+  double peak = (f16 ? d.peak_flops_f16 : d.peak_flops_f32) * compute_efficiency(kind);
+  double act = is_view(kind) ? 0.0 : bd * (c.input_bytes + c.output_bytes + extra_bytes);
+  double weights_read = static_cast<double>(c.weight_read_bytes);
+  double fwd_bytes = weights_read + act;
+  // Backward reads the weights again and writes a dense gradient for every weight (for
+  // embedding_bag the whole table, although the forward read only the gathered rows), and
+  // reads/writes about twice the forward's activation traffic.
+  double bwd_bytes = weights_read + static_cast<double>(c.param_bytes) + 2 * act;
+  OpTime t;
+  t.fwd_s = std::max(bd * c.fwd_flops / peak, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
+  t.bwd_s = std::max(bd * c.bwd_flops / peak, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
+  t.source = Source::formula;
+  return t;
+}
+
+struct CostModel::Tables {
+  size_t n = 0;
+  std::vector<std::string> signature;
+  std::vector<double> extra;                  // extra bytes per sample
+  std::vector<char> f16;                      // use the f16 peak
+  std::vector<OpTime> time;                   // [row * n + op]
+  std::vector<double> prefix_step;            // [row * (n+1) + i]: sum of fwd+bwd of ops < i
+  std::vector<double> prefix_state;           // [i]
+  std::vector<double> prefix_saved;           // [i]: saved bytes per sample
+};
+
+CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
+                     std::shared_ptr<const Profile> profile)
+    : g_(&g), cluster_(std::move(c)), opt_(opt), profile_(std::move(profile)),
+      tables_(std::make_unique<Tables>()) {
+  intra_ = cluster_.intra;
+  allreduce_intra_ = cluster_.intra;
+  if (profile_ && profile_->p2p) {
+    intra_ = {profile_->p2p->bandwidth_Bps, profile_->p2p->latency_s};
+    allreduce_intra_ = intra_;
+    link_source_ = Source::measured;
+  }
+  if (profile_ && profile_->allreduce) {
+    // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
+    allreduce_intra_ = {profile_->allreduce->bandwidth_Bps, profile_->allreduce->latency_s / 2};
+  }
+
+  Tables& t = *tables_;
+  t.n = g.num_ops();
+  t.time.resize(kRows * t.n);
+  t.prefix_step.assign(kRows * (t.n + 1), 0.0);
+  t.prefix_state.assign(t.n + 1, 0.0);
+  t.prefix_saved.assign(t.n + 1, 0.0);
+  for (size_t i = 0; i < t.n; ++i) {
+    OpId id(static_cast<int32_t>(i));
+    const ir::Op& op = g.op(id);
+    t.signature.push_back(op_signature(g, id));
+    t.extra.push_back(extra_bytes_per_sample(g, id));
+    t.f16.push_back(cluster_.mixed_precision || op.dtype == ir::DType::f16 ||
+                    op.dtype == ir::DType::bf16);
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (size_t i = 0; i < t.n; ++i) {
+      OpTime ot = op_time(OpId(static_cast<int32_t>(i)), int64_t{1} << r);  // computes (table empty)
+      t.time[r * t.n + i] = ot;
+      t.prefix_step[r * (t.n + 1) + i + 1] = t.prefix_step[r * (t.n + 1) + i] + ot.fwd_s + ot.bwd_s;
+    }
+  }
+  for (size_t i = 0; i < t.n; ++i) {
+    OpId id(static_cast<int32_t>(i));
+    t.prefix_state[i + 1] = t.prefix_state[i] + state_bytes(id);
+    t.prefix_saved[i + 1] = t.prefix_saved[i] + g.costs(id).saved_bytes;
+  }
+  tables_ready_ = true;
+}
+
+CostModel::~CostModel() = default;
+CostModel::CostModel(CostModel&&) noexcept = default;
+
+const std::string& CostModel::signature(OpId op) const { return tables_->signature.at(op.v); }
+
+OpTime CostModel::op_time(OpId op, int64_t b) const {
+  GP_ASSERT(op.valid() && static_cast<size_t>(op.v) < tables_->n, "bad op id {}", op.v);
+  GP_ASSERT(b >= 1, "per-device batch must be >= 1, got {}", b);
+  const Tables& t = *tables_;
+  int row = table_row(b);
+  if (tables_ready_ && row >= 0) return t.time[row * t.n + op.v];
+  if (profile_) {
+    if (auto m = profile_->lookup(t.signature[op.v], b)) return {m->first, m->second, Source::measured};
+  }
+  return roofline_time(g_->op(op).kind, g_->costs(op), t.extra[op.v], cluster_.device,
+                       t.f16[op.v] != 0, b);
+}
+
+double CostModel::op_step_time(OpId op, int64_t b) const {
+  OpTime t = op_time(op, b);
+  return t.fwd_s + t.bwd_s;
+}
+
+double CostModel::state_bytes(OpId op) const {
+  const ir::OpCosts& c = g_->costs(op);
+  // Weights and gradients in the op's dtype; optimizer state in fp32 (SGD momentum: 1 buffer,
+  // Adam: first and second moments).
+  double opt_buffers = opt_ == Optimizer::sgd ? 1.0 : 2.0;
+  return 2.0 * static_cast<double>(c.param_bytes) + opt_buffers * 4.0 * static_cast<double>(c.params);
+}
+
+double CostModel::saved_bytes(OpId op, int64_t b) const {
+  return g_->costs(op).saved_bytes * static_cast<double>(b);
+}
+
+double CostModel::range_step_time(size_t begin, size_t end, int64_t b) const {
+  const Tables& t = *tables_;
+  GP_ASSERT(begin <= end && end <= t.n, "bad op range [{}, {})", begin, end);
+  int row = table_row(b);
+  if (row >= 0) return t.prefix_step[row * (t.n + 1) + end] - t.prefix_step[row * (t.n + 1) + begin];
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += op_step_time(OpId(static_cast<int32_t>(i)), b);
+  return s;
+}
+
+double CostModel::range_state_bytes(size_t begin, size_t end) const {
+  GP_ASSERT(begin <= end && end <= tables_->n, "bad op range [{}, {})", begin, end);
+  return tables_->prefix_state[end] - tables_->prefix_state[begin];
+}
+
+double CostModel::range_saved_bytes(size_t begin, size_t end, int64_t b) const {
+  GP_ASSERT(begin <= end && end <= tables_->n, "bad op range [{}, {})", begin, end);
+  return (tables_->prefix_saved[end] - tables_->prefix_saved[begin]) * static_cast<double>(b);
+}
+
+double CostModel::p2p_time(int dev_a, int dev_b, double bytes) const {
+  if (dev_a == dev_b || bytes <= 0) return 0;
+  return p2p_time(cluster_.same_node(dev_a, dev_b), bytes);
+}
+
+double CostModel::p2p_time(bool same_node, double bytes) const {
+  if (bytes <= 0) return 0;
+  const LinkSpec& l = same_node || cluster_.num_nodes == 1 ? intra_ : cluster_.inter;
+  return l.latency_s + bytes / l.bandwidth_Bps;
+}
+
+double CostModel::effective_inter_bandwidth(int devices_sending) const {
+  double bw = cluster_.inter.bandwidth_Bps;
+  if (cluster_.node_injection_Bps > 0 && devices_sending > 1)
+    bw = std::min(bw, cluster_.node_injection_Bps / devices_sending);
+  return bw;
+}
+
+/// Bus bandwidth of a ring that crosses nodes with at least `k` members on every node: the ring
+/// (NCCL runs one ring per NIC) can drive k NICs per node, capped by the node's injection
+/// bandwidth and by the intra-node hops.
+static double cross_node_ring_bw(const Cluster& c, const LinkSpec& intra, int k) {
+  double bw = k * c.inter.bandwidth_Bps;
+  if (c.node_injection_Bps > 0) bw = std::min(bw, c.node_injection_Bps);
+  return std::min(bw, intra.bandwidth_Bps);
+}
+
+double CostModel::allreduce_time(const std::vector<int>& devices, double bytes) const {
+  int d = static_cast<int>(devices.size());
+  if (d <= 1 || bytes <= 0) return 0;
+  std::vector<int> per_node(cluster_.num_nodes, 0);
+  for (int dev : devices) {
+    GP_ASSERT(dev >= 0 && dev < cluster_.num_devices(), "device {} out of range", dev);
+    ++per_node[cluster_.node_of(dev)];
+  }
+  int nodes = 0, k = d;
+  for (int m : per_node) {
+    if (m > 0) ++nodes, k = std::min(k, m);
+  }
+  if (nodes == 1)
+    return ring_time(d, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
+  return ring_time(d, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k),
+                   cluster_.inter.latency_s);
+}
+
+double CostModel::allreduce_time(int degree, bool same_node, double bytes) const {
+  if (degree <= 1 || bytes <= 0) return 0;
+  int dpn = cluster_.devices_per_node;
+  if ((same_node && degree <= dpn) || cluster_.num_nodes == 1)
+    return ring_time(degree, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
+  // Unplaced: assume the replicas spread evenly over the fewest nodes that hold them (>= 2).
+  int nodes = std::max(2, (degree + dpn - 1) / dpn);
+  int k = std::max(1, degree / nodes);
+  return ring_time(degree, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k),
+                   cluster_.inter.latency_s);
+}
+
+StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
+                     const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
+                     int64_t mini_batch, bool same_node) {
+  const ir::Graph& g = cm.graph();
+  GP_ASSERT(in_stage.size() == g.num_ops(), "in_stage has {} entries for {} ops", in_stage.size(),
+            g.num_ops());
+  GP_ASSERT(dp_degree >= 1 && micro_batch >= 1 && mini_batch >= 1,
+            "bad stage shape dp={} micro={} mini={}", dp_degree, micro_batch, mini_batch);
+  StageCost s;
+  int64_t b = (micro_batch + dp_degree - 1) / dp_degree;
+  s.per_device_batch = b;
+  double param_bytes = 0;
+  std::vector<OpId> producers;  // ops outside the stage whose output the stage reads
+  std::vector<OpId> senders;    // ops inside the stage whose output leaves it
+  for (OpId op : ops) {
+    GP_ASSERT(in_stage[op.v], "op {} listed but not marked in_stage", op.v);
+    s.compute_s += cm.op_step_time(op, b);
+    s.state_bytes += cm.state_bytes(op);
+    s.act_bytes_per_mb += cm.saved_bytes(op, b);
+    param_bytes += static_cast<double>(g.costs(op).param_bytes);
+    for (OpId p : g.preds(op)) {
+      if (!in_stage[p.v]) producers.push_back(p);
+    }
+    for (OpId q : g.succs(op)) {
+      if (!in_stage[q.v]) {
+        senders.push_back(op);
+        break;
+      }
+    }
+  }
+  std::sort(producers.begin(), producers.end());
+  producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
+  // Each cut tensor crosses twice per micro-batch: activation forward, gradient backward.
+  for (OpId p : producers)
+    s.comm_s += 2 * cm.p2p_time(same_node, g.costs(p).output_bytes * static_cast<double>(b));
+  for (OpId o : senders)
+    s.comm_s += 2 * cm.p2p_time(same_node, g.costs(o).output_bytes * static_cast<double>(b));
+  s.allreduce_s = cm.allreduce_time(dp_degree, same_node, param_bytes);
+  s.tps_s = (s.compute_s + s.comm_s) / static_cast<double>(micro_batch) +
+            s.allreduce_s / static_cast<double>(mini_batch);
+  return s;
+}
+
+double stage_memory(const StageCost& s, int in_flight) {
+  return s.state_bytes + in_flight * s.act_bytes_per_mb;
+}
+
+}  // namespace gp::cost
