@@ -32,12 +32,16 @@ class Dag {
 std::optional<std::vector<int>> topo_order(const Dag& g);
 /// A cycle as a node list (first == last omitted) if one exists, else empty.
 std::vector<int> find_cycle(const Dag& g);
+/// Renders a find_cycle() result as "3 -> 5 -> 3" for error messages ("" for an empty list).
+std::string describe_cycle(const std::vector<int>& cycle);
 
 /// reach[u] is the bitset of nodes reachable from u (u itself included).
 class Reachability {
  public:
   explicit Reachability(const Dag& g);
   bool reaches(int u, int v) const;
+  /// Number of nodes reachable from u, u itself included.
+  int reach_count(int u) const;
  private:
   int n_ = 0;
   std::vector<uint64_t> bits_;

@@ -1,0 +1,186 @@
+#include "graph/series_parallel.h"
+
+#include <algorithm>
+#include <bit>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "graph/subset.h"
+#include "support/error.h"
+
+namespace gp::graph {
+
+std::vector<int> SpTree::leaves(int t) const {
+  std::vector<int> out, stack{t};
+  while (!stack.empty()) {
+    const SpNode& n = nodes.at(stack.back());
+    stack.pop_back();
+    if (n.kind == SpNode::Kind::leaf)
+      out.push_back(n.node);
+    else
+      stack.insert(stack.end(), n.children.begin(), n.children.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string SpTree::to_string() const {
+  if (root < 0) return "()";
+  std::string out;
+  // Iterative pre-order walk; a closing marker ends a composite node's parenthesis.
+  std::vector<std::pair<int, bool>> stack{{root, false}};  // (tree node, is a closing marker)
+  std::vector<bool> first_child{true};
+  while (!stack.empty()) {
+    auto [t, closing] = stack.back();
+    stack.pop_back();
+    if (closing) {
+      out += ')';
+      first_child.pop_back();
+      continue;
+    }
+    if (!first_child.back()) out += ", ";
+    first_child.back() = false;
+    const SpNode& n = nodes.at(t);
+    if (n.kind == SpNode::Kind::leaf) {
+      out += std::to_string(n.node);
+      continue;
+    }
+    out += n.kind == SpNode::Kind::series ? "S(" : "P(";
+    first_child.push_back(true);
+    stack.push_back({t, true});
+    for (auto it = n.children.rbegin(); it != n.children.rend(); ++it) stack.push_back({*it, false});
+  }
+  return out;
+}
+
+namespace {
+
+using detail::SubsetClosure;
+using detail::SubsetIndex;
+
+// Searches a prime block (connected, no series cut) for an induced N: a<c, b<c, b<d with a||b,
+// a||d, c||d. Such a block always contains one (series-parallel orders are exactly the N-free
+// ones); the search is bounded so a huge block only costs a bounded amount of work.
+std::string describe_prime_block(const Dag& g, SubsetIndex& idx, const std::vector<int>& order) {
+  idx.enter(order);
+  const SubsetClosure cl(g, idx, order);
+  const int k = cl.size();
+  const size_t words = cl.words();
+  int64_t budget = 50'000'000;  // word operations
+  std::vector<uint64_t> a_set(words), d_set(words);
+  auto cmp_clear = [&](uint64_t* dst, int x) {  // dst &= ~(anc(x) | desc(x))
+    for (size_t w = 0; w < words; ++w) dst[w] &= ~(cl.anc(x)[w] | cl.desc(x)[w]);
+  };
+  auto first_bit = [&](const uint64_t* s) {
+    for (size_t w = 0; w < words; ++w)
+      if (s[w]) return static_cast<int>(w * 64) + std::countr_zero(s[w]);
+    return -1;
+  };
+  std::vector<int> found;
+  for (int b = 0; b < k && found.empty() && budget > 0; ++b) {
+    for (int c = b + 1; c < k && found.empty() && budget > 0; ++c) {
+      if (!cl.reaches(b, c)) continue;
+      budget -= static_cast<int64_t>(4 * words);
+      std::copy(cl.desc(b), cl.desc(b) + words, d_set.begin());  // d: b<d, d||c
+      cmp_clear(d_set.data(), c);
+      if (first_bit(d_set.data()) < 0) continue;
+      std::copy(cl.anc(c), cl.anc(c) + words, a_set.begin());  // a: a<c, a||b
+      cmp_clear(a_set.data(), b);
+      if (first_bit(a_set.data()) < 0) continue;
+      std::vector<uint64_t> a_free(words);
+      for (size_t w = 0; w < words && found.empty() && budget > 0; ++w)
+        for (uint64_t bits = d_set[w]; bits && budget > 0; bits &= bits - 1) {
+          const int d = static_cast<int>(w * 64) + std::countr_zero(bits);
+          budget -= static_cast<int64_t>(2 * words);
+          a_free = a_set;  // a||d
+          cmp_clear(a_free.data(), d);
+          if (int a = first_bit(a_free.data()); a >= 0) {
+            found = {order[a], order[b], order[c], order[d]};
+            break;
+          }
+        }
+    }
+  }
+  idx.leave(order);
+  std::string where = fmt::format("a block of {} nodes that is neither a series nor a parallel composition", k);
+  if (k <= 16) {
+    std::vector<int> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    where = fmt::format("block {{{}}}, which is neither a series nor a parallel composition",
+                        fmt::join(sorted, ","));
+  }
+  if (found.empty()) return fmt::format("graph is not series-parallel: {}", where);
+  std::vector<int> sorted = found;
+  std::sort(sorted.begin(), sorted.end());
+  return fmt::format(
+      "nodes {{{}}} form an N-shaped (non-series-parallel) subgraph: {} and {} reach {}, {} reaches "
+      "{}, {} and {} are independent (in {})",
+      fmt::join(sorted, ","), found[0], found[1], found[2], found[1], found[3], found[0], found[3],
+      where);
+}
+
+}  // namespace
+
+SpResult sp_decompose(const Dag& g) {
+  SpResult result;
+  if (!topo_order(g)) {
+    result.failure = "graph has a cycle: " + describe_cycle(find_cycle(g));
+    return result;
+  }
+  SpTree tree;
+  if (g.size() == 0) {
+    result.tree = tree;
+    return result;
+  }
+  // Work list of (convex node set, tree node to fill). Every set we recurse on is a module of the
+  // order (all outside nodes relate to it uniformly), so reachability inside the induced subgraph
+  // equals reachability in g: components give the parallel split, series_blocks the series split.
+  SubsetIndex idx(g.size());
+  struct Item {
+    std::vector<int> nodes;
+    int tree_node;
+  };
+  std::vector<int> all(g.size());
+  for (int u = 0; u < g.size(); ++u) all[u] = u;
+  tree.nodes.emplace_back();
+  tree.root = 0;
+  std::vector<Item> work{{std::move(all), 0}};
+  auto add_children = [&](int parent, SpNode::Kind kind, std::vector<std::vector<int>>& parts) {
+    tree.nodes[parent].kind = kind;
+    for (auto& part : parts) {
+      const int child = static_cast<int>(tree.nodes.size());
+      tree.nodes.emplace_back();
+      tree.nodes[parent].children.push_back(child);
+      work.push_back({std::move(part), child});
+    }
+  };
+  while (!work.empty()) {
+    Item item = std::move(work.back());
+    work.pop_back();
+    if (item.nodes.size() == 1) {
+      tree.nodes[item.tree_node] = SpNode{SpNode::Kind::leaf, item.nodes[0], {}};
+      continue;
+    }
+    idx.enter(item.nodes);
+    auto parts = detail::subset_components(g, idx, item.nodes);
+    if (parts.size() > 1) {
+      idx.leave(item.nodes);
+      add_children(item.tree_node, SpNode::Kind::parallel, parts);
+      continue;
+    }
+    const std::vector<int> order = detail::subset_topo_order(g, idx, item.nodes);
+    parts = detail::series_blocks(g, idx, order);
+    idx.leave(item.nodes);
+    if (parts.size() > 1) {
+      for (auto& part : parts) std::sort(part.begin(), part.end());
+      add_children(item.tree_node, SpNode::Kind::series, parts);
+      continue;
+    }
+    result.failure = describe_prime_block(g, idx, order);
+    return result;
+  }
+  result.tree = std::move(tree);
+  return result;
+}
+
+}  // namespace gp::graph

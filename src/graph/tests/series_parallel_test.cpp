@@ -1,0 +1,203 @@
+// Exact SP trees and failure messages on hand-built graphs, exact SP-izations of small non-SP
+// graphs, and the parallelism sp_ize keeps on classic non-SP graphs (printed for docs/graph.md).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "graph/series_parallel.h"
+#include "graph/tests/graph_test_util.h"
+#include "support/error.h"
+
+namespace gp::graph {
+namespace {
+
+using testing::make_dag;
+
+std::string sp_string(const Dag& g) {
+  SpResult r = sp_decompose(g);
+  EXPECT_TRUE(r.tree.has_value()) << r.failure;
+  return r.tree ? r.tree->to_string() : "";
+}
+
+TEST(SpDecompose, SingleNodeChainAndDiamond) {
+  EXPECT_EQ(sp_string(Dag(1)), "0");
+  EXPECT_EQ(sp_string(make_dag(3, {{0, 1}, {1, 2}})), "S(0, 1, 2)");
+  EXPECT_EQ(sp_string(make_dag(3, {{2, 1}, {1, 0}})), "S(2, 1, 0)");
+  EXPECT_EQ(sp_string(make_dag(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}})), "S(0, P(1, 2), 3)");
+}
+
+TEST(SpDecompose, TransitiveEdgesAreIgnored) {
+  // A residual block: the skip edge 0->3 is implied by the chain.
+  EXPECT_EQ(sp_string(make_dag(4, {{0, 1}, {1, 2}, {2, 3}, {0, 3}})), "S(0, 1, 2, 3)");
+}
+
+TEST(SpDecompose, NestedDiamonds) {
+  // 0 -> {inner diamond 1 -> {2, 3} -> 4, chain 5 -> 6} -> 7.
+  Dag g = make_dag(8, {{0, 1}, {1, 2}, {1, 3}, {2, 4}, {3, 4}, {4, 7}, {0, 5}, {5, 6}, {6, 7}});
+  EXPECT_EQ(sp_string(g), "S(0, P(S(1, P(2, 3), 4), S(5, 6)), 7)");
+}
+
+TEST(SpDecompose, ParallelChainsJoinedByASink) {
+  Dag g = make_dag(8, {{0, 1}, {2, 3}, {4, 5}, {1, 6}, {3, 6}, {5, 6}, {6, 7}});
+  EXPECT_EQ(sp_string(g), "S(P(S(0, 1), S(2, 3), S(4, 5)), 6, 7)");
+}
+
+TEST(SpDecompose, ComponentsAreParallel) {
+  EXPECT_EQ(sp_string(make_dag(3, {{2, 0}})), "P(S(2, 0), 1)");
+  EXPECT_EQ(sp_string(Dag(3)), "P(0, 1, 2)");
+  // Two sources feeding a complete bipartite layer is series: P(0, 1) then P(2, 3).
+  EXPECT_EQ(sp_string(make_dag(4, {{0, 2}, {0, 3}, {1, 2}, {1, 3}})), "S(P(0, 1), P(2, 3))");
+}
+
+TEST(SpDecompose, TreeAccessors) {
+  SpResult r = sp_decompose(make_dag(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}}));
+  ASSERT_TRUE(r.tree);
+  const SpTree& t = *r.tree;
+  EXPECT_EQ(t.leaves(t.root), (std::vector<int>{0, 1, 2, 3}));
+  const SpNode& root = t.nodes[t.root];
+  ASSERT_EQ(root.kind, SpNode::Kind::series);
+  ASSERT_EQ(root.children.size(), 3u);
+  EXPECT_EQ(t.nodes[root.children[1]].kind, SpNode::Kind::parallel);
+  EXPECT_EQ(t.leaves(root.children[1]), (std::vector<int>{1, 2}));
+  EXPECT_EQ(t.nodes[root.children[2]], (SpNode{SpNode::Kind::leaf, 3, {}}));
+}
+
+TEST(SpDecompose, NGraphFailsNamingItsNodes) {
+  SpResult r = sp_decompose(make_dag(4, {{0, 2}, {1, 2}, {1, 3}}));
+  EXPECT_FALSE(r.tree.has_value());
+  EXPECT_EQ(r.failure,
+            "nodes {0,1,2,3} form an N-shaped (non-series-parallel) subgraph: 0 and 1 reach 2, 1 "
+            "reaches 3, 0 and 3 are independent (in block {0,1,2,3}, which is neither a series nor "
+            "a parallel composition)");
+}
+
+TEST(SpDecompose, EmbeddedNGraphIsLocalised) {
+  // 4 -> {0, 1}; N on 0..3; {2, 3} -> 5; plus an unrelated diamond 6..9.
+  Dag g = make_dag(10, {{4, 0}, {4, 1}, {0, 2}, {1, 2}, {1, 3}, {2, 5}, {3, 5},
+                        {6, 7}, {6, 8}, {7, 9}, {8, 9}});
+  SpResult r = sp_decompose(g);
+  EXPECT_FALSE(r.tree.has_value());
+  EXPECT_NE(r.failure.find("nodes {0,1,2,3} form an N-shaped"), std::string::npos) << r.failure;
+  EXPECT_NE(r.failure.find("in block {0,1,2,3}"), std::string::npos) << r.failure;
+}
+
+TEST(SpDecompose, CycleAndEmptyGraph) {
+  SpResult r = sp_decompose(make_dag(3, {{0, 1}, {1, 0}, {1, 2}}));
+  EXPECT_FALSE(r.tree.has_value());
+  EXPECT_EQ(r.failure, "graph has a cycle: 0 -> 1 -> 0");
+  SpResult empty = sp_decompose(Dag());
+  ASSERT_TRUE(empty.tree.has_value());
+  EXPECT_EQ(empty.tree->root, -1);
+  EXPECT_EQ(empty.tree->to_string(), "()");
+}
+
+TEST(SpIze, LeavesSpGraphsAlone) {
+  Dag g = make_dag(8, {{0, 1}, {1, 2}, {1, 3}, {2, 4}, {3, 4}, {4, 7}, {0, 5}, {5, 6}, {6, 7}});
+  EXPECT_EQ(sp_ize(g), g);
+  EXPECT_EQ(sp_ize(Dag(3)), Dag(3));
+}
+
+TEST(SpIze, NGraphKeepsTwoOfThreePairs) {
+  Dag n = make_dag(4, {{0, 2}, {1, 2}, {1, 3}});
+  EXPECT_EQ(independent_pairs(n), 3);
+  Dag h = sp_ize(n);
+  // Best cut {0,1} | {2,3} (lost 1; the balanced one of the three cuts losing 1): adds 0 -> 3.
+  EXPECT_EQ(h, make_dag(4, {{0, 2}, {1, 2}, {1, 3}, {0, 3}}));
+  EXPECT_EQ(sp_string(h), "S(P(0, 1), P(2, 3))");
+  EXPECT_EQ(independent_pairs(h), 2);
+}
+
+TEST(SpIze, RejectsCycles) { EXPECT_THROW(sp_ize(make_dag(2, {{0, 1}, {1, 0}})), UserError); }
+
+TEST(IndependentPairs, ExactCounts) {
+  EXPECT_EQ(independent_pairs(Dag(4)), 6);
+  EXPECT_EQ(independent_pairs(make_dag(3, {{0, 1}, {1, 2}})), 0);
+  EXPECT_EQ(independent_pairs(make_dag(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}})), 1);
+  EXPECT_EQ(independent_pairs(testing::grid_dag(3, 3)), 9);
+}
+
+// The table in docs/graph.md: independent pairs before, kept by sp_ize, and the optimum (exhaustive
+// search over series cuts, for graphs small enough).
+TEST(SpIze, ParallelismKeptOnClassicNonSpGraphs) {
+  struct Case {
+    const char* name;
+    Dag g;
+    bool small;  // exhaustive optimum feasible
+  };
+  const std::vector<Case> cases = {
+      {"N graph", make_dag(4, {{0, 2}, {1, 2}, {1, 3}}), true},
+      {"3x3 grid", testing::grid_dag(3, 3), true},
+      {"4x4 grid", testing::grid_dag(4, 4), false},
+      {"DenseNet block, 3 layers", testing::densenet_block(3), true},
+      {"DenseNet block, 6 layers", testing::densenet_block(6), false},
+      {"random DAG n=12 p=0.25", testing::random_dag(12, 0.25, 7), true},
+      {"random DAG n=200 p=0.02", testing::random_dag(200, 0.02, 11), false},
+  };
+  std::printf("%-26s %5s %9s %6s %8s %6s\n", "graph", "nodes", "original", "kept", "fraction",
+              "optimum");
+  for (const Case& c : cases) {
+    ASSERT_FALSE(sp_decompose(c.g).tree.has_value()) << c.name << " should not be SP";
+    const int64_t before = independent_pairs(c.g);
+    const Dag h = sp_ize(c.g);
+    ASSERT_TRUE(sp_decompose(h).tree.has_value()) << c.name;
+    const int64_t kept = independent_pairs(h);
+    EXPECT_GT(before, 0) << c.name;
+    EXPECT_GT(kept, 0) << c.name;
+    EXPECT_LT(kept, before) << c.name;  // non-SP: some pair must be lost
+    std::string optimum = "-";
+    if (c.small) {
+      const int64_t best = testing::optimal_kept_pairs(c.g);
+      EXPECT_LE(kept, best) << c.name;
+      optimum = std::to_string(best);
+    }
+    std::printf("%-26s %5d %9lld %6lld %7.1f%% %6s\n", c.name, c.g.size(),
+                static_cast<long long>(before), static_cast<long long>(kept),
+                100.0 * static_cast<double>(kept) / static_cast<double>(before), optimum.c_str());
+  }
+}
+
+// The planner calls these once per plan on graphs of a few thousand operators.
+TEST(SpPerformance, FiveThousandNodes) {
+  using Clock = std::chrono::steady_clock;
+  // 250 blocks of 20 nodes: a fork into 3 chains of 6 joined by a concat, and a residual edge.
+  Dag g(1);
+  int prev = 0;
+  for (int b = 0; b < 250; ++b) {
+    std::vector<int> tails;
+    for (int branch = 0; branch < 3; ++branch) {
+      int last = prev;
+      for (int i = 0; i < 6; ++i) {
+        int u = g.add_node();
+        g.add_edge(last, u);
+        last = u;
+      }
+      tails.push_back(last);
+    }
+    int concat = g.add_node();
+    for (int t : tails) g.add_edge(t, concat);
+    g.add_edge(prev, concat);
+    prev = concat;
+  }
+  ASSERT_GE(g.size(), 4500);
+  auto t0 = Clock::now();
+  SpResult r = sp_decompose(g);
+  const double decompose_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(r.tree.has_value()) << r.failure;
+  EXPECT_EQ(r.tree->leaves(r.tree->root).size(), static_cast<size_t>(g.size()));
+
+  Dag random = testing::random_dag(300, 0.01, 3);
+  t0 = Clock::now();
+  Dag h = sp_ize(random);
+  const double ize_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
+  ASSERT_TRUE(sp_decompose(h).tree.has_value());
+  const double redecompose_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("sp_decompose(%d-node SP model): %.3f s; sp_ize(300-node random DAG): %.3f s; "
+              "sp_decompose of the result: %.3f s\n",
+              g.size(), decompose_s, ize_s, redecompose_s);
+  EXPECT_LT(decompose_s, 2.0);  // generous bounds for sanitizer/CI builds; typically ~10 ms
+}
+
+}  // namespace
+}  // namespace gp::graph
