@@ -1,0 +1,25 @@
+// Torch-free API to time one operator's forward and backward with LibTorch on this machine; the
+// profiler (`graphpipe profile`) builds graphpipe.profile/1 from it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "ir/model.h"
+
+namespace gp::runtime {
+
+struct OpTiming {
+  double fwd_s = 0;  // median forward time of one call at the given batch
+  double bwd_s = 0;  // median backward time (input and weight gradients) of one call
+};
+
+/// Runs op `op` of `g` alone at per-device batch `batch`: inputs are synthetic tensors of the
+/// op's input shapes (inputs produced by other ops require grad, as inside a pipeline stage),
+/// `warmup` untimed calls, then the median of `repeats` timed forward and backward calls.
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats);
+
+/// Sets LibTorch's intra-op thread count (>= 1) for this process.
+void set_torch_threads(int threads);
+int torch_threads();
+
+}  // namespace gp::runtime
