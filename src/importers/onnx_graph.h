@@ -1,0 +1,59 @@
+// Internal to the ONNX importer: a loaded ONNX graph with concrete shapes (batch = kProbeBatch),
+// folded constant values and activation/parameter classification, shared by the loader and the mapper.
+#pragma once
+#include <onnx/onnx_pb.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/model.h"
+
+namespace gp::importers::onnx_detail {
+
+/// The batch size substituted for the symbolic batch dimension while shapes are inferred. A prime no
+/// real dimension is a multiple of: a dim equal to k * kProbeBatch depends on the batch.
+inline constexpr int64_t kProbeBatch = 999983;
+
+struct TensorInfo {
+  std::optional<std::vector<int64_t>> shape;  // concrete (batch = kProbeBatch); unset when unknown
+  int elem_type = 0;                          // onnx::TensorProto_DataType
+  bool activation = false;                    // depends on a data input's values
+  bool param = false;                         // a trainable parameter (initializer or weight input)
+  // Known values of a small constant or a folded shape computation (integers exact in `ints`).
+  std::optional<std::vector<int64_t>> ints;
+  std::optional<std::vector<double>> reals;
+  std::vector<int64_t> value_shape;  // the shape of `ints` / `reals`
+  int producer = -1;                          // node index, -1 for graph inputs and initializers
+  std::vector<int> consumers;                 // node indices (one entry per use)
+};
+
+struct Net {
+  std::string path;
+  int opset = 0;
+  std::vector<onnx::NodeProto> nodes;  // topologically sorted, Constant nodes removed
+  std::unordered_map<std::string, TensorInfo> t;
+  std::vector<std::string> data_inputs;  // graph inputs that are data (not parameters)
+  std::vector<std::string> outputs;      // graph outputs
+  std::vector<bool> folded;              // per node: computes shapes/constants only, no IR op
+
+  const TensorInfo& at(const std::string& name) const;
+  /// Concrete shape of a tensor; throws UserError naming the tensor when inference could not give one.
+  const std::vector<int64_t>& shape(const std::string& name) const;
+};
+
+/// Reads, checks, sorts and shape-infers an ONNX file (errors name the file).
+Net load_net(const std::string& path);
+
+/// Maps a loaded net to IR ops (throws UserError listing every unsupported operator).
+ir::Model map_net(const Net& net);
+
+// Attribute helpers over NodeProto.
+const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t dflt);
+float attr_f(const onnx::NodeProto& n, const std::string& name, float dflt);
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
+std::string node_label(const onnx::NodeProto& n);  // "name" (OpType)
+
+}  // namespace gp::importers::onnx_detail

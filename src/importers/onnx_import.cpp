@@ -1,0 +1,353 @@
+// ONNX node -> IR op mapping, node by node, after the multi-node patterns (onnx_patterns.cpp) have
+// claimed their nodes. Shape-only nodes were folded by the loader and produce nothing here.
+#include "importers/onnx_import.h"
+
+#include <map>
+
+#include "importers/onnx_mapper.h"
+#include "support/error.h"
+
+namespace gp::importers {
+namespace onnx_detail {
+
+ir::Shape Mapper::ir_shape(const std::string& tensor) const {
+  const auto& s = net.shape(tensor);
+  GP_CHECK(!s.empty() && s[0] == kProbeBatch, "{}: tensor \"{}\" does not have the batch as its first dimension",
+           net.path, tensor);
+  ir::Shape out{ir::kBatch};
+  for (size_t i = 1; i < s.size(); ++i) out.push_back(s[i]);
+  return out;
+}
+
+bool Mapper::batch_first(const std::string& tensor) const {
+  const auto& ti = net.at(tensor);
+  if (!ti.shape || ti.shape->empty() || (*ti.shape)[0] != kProbeBatch) return false;
+  for (size_t i = 1; i < ti.shape->size(); ++i)
+    if ((*ti.shape)[i] % kProbeBatch == 0) return false;
+  return true;
+}
+
+std::string Mapper::emit(const std::string& name_hint, ir::OpKind kind, std::vector<std::string> in_tensors,
+                         const std::string& out_tensor, Json attrs, const ir::Shape* shape) {
+  std::string name = name_hint.empty() ? fmt::format("{}_{}", ir::to_string(kind), model.ops.size()) : name_hint;
+  for (int k = 2; used_names.count(name); ++k) name = fmt::format("{}_{}", name_hint, k);
+  used_names.insert(name);
+  ir::Op op;
+  op.name = name;
+  op.kind = kind;
+  op.inputs = std::move(in_tensors);  // tensor names for now; resolved to IR names in finish()
+  op.output_shape = shape ? *shape : ir_shape(out_tensor);
+  op.attrs = std::move(attrs);
+  model.ops.push_back(std::move(op));
+  if (!out_tensor.empty()) producer_of[out_tensor] = name;
+  return name;
+}
+
+void Mapper::unsupported(const onnx::NodeProto& n, const std::string& why) {
+  reasons.push_back(fmt::format("{}: {}", node_label(n), why));
+}
+
+namespace {
+
+int64_t norm_axis(int64_t a, size_t rank) { return a < 0 ? a + static_cast<int64_t>(rank) : a; }
+
+// Square kernel, equal strides, symmetric equal pads and no dilation, or an explanation.
+std::string window_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, Json& attrs) {
+  if (kernel.size() != 2 || kernel[0] != kernel[1])
+    return fmt::format("only square 2-d kernels are supported, found {}", fmt::join(kernel, "x"));
+  auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
+  if (strides.empty()) strides = {1, 1};
+  if (pads.empty()) pads = {0, 0, 0, 0};
+  if (strides.size() != 2 || strides[0] != strides[1])
+    return fmt::format("only equal strides are supported, found {}", fmt::join(strides, "x"));
+  if (pads.size() != 4 || std::count(pads.begin(), pads.end(), pads[0]) != 4)
+    return fmt::format("only equal padding on all sides is supported, found pads {}", fmt::join(pads, ","));
+  for (int64_t d : dil)
+    if (d != 1) return fmt::format("dilation {} is not supported", fmt::join(dil, "x"));
+  const auto* ap = find_attr(n, "auto_pad");
+  if (ap && ap->s() != "NOTSET") return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
+  attrs["kernel"] = kernel[0];
+  attrs["stride"] = strides[0];
+  attrs["padding"] = pads[0];
+  return "";
+}
+
+bool unused(const Net& net, const std::string& tensor) {
+  if (tensor.empty()) return true;
+  auto it = net.t.find(tensor);
+  return (it == net.t.end() || it->second.consumers.empty()) &&
+         std::find(net.outputs.begin(), net.outputs.end(), tensor) == net.outputs.end();
+}
+
+}  // namespace
+
+void Mapper::map_node(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const std::string& op = n.op_type();
+  const std::string& x = n.input_size() ? n.input(0) : n.output(0);
+  const std::string& y = n.output(0);
+  auto is_act = [&](int k) { return k < n.input_size() && !n.input(k).empty() && net.at(n.input(k)).activation; };
+  auto simple = [&](ir::OpKind kind, Json attrs = Json::object()) { emit(n.name(), kind, {x}, y, std::move(attrs)); };
+  if (!batch_first(y) && op != "Identity") return unsupported(n, fmt::format("output shape [{}] does not keep the batch as dim 0",
+                                                                             fmt::join(net.shape(y), ", ")));
+  if (op == "Relu") return simple(ir::OpKind::relu);
+  if (op == "Sigmoid") return simple(ir::OpKind::sigmoid);
+  if (op == "Tanh") return simple(ir::OpKind::tanh);
+  if (op == "Gelu") {
+    const auto* a = find_attr(n, "approximate");
+    if (a && a->s() != "none") return unsupported(n, "only the exact (erf) GELU is supported");
+    return simple(ir::OpKind::gelu);
+  }
+  if (op == "Identity") {
+    alias[y] = x;
+    return;
+  }
+  if (op == "Conv") {
+    if (is_act(1)) return unsupported(n, "the weight must be a parameter, not an activation");
+    const auto& w = net.shape(n.input(1));
+    if (attr_i(n, "group", 1) != 1) return unsupported(n, fmt::format("grouped convolution (group={})", attr_i(n, "group", 1)));
+    Json attrs = Json::object();
+    std::string why = window_attrs(n, {w.begin() + 2, w.end()}, attrs);
+    if (!why.empty()) return unsupported(n, why);
+    attrs["out_channels"] = w[0];
+    attrs["bias"] = n.input_size() > 2 && !n.input(2).empty();
+    return simple(ir::OpKind::conv2d, attrs);
+  }
+  if (op == "BatchNormalization") {
+    for (int k = 1; k < n.output_size(); ++k)
+      if (!unused(net, n.output(k))) return unsupported(n, "running statistics outputs are used by the graph");
+    if (net.shape(x).size() != 4) return unsupported(n, "only 2-d batch norm ([B,C,H,W]) is supported");
+    return simple(ir::OpKind::batchnorm);
+  }
+  if (op == "MaxPool" || op == "AveragePool") {
+    if (n.output_size() > 1 && !unused(net, n.output(1))) return unsupported(n, "the indices output is used");
+    Json attrs = Json::object();
+    std::string why = window_attrs(n, attr_ints(n, "kernel_shape"), attrs);
+    if (!why.empty()) return unsupported(n, why);
+    if (attr_i(n, "ceil_mode", 0)) attrs["ceil_mode"] = true;
+    return simple(op == "MaxPool" ? ir::OpKind::maxpool : ir::OpKind::avgpool, attrs);
+  }
+  if (op == "GlobalAveragePool") {
+    if (net.shape(x).size() != 4) return unsupported(n, "only [B,C,H,W] inputs are supported");
+    ir::Shape pooled{ir::kBatch, net.shape(x)[1]};
+    std::string gap = emit(n.name(), ir::OpKind::global_avgpool, {x}, "", Json::object(), &pooled);
+    producer_of["\x01" + gap] = gap;
+    return (void)emit(n.name() + "/unsqueeze", ir::OpKind::reshape, {"\x01" + gap}, y,
+                      Json{{"shape", {net.shape(x)[1], 1, 1}}});
+  }
+  if (op == "Concat") {
+    int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(y).size());
+    if (axis < 1) return unsupported(n, "concatenation along the batch dimension");
+    for (int k = 0; k < n.input_size(); ++k)
+      if (!is_act(k)) return unsupported(n, fmt::format("input \"{}\" is a constant, not an activation", n.input(k)));
+    return (void)emit(n.name(), ir::OpKind::concat, {n.input().begin(), n.input().end()}, y, Json{{"axis", axis}});
+  }
+  if (op == "Add" || op == "Mul") {
+    if (!is_act(0) || !is_act(1))
+      return unsupported(n, fmt::format("{} with a constant operand outside a recognised pattern (linear bias, "
+                                        "layer norm, GELU)", op));
+    if (net.shape(n.input(0)) != net.shape(n.input(1))) return unsupported(n, "broadcasting between different shapes");
+    return (void)emit(n.name(), op == "Add" ? ir::OpKind::add : ir::OpKind::mul, {n.input(0), n.input(1)}, y);
+  }
+  if (op == "Gemm") {
+    if (attr_i(n, "transA", 0) || attr_f(n, "alpha", 1) != 1.0f || attr_f(n, "beta", 1) != 1.0f || is_act(1) || is_act(2))
+      return unsupported(n, "only Gemm(x, W, b) with transA=0, alpha=beta=1 and parameter W, b is supported");
+    const auto& w = net.shape(n.input(1));
+    int64_t out = attr_i(n, "transB", 0) ? w[0] : w[1];
+    return simple(ir::OpKind::linear, Json{{"out_features", out}, {"bias", n.input_size() > 2 && !n.input(2).empty()}});
+  }
+  if (op == "MatMul") {
+    if (is_act(1)) {
+      if (net.shape(x).size() < 3 || net.shape(x).size() != net.shape(n.input(1)).size())
+        return unsupported(n, "activation @ activation needs equal ranks >= 3");
+      return (void)emit(n.name(), ir::OpKind::matmul, {x, n.input(1)}, y);
+    }
+    const auto& w = net.shape(n.input(1));
+    if (w.size() != 2) return unsupported(n, "a parameter operand must be a 2-d weight");
+    return simple(ir::OpKind::linear, Json{{"out_features", w[1]}, {"bias", false}});
+  }
+  if (op == "Flatten") {
+    if (norm_axis(attr_i(n, "axis", 1), net.shape(x).size()) != 1) return unsupported(n, "only axis=1 is supported");
+    return simple(ir::OpKind::flatten);
+  }
+  if (op == "Dropout") {
+    if (n.output_size() > 1 && !unused(net, n.output(1))) return unsupported(n, "the mask output is used");
+    double p = attr_f(n, "ratio", 0.5f);
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+      const auto& r = net.at(n.input(1));
+      if (!r.reals || r.reals->size() != 1) return unsupported(n, "the ratio is not a constant");
+      p = (*r.reals)[0];
+    }
+    return simple(ir::OpKind::dropout, Json{{"p", p}});
+  }
+  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
+    const auto& s = net.shape(y);
+    return simple(ir::OpKind::reshape, Json{{"shape", std::vector<int64_t>(s.begin() + 1, s.end())}});
+  }
+  if (op == "Transpose") {
+    auto perm = attr_ints(n, "perm");
+    if (perm.empty() || perm[0] != 0) return unsupported(n, "the permutation moves the batch dimension");
+    return simple(ir::OpKind::transpose, Json{{"perm", perm}});
+  }
+  if (op == "Softmax") {
+    size_t rank = net.shape(x).size();
+    int64_t axis = norm_axis(attr_i(n, "axis", net.opset >= 13 ? -1 : 1), rank);
+    if (net.opset < 13 && axis != static_cast<int64_t>(rank) - 1)
+      return unsupported(n, "opset < 13 Softmax over more than the last axis");
+    return simple(ir::OpKind::softmax, Json{{"axis", axis}});
+  }
+  if (op == "LayerNormalization") {
+    size_t rank = net.shape(x).size();
+    if (norm_axis(attr_i(n, "axis", -1), rank) != static_cast<int64_t>(rank) - 1)
+      return unsupported(n, "normalization over more than the last axis");
+    if (n.input_size() < 3 || n.input(2).empty() || is_act(1) || is_act(2))
+      return unsupported(n, "needs parameter scale and bias");
+    return simple(ir::OpKind::layernorm, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
+  }
+  if (op == "Split") {
+    int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(x).size());
+    if (axis < 1) return unsupported(n, "split along the batch dimension");
+    int64_t start = 0;
+    for (int k = 0; k < n.output_size(); ++k) {
+      int64_t len = net.shape(n.output(k))[axis];
+      emit(fmt::format("{}/{}", n.name(), k), ir::OpKind::slice, {x}, n.output(k),
+           Json{{"axis", axis}, {"start", start}, {"end", start + len}});
+      start += len;
+    }
+    return;
+  }
+  if (op == "Slice") return map_slice(i);
+  if (op == "Gather") {
+    const auto& idx = net.at(n.input(1));
+    size_t rank = net.shape(x).size();
+    int64_t axis = norm_axis(attr_i(n, "axis", 0), rank);
+    if (!idx.ints || idx.ints->size() != 1 || axis < 1)
+      return unsupported(n, "only a constant single index along a non-batch axis is supported");
+    int64_t j = (*idx.ints)[0] < 0 ? (*idx.ints)[0] + net.shape(x)[axis] : (*idx.ints)[0];
+    Json attrs{{"axis", axis}, {"start", j}, {"end", j + 1}};
+    if (!idx.value_shape.empty()) return simple(ir::OpKind::slice, attrs);
+    ir::Shape sliced = ir_shape(x);
+    sliced[axis] = 1;
+    std::string s = emit(n.name() + "/slice", ir::OpKind::slice, {x}, "", attrs, &sliced);
+    producer_of["\x01" + s] = s;
+    const auto& ys = net.shape(y);
+    return (void)emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, y,
+                      Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
+  }
+  if (op == "ReduceMean" || op == "ReduceSum") {
+    auto axes = attr_ints(n, "axes");
+    if (axes.size() != 1) return unsupported(n, "only a reduction over one axis is supported");
+    int64_t axis = norm_axis(axes[0], net.shape(x).size());
+    if (axis < 1) return unsupported(n, "reduction over the batch dimension");
+    return simple(op == "ReduceMean" ? ir::OpKind::mean : ir::OpKind::sum,
+                  Json{{"axis", axis}, {"keepdim", attr_i(n, "keepdims", 1) != 0}});
+  }
+  unsupported_ops[op] += 1;
+}
+
+void Mapper::map_slice(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  auto ints = [&](int k) -> const std::vector<int64_t>* {
+    if (k >= n.input_size() || n.input(k).empty()) return nullptr;
+    const auto& ti = net.at(n.input(k));
+    return ti.ints ? &*ti.ints : nullptr;
+  };
+  const auto *starts = ints(1), *ends = ints(2), *axes = ints(3), *steps = ints(4);
+  if (!starts || !ends || (n.input_size() > 3 && !n.input(3).empty() && !axes) || (n.input_size() > 4 && !steps))
+    return unsupported(n, "starts, ends, axes and steps must be constants");
+  const auto& xs = net.shape(n.input(0));
+  std::string cur = n.input(0);
+  ir::Shape shape = ir_shape(cur);
+  for (size_t k = 0; k < starts->size(); ++k) {
+    int64_t axis = norm_axis(axes ? (*axes)[k] : static_cast<int64_t>(k), xs.size());
+    if (steps && (*steps)[k] != 1) return unsupported(n, "only step 1 is supported");
+    if (axis < 1) return unsupported(n, "slicing the batch dimension");
+    int64_t d = xs[axis], s = (*starts)[k], e = (*ends)[k];
+    s = std::clamp(s < 0 ? s + d : s, int64_t{0}, d);
+    e = std::clamp(e < 0 ? e + d : e, int64_t{0}, d);
+    shape[axis] = e - s;
+    bool last = k + 1 == starts->size();
+    std::string out = last ? n.output(0) : fmt::format("\x01{}/{}", n.name(), k);
+    std::string name = emit(starts->size() == 1 ? n.name() : fmt::format("{}/{}", n.name(), k), ir::OpKind::slice,
+                            {cur}, out, Json{{"axis", axis}, {"start", s}, {"end", e}}, &shape);
+    cur = out;
+  }
+}
+
+ir::Model Mapper::finish() {
+  if (!unsupported_ops.empty() || !reasons.empty()) {
+    std::string msg = fmt::format("{}: cannot import the ONNX model (nothing was imported):", net.path);
+    if (!unsupported_ops.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [op, count] : unsupported_ops) parts.push_back(fmt::format("{} x{}", op, count));
+      msg += fmt::format(" unsupported operators: {};", fmt::join(parts, ", "));
+    }
+    if (!reasons.empty()) msg += fmt::format(" unsupported uses: {}", fmt::join(reasons, "; "));
+    if (msg.back() == ';') msg.pop_back();
+    throw UserError(msg);
+  }
+  auto resolve = [&](std::string t) {
+    for (auto it = alias.find(t); it != alias.end(); it = alias.find(t)) t = it->second;
+    if (auto it = producer_of.find(t); it != producer_of.end()) return it->second;
+    GP_CHECK(std::find(net.data_inputs.begin(), net.data_inputs.end(), t) != net.data_inputs.end(),
+             "{}: tensor \"{}\" feeds an operator as an activation but is a constant", net.path, t);
+    return t;
+  };
+  for (auto& op : model.ops)
+    for (auto& in : op.inputs) in = resolve(in);
+  // The loss: cross-entropy against an i64 "label" for [B, C] logits, else MSE against a "target".
+  for (size_t k = 0; k < net.outputs.size(); ++k) {
+    const std::string suffix = net.outputs.size() == 1 ? "" : fmt::format("_{}", k);
+    const std::string pred = resolve(net.outputs[k]);
+    ir::Shape shape = ir_shape(net.outputs[k]);
+    ir::Op loss;
+    loss.name = "loss" + suffix;
+    for (int j = 2; used_names.count(loss.name); ++j) loss.name = fmt::format("loss{}_{}", suffix, j);
+    used_names.insert(loss.name);
+    ir::Input target;
+    if (shape.size() == 2) {
+      loss.kind = ir::OpKind::cross_entropy;
+      target = ir::Input{"label" + suffix, {ir::kBatch}, ir::DType::i64};
+    } else {
+      loss.kind = ir::OpKind::mse_loss;
+      target = ir::Input{"target" + suffix, shape, ir::DType::f32};
+    }
+    GP_CHECK(!used_names.count(target.name), "{}: a node is named \"{}\", which the appended loss needs", net.path,
+             target.name);
+    model.inputs.push_back(target);
+    loss.inputs = {pred, target.name};
+    loss.output_shape = {};
+    model.ops.push_back(loss);
+    model.outputs.push_back(loss.name);
+  }
+  ir::validate(model, net.path);
+  return model;
+}
+
+}  // namespace onnx_detail
+
+ir::Model import_onnx(const std::string& path) {
+  using namespace onnx_detail;
+  Net net = load_net(path);
+  Mapper m{net};
+  std::string stem = path.substr(path.find_last_of('/') + 1);
+  m.model.name = stem.substr(0, stem.rfind(".onnx"));
+  for (const auto& in : net.data_inputs) {
+    const auto& ti = net.at(in);
+    ir::DType dt = ti.elem_type == onnx::TensorProto::INT64     ? ir::DType::i64
+                   : ti.elem_type == onnx::TensorProto::FLOAT16  ? ir::DType::f16
+                   : ti.elem_type == onnx::TensorProto::BFLOAT16 ? ir::DType::bf16
+                                                                 : ir::DType::f32;
+    GP_CHECK(ti.elem_type == onnx::TensorProto::FLOAT || dt != ir::DType::f32,
+             "{}: input \"{}\" has ONNX element type {}, expected float, float16, bfloat16 or int64", path, in, ti.elem_type);
+    m.model.inputs.push_back(ir::Input{in, m.ir_shape(in), dt});
+    m.used_names.insert(in);
+  }
+  std::vector<bool> claimed = net.folded;
+  m.match_patterns(claimed);
+  for (size_t i = 0; i < net.nodes.size(); ++i)
+    if (!claimed[i]) m.map_node(static_cast<int>(i));
+  return m.finish();
+}
+
+}  // namespace gp::importers

@@ -1,0 +1,449 @@
+// ONNX loading: parse and check the file, sort the nodes (cycles are errors), classify inputs into data
+// and parameters, and infer concrete shapes with ONNX shape inference, folding shape-only computations
+// (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) into constants until nothing changes.
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <queue>
+#include <sstream>
+#include <unordered_set>
+
+#include "importers/onnx_graph.h"
+#include "support/error.h"
+
+namespace gp::importers::onnx_detail {
+
+const TensorInfo& Net::at(const std::string& name) const {
+  auto it = t.find(name);
+  GP_ASSERT(it != t.end(), "unknown tensor {}", name);
+  return it->second;
+}
+
+const std::vector<int64_t>& Net::shape(const std::string& name) const {
+  const TensorInfo& ti = at(name);
+  GP_CHECK(ti.shape.has_value(), "{}: ONNX shape inference could not determine the shape of tensor \"{}\"", path,
+           name);
+  return *ti.shape;
+}
+
+const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
+  const auto* a = find_attr(n, name);
+  return a ? a->i() : dflt;
+}
+float attr_f(const onnx::NodeProto& n, const std::string& name, float dflt) {
+  const auto* a = find_attr(n, name);
+  return a ? a->f() : dflt;
+}
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name) {
+  const auto* a = find_attr(n, name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+}
+std::string node_label(const onnx::NodeProto& n) { return fmt::format("\"{}\" ({})", n.name(), n.op_type()); }
+
+namespace {
+
+constexpr int64_t kMaxValues = 4096;  // constants larger than this keep only their shape
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  GP_CHECK(f.good(), "{}: cannot open the ONNX file", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A serialized ModelProto starts with the tag of one of its fields (1-8, 14, 20, 21, 25 with the wire
+// type the field has). Anything else is not an ONNX model, whatever protobuf would make of it.
+bool plausible_model_header(const std::string& bytes) {
+  if (bytes.empty()) return false;
+  const unsigned tag = static_cast<unsigned char>(bytes[0]);
+  const unsigned field = tag >> 3, wire = tag & 7;
+  if (field == 1 || field == 5) return wire == 0;                   // ir_version, model_version
+  if ((field >= 2 && field <= 8) || field == 14) return wire == 2;  // strings, graph, opsets, metadata
+  return false;
+}
+
+// Values of a TensorProto (up to kMaxValues elements).
+void read_values(const onnx::TensorProto& tp, TensorInfo& ti) {
+  ti.value_shape.assign(tp.dims().begin(), tp.dims().end());
+  int64_t n = 1;
+  for (int64_t d : ti.value_shape) n *= d;
+  ti.shape = ti.value_shape;
+  ti.elem_type = tp.data_type();
+  if (n > kMaxValues || tp.data_location() == onnx::TensorProto::EXTERNAL) return;
+  const std::string& raw = tp.raw_data();
+  auto from_raw = [&](auto sample, auto& out) {
+    using T = decltype(sample);
+    if (raw.size() != static_cast<size_t>(n) * sizeof(T)) return false;
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+      out.push_back(static_cast<typename std::decay_t<decltype(out)>::value_type>(v));
+    }
+    return true;
+  };
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  switch (tp.data_type()) {
+    case onnx::TensorProto::INT64:
+      if (!raw.empty() ? from_raw(int64_t{}, ints) : (ints.assign(tp.int64_data().begin(), tp.int64_data().end()), true))
+        ti.ints = ints;
+      break;
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::BOOL:
+      if (!raw.empty()) {
+        bool ok = tp.data_type() == onnx::TensorProto::BOOL ? from_raw(uint8_t{}, ints) : from_raw(int32_t{}, ints);
+        if (ok) ti.ints = ints;
+      } else {
+        ti.ints = std::vector<int64_t>(tp.int32_data().begin(), tp.int32_data().end());
+      }
+      break;
+    case onnx::TensorProto::FLOAT:
+      if (!raw.empty() ? from_raw(float{}, reals) : (reals.assign(tp.float_data().begin(), tp.float_data().end()), true))
+        ti.reals = reals;
+      break;
+    case onnx::TensorProto::DOUBLE:
+      if (!raw.empty() ? from_raw(double{}, reals) : (reals.assign(tp.double_data().begin(), tp.double_data().end()), true))
+        ti.reals = reals;
+      break;
+    default: break;
+  }
+  if (ti.ints && static_cast<int64_t>(ti.ints->size()) != n) ti.ints.reset();
+  if (ti.reals && static_cast<int64_t>(ti.reals->size()) != n) ti.reals.reset();
+}
+
+// Kahn's algorithm over tensor dependencies; a remainder is a cycle, reported by node names.
+std::vector<onnx::NodeProto> sort_nodes(const std::string& path, const onnx::GraphProto& g,
+                                        const std::unordered_set<std::string>& sources) {
+  const int n = g.node_size();
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < n; ++i)
+    for (const auto& o : g.node(i).output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<int>> succ(n), pred(n);
+  std::vector<int> indeg(n, 0);
+  for (int i = 0; i < n; ++i)
+    for (const auto& in : g.node(i).input()) {
+      if (in.empty() || sources.count(in)) continue;
+      auto it = producer.find(in);
+      GP_CHECK(it != producer.end(), "{}: node {} reads tensor \"{}\", which no node, input or initializer provides",
+               path, node_label(g.node(i)), in);
+      succ[it->second].push_back(i);
+      pred[i].push_back(it->second);
+      ++indeg[i];
+    }
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int i = 0; i < n; ++i)
+    if (indeg[i] == 0) ready.push(i);
+  std::vector<onnx::NodeProto> out;
+  std::vector<char> placed(n, 0);
+  while (!ready.empty()) {
+    int u = ready.top();
+    ready.pop();
+    placed[u] = 1;
+    out.push_back(g.node(u));
+    for (int v : succ[u])
+      if (--indeg[v] == 0) ready.push(v);
+  }
+  if (static_cast<int>(out.size()) != n) {
+    int v = 0;
+    while (placed[v]) ++v;
+    std::vector<int> pos(n, -1), walk;
+    while (pos[v] < 0) {  // walk predecessors inside the remainder until one repeats
+      pos[v] = static_cast<int>(walk.size());
+      walk.push_back(v);
+      for (int u : pred[v])
+        if (!placed[u]) {
+          v = u;
+          break;
+        }
+    }
+    std::vector<int> cyc(walk.begin() + pos[v], walk.end());
+    std::reverse(cyc.begin(), cyc.end());
+    std::string names;
+    for (int c : cyc) names += "\"" + g.node(c).name() + "\" -> ";
+    throw UserError(fmt::format("{}: the ONNX graph has a cycle: {}\"{}\"", path, names, g.node(cyc.front()).name()));
+  }
+  return out;
+}
+
+bool is_weight_slot(const onnx::NodeProto& n, int slot) {
+  const std::string& op = n.op_type();
+  if (op == "Conv" || op == "ConvTranspose" || op == "Gemm" || op == "LayerNormalization" ||
+      op == "InstanceNormalization")
+    return slot >= 1;
+  if (op == "BatchNormalization") return slot >= 1;
+  if (op == "MatMul") return slot == 1;
+  return false;
+}
+
+// Values of a shape computation, when its inputs are known. Returns false when it cannot be folded.
+bool fold_node(const onnx::NodeProto& n, Net& net) {
+  const std::string& op = n.op_type();
+  auto ints_of = [&](int k) -> const std::vector<int64_t>* {
+    if (k >= n.input_size() || n.input(k).empty()) return nullptr;
+    const TensorInfo& ti = net.t[n.input(k)];
+    return ti.ints ? &*ti.ints : nullptr;
+  };
+  std::vector<int64_t> vals, vshape;
+  if (op == "Shape") {
+    const TensorInfo& x = net.t[n.input(0)];
+    if (!x.shape) return false;
+    int64_t r = static_cast<int64_t>(x.shape->size());
+    int64_t s = attr_i(n, "start", 0), e = attr_i(n, "end", r);
+    s = std::clamp(s < 0 ? s + r : s, int64_t{0}, r);
+    e = std::clamp(e < 0 ? e + r : e, int64_t{0}, r);
+    for (int64_t i = s; i < e; ++i) vals.push_back((*x.shape)[i]);
+    vshape = {static_cast<int64_t>(vals.size())};
+  } else if (op == "Gather") {
+    const auto *d = ints_of(0), *idx = ints_of(1);
+    if (!d || !idx || net.t[n.input(0)].value_shape.size() != 1) return false;
+    for (int64_t i : *idx) {
+      int64_t j = i < 0 ? i + static_cast<int64_t>(d->size()) : i;
+      if (j < 0 || j >= static_cast<int64_t>(d->size())) return false;
+      vals.push_back((*d)[j]);
+    }
+    vshape = net.t[n.input(1)].value_shape;
+  } else if (op == "Unsqueeze" || op == "Squeeze" || op == "Identity" || op == "Cast" || op == "Reshape") {
+    const auto* d = ints_of(0);
+    if (!d) return false;
+    if (op == "Cast") {
+      int64_t to = attr_i(n, "to", 0);
+      if (to != onnx::TensorProto::INT64 && to != onnx::TensorProto::INT32) return false;
+    }
+    vals = *d;
+    vshape = net.t[n.input(0)].value_shape;
+    if (op == "Unsqueeze" && vshape.empty()) vshape = {1};
+    if (op == "Squeeze" && vals.size() == 1) vshape = {};
+    if (op == "Reshape") vshape = {static_cast<int64_t>(vals.size())};
+  } else if (op == "Concat") {
+    for (int k = 0; k < n.input_size(); ++k) {
+      const auto* d = ints_of(k);
+      if (!d) return false;
+      vals.insert(vals.end(), d->begin(), d->end());
+    }
+    vshape = {static_cast<int64_t>(vals.size())};
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    const auto *a = ints_of(0), *b = ints_of(1);
+    if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return false;
+    size_t len = std::max(a->size(), b->size());
+    for (size_t i = 0; i < len; ++i) {
+      int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
+      if (op == "Div" && y == 0) return false;
+      vals.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+    }
+    const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
+    vshape = sa.size() >= sb.size() ? sa : sb;
+  } else if (op == "Slice") {
+    const auto *d = ints_of(0), *st = ints_of(1), *en = ints_of(2);
+    if (!d || !st || !en || st->size() != 1 || en->size() != 1) return false;
+    int64_t len = static_cast<int64_t>(d->size());
+    int64_t s = (*st)[0] < 0 ? (*st)[0] + len : (*st)[0], e = (*en)[0] < 0 ? (*en)[0] + len : (*en)[0];
+    s = std::clamp(s, int64_t{0}, len);
+    e = std::clamp(e, int64_t{0}, len);
+    for (int64_t i = s; i < e; ++i) vals.push_back((*d)[i]);
+    vshape = {static_cast<int64_t>(vals.size())};
+  } else {
+    return false;
+  }
+  TensorInfo& out = net.t[n.output(0)];
+  out.ints = vals;
+  out.value_shape = vshape;
+  out.shape = vshape;
+  out.elem_type = onnx::TensorProto::INT64;
+  return true;
+}
+
+onnx::TensorProto int_initializer(const std::string& name, const TensorInfo& ti) {
+  onnx::TensorProto tp;
+  tp.set_name(name);
+  tp.set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : ti.value_shape) tp.add_dims(d);
+  for (int64_t v : *ti.ints) tp.add_int64_data(v);
+  return tp;
+}
+
+std::optional<std::vector<int64_t>> proto_shape(const onnx::TypeProto& tp) {
+  if (!tp.has_tensor_type() || !tp.tensor_type().has_shape()) return std::nullopt;
+  std::vector<int64_t> s;
+  for (const auto& d : tp.tensor_type().shape().dim()) {
+    if (!d.has_dim_value()) return std::nullopt;
+    s.push_back(d.dim_value());
+  }
+  return s;
+}
+
+}  // namespace
+
+Net load_net(const std::string& path) {
+  const std::string bytes = read_file(path);
+  GP_CHECK(!bytes.empty(), "{}: the ONNX file is empty", path);
+  GP_CHECK(plausible_model_header(bytes),
+           "{}: not an ONNX model (first byte 0x{:02x} is not the start of an ONNX ModelProto)", path,
+           static_cast<unsigned char>(bytes[0]));
+  onnx::ModelProto model;
+  GP_CHECK(model.ParseFromString(bytes), "{}: corrupt or truncated ONNX file (protobuf parsing failed after {} bytes read)",
+           path, bytes.size());
+  GP_CHECK(model.has_graph() && model.graph().node_size() > 0,
+           "{}: corrupt or truncated ONNX file (no graph or an empty graph)", path);
+  Net net;
+  net.path = path;
+  for (const auto& os : model.opset_import())
+    if (os.domain().empty() || os.domain() == "ai.onnx") net.opset = static_cast<int>(os.version());
+  GP_CHECK(net.opset > 0, "{}: corrupt or truncated ONNX file (no opset_import for the default domain)", path);
+  GP_CHECK(net.opset >= 7 && net.opset <= 17, "{}: opset {} is not supported (supported: 7 to 17; export with opset_version=17)",
+           path, net.opset);
+
+  onnx::GraphProto& g = *model.mutable_graph();
+  std::unordered_set<std::string> sources, initializers;
+  for (const auto& init : g.initializer()) {
+    sources.insert(init.name());
+    initializers.insert(init.name());
+    TensorInfo& ti = net.t[init.name()];
+    read_values(init, ti);
+    ti.param = true;
+  }
+  for (const auto& in : g.input()) sources.insert(in.name());
+  net.nodes = sort_nodes(path, g, sources);
+  for (const auto& o : g.output()) net.outputs.push_back(o.name());
+
+  // Data inputs vs weights given as inputs (export_params=False): with a dynamic axis anywhere, the data
+  // inputs are exactly those with a symbolic dim; else those not read only by weight slots.
+  std::vector<const onnx::ValueInfoProto*> free_inputs;
+  bool any_symbolic = false;
+  auto symbolic = [](const onnx::ValueInfoProto& v) {
+    for (const auto& d : v.type().tensor_type().shape().dim())
+      if (!d.has_dim_value()) return true;
+    return false;
+  };
+  for (const auto& in : g.input())
+    if (!initializers.count(in.name())) {
+      free_inputs.push_back(&in);
+      any_symbolic = any_symbolic || symbolic(in);
+    }
+  for (const auto* in : free_inputs) {
+    bool weight;
+    if (any_symbolic) {
+      weight = !symbolic(*in);
+    } else {
+      int uses = 0, weight_uses = 0;
+      for (const auto& n : net.nodes)
+        for (int k = 0; k < n.input_size(); ++k)
+          if (n.input(k) == in->name()) {
+            ++uses;
+            weight_uses += is_weight_slot(n, k) || n.op_type() == "Transpose";
+          }
+      weight = uses > 0 && uses == weight_uses;
+    }
+    TensorInfo& ti = net.t[in->name()];
+    ti.elem_type = in->type().tensor_type().elem_type();
+    ti.param = weight;
+    ti.activation = !weight;
+    if (!weight) net.data_inputs.push_back(in->name());
+  }
+  GP_CHECK(!net.data_inputs.empty(), "{}: the model has no data input (every graph input is a weight)", path);
+
+  // Constant nodes become known tensors; activation-ness flows from data inputs through values.
+  std::vector<onnx::NodeProto> kept;
+  for (auto& n : net.nodes) {
+    if (n.op_type() != "Constant") {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    onnx::TensorProto tp;
+    if (const auto* a = find_attr(n, "value")) {
+      tp = a->t();
+    } else if (const auto* ai = find_attr(n, "value_int")) {
+      tp.set_data_type(onnx::TensorProto::INT64);
+      tp.add_int64_data(ai->i());
+    } else if (const auto* ais = find_attr(n, "value_ints")) {
+      tp.set_data_type(onnx::TensorProto::INT64);
+      tp.add_dims(ais->ints_size());
+      for (int64_t v : ais->ints()) tp.add_int64_data(v);
+    } else if (const auto* af = find_attr(n, "value_float")) {
+      tp.set_data_type(onnx::TensorProto::FLOAT);
+      tp.add_float_data(af->f());
+    } else {
+      throw UserError(fmt::format("{}: Constant node {} has no supported value attribute", path, node_label(n)));
+    }
+    tp.set_name(n.output(0));
+    read_values(tp, net.t[n.output(0)]);
+    *g.add_initializer() = tp;
+  }
+  net.nodes = std::move(kept);
+  net.folded.assign(net.nodes.size(), false);
+  for (size_t i = 0; i < net.nodes.size(); ++i) {
+    const auto& n = net.nodes[i];
+    bool act = false, par = false;
+    for (int k = 0; k < n.input_size(); ++k) {
+      if (n.input(k).empty()) continue;
+      TensorInfo& ti = net.t[n.input(k)];
+      ti.consumers.push_back(static_cast<int>(i));
+      if (n.op_type() != "Shape" && n.op_type() != "Size") act = act || ti.activation;
+      par = par || ti.param;
+    }
+    for (const auto& o : n.output()) {
+      TensorInfo& ti = net.t[o];
+      ti.producer = static_cast<int>(i);
+      ti.activation = act;
+      ti.param = !act && par;
+    }
+    net.folded[i] = !act;
+  }
+
+  // Inference with the batch fixed to kProbeBatch; fold shape computations; repeat until stable.
+  for (auto& in : *g.mutable_input()) {
+    if (!net.t[in.name()].activation) continue;
+    auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
+    GP_CHECK(shape->dim_size() >= 1, "{}: input \"{}\" is a scalar; expected a batch dimension", path, in.name());
+    for (int d = 1; d < shape->dim_size(); ++d)
+      GP_CHECK(shape->dim(d).has_dim_value(),
+               "{}: input \"{}\": dimension {} is symbolic (\"{}\"); only the batch dimension (dim 0) may be dynamic",
+               path, in.name(), d, shape->dim(d).dim_param());
+    shape->mutable_dim(0)->set_dim_value(kProbeBatch);
+  }
+  g.clear_value_info();
+  for (auto& o : *g.mutable_output()) o.mutable_type()->mutable_tensor_type()->clear_shape();
+  std::vector<bool> materialized(net.nodes.size(), false);
+  for (int round = 0;; ++round) {
+    g.clear_node();
+    for (size_t i = 0; i < net.nodes.size(); ++i)
+      if (!materialized[i]) *g.add_node() = net.nodes[i];
+    try {
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                         onnx::ShapeInferenceOptions(false, 1, true));
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      throw UserError(fmt::format("{}: ONNX shape inference failed: {}", path, msg.substr(0, msg.find('\n'))));
+    }
+    auto take = [&](const onnx::ValueInfoProto& v) {
+      TensorInfo& ti = net.t[v.name()];
+      if (auto s = proto_shape(v.type())) ti.shape = s;
+      if (v.type().tensor_type().elem_type()) ti.elem_type = v.type().tensor_type().elem_type();
+    };
+    for (const auto& v : g.input()) take(v);
+    for (const auto& v : g.value_info()) take(v);
+    for (const auto& v : g.output()) take(v);
+    g.clear_value_info();
+    bool progress = false;
+    for (size_t i = 0; i < net.nodes.size(); ++i) {
+      if (!net.folded[i] || materialized[i] || net.nodes[i].output_size() != 1) continue;
+      if (!fold_node(net.nodes[i], net)) continue;
+      materialized[i] = true;
+      progress = true;
+      *g.add_initializer() = int_initializer(net.nodes[i].output(0), net.t[net.nodes[i].output(0)]);
+    }
+    if (!progress || round > 4 * static_cast<int>(net.nodes.size())) break;
+  }
+  return net;
+}
+
+}  // namespace gp::importers::onnx_detail

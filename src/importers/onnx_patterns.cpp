@@ -1,0 +1,255 @@
+// Multi-node ONNX patterns that become one IR op: multi-head self-attention blocks (regions where the
+// batch leaves dim 0), decomposed LayerNorm, the erf form of GELU, MatMul + bias, GlobalAveragePool +
+// Flatten. Each match claims its nodes; whatever is left is mapped node by node.
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "importers/onnx_mapper.h"
+#include "support/error.h"
+
+namespace gp::importers::onnx_detail {
+namespace {
+
+struct Matcher {
+  const Net& net;
+  const std::vector<bool>& claimed;
+
+  bool is_output(const std::string& t) const {
+    return std::find(net.outputs.begin(), net.outputs.end(), t) != net.outputs.end();
+  }
+  // The node that is the only reader of `t`, when it has type `op` and is unclaimed; else -1.
+  int sole(const std::string& t, const char* op) const {
+    const auto& c = net.at(t).consumers;
+    if (c.size() != 1 || is_output(t) || claimed[c[0]] || net.nodes[c[0]].op_type() != op) return -1;
+    return c[0];
+  }
+  const onnx::NodeProto& node(int i) const { return net.nodes[i]; }
+  std::string other(int i, const std::string& t) const {
+    const auto& n = node(i);
+    return n.input_size() == 2 ? (n.input(0) == t ? n.input(1) : n.input(0)) : "";
+  }
+  std::optional<double> scalar(const std::string& t) const {
+    if (t.empty()) return std::nullopt;
+    const auto& ti = net.at(t);
+    if (ti.activation) return std::nullopt;
+    if (ti.reals && ti.reals->size() == 1) return (*ti.reals)[0];
+    if (ti.ints && ti.ints->size() == 1) return static_cast<double>((*ti.ints)[0]);
+    return std::nullopt;
+  }
+  bool near(const std::optional<double>& v, double want) const { return v && std::abs(*v - want) < 1e-4 * std::abs(want); }
+  // A parameter vector of `len` elements (a per-feature weight or bias).
+  bool param_vec(const std::string& t, int64_t len) const {
+    const auto& ti = net.at(t);
+    return !ti.activation && ti.param && ti.shape && ti.shape->size() == 1 && (*ti.shape)[0] == len;
+  }
+  int producer(const std::string& t) const { return t.empty() ? -1 : net.at(t).producer; }
+};
+
+// Longest common "/"-separated prefix of the node names plus "/suffix" (torch names nodes by module).
+std::string fused_name(const Net& net, const std::vector<int>& nodes, const char* suffix) {
+  std::string p = net.nodes[nodes[0]].name();
+  for (int i : nodes) {
+    const std::string& s = net.nodes[i].name();
+    size_t k = 0;
+    while (k < p.size() && k < s.size() && p[k] == s[k]) ++k;
+    p.resize(k);
+  }
+  p.resize(p.find_last_of('/') == std::string::npos ? 0 : p.find_last_of('/'));
+  return p.empty() ? std::string(suffix) : p + "/" + suffix;
+}
+
+// Parameter tensors behind `t`, walking back through static (shape/weight preprocessing) nodes.
+void param_roots(const Net& net, const std::string& t, std::set<std::string>& out) {
+  const auto& ti = net.at(t);
+  if (ti.activation || !ti.param) return;
+  if (ti.producer < 0) {
+    out.insert(t);
+    return;
+  }
+  for (const auto& in : net.nodes[ti.producer].input())
+    if (!in.empty()) param_roots(net, in, out);
+}
+
+}  // namespace
+
+void Mapper::match_patterns(std::vector<bool>& claimed) {
+  Matcher m{net, claimed};
+  const int n = static_cast<int>(net.nodes.size());
+  auto claim = [&](const std::vector<int>& nodes) {
+    for (int i : nodes) claimed[i] = true;
+  };
+
+  // 1. Regions where the batch leaves dim 0 (torch's MultiheadAttention works sequence-first and merges
+  // batch and heads): connected by such tensors; accepted only as a whole self-attention block.
+  auto mixed = [&](const std::string& t) {
+    const auto& ti = net.at(t);
+    return ti.activation && ti.shape && !batch_first(t);
+  };
+  std::vector<int> parent(n);
+  std::iota(parent.begin(), parent.end(), 0);
+  std::function<int(int)> find = [&](int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); };
+  std::vector<bool> member(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (claimed[i]) continue;
+    for (const auto& o : net.nodes[i].output())
+      if (!o.empty() && mixed(o)) member[i] = true;
+    for (const auto& in : net.nodes[i].input())
+      if (!in.empty() && mixed(in)) member[i] = true;
+  }
+  for (int i = 0; i < n; ++i)
+    if (member[i])
+      for (const auto& o : net.nodes[i].output())
+        if (!o.empty() && mixed(o))
+          for (int c : net.at(o).consumers)
+            if (member[c]) parent[find(c)] = find(i);
+  std::map<int, std::vector<int>> regions;
+  for (int i = 0; i < n; ++i)
+    if (member[i]) regions[find(i)].push_back(i);
+  for (const auto& [root, nodes] : regions) {
+    std::set<std::string> ext_in, outs, params;
+    std::set<int> inside(nodes.begin(), nodes.end());
+    int softmax = 0, act_matmul = 0;
+    int64_t heads = 1;
+    for (int i : nodes) {
+      const auto& nd = net.nodes[i];
+      softmax += nd.op_type() == "Softmax";
+      if (nd.op_type() == "MatMul" && net.at(nd.input(0)).activation && net.at(nd.input(1)).activation) ++act_matmul;
+      for (const auto& in : nd.input()) {
+        if (in.empty()) continue;
+        const auto& ti = net.at(in);
+        if (ti.activation && !inside.count(ti.producer)) ext_in.insert(in);
+        param_roots(net, in, params);
+      }
+      for (const auto& o : nd.output()) {
+        if (o.empty()) continue;
+        for (int c : net.at(o).consumers)
+          if (!inside.count(c)) outs.insert(o);
+        if (m.is_output(o)) outs.insert(o);
+        if (const auto& s = net.at(o).shape)
+          for (int64_t d : *s)
+            if (d % kProbeBatch == 0) heads = std::max(heads, d / kProbeBatch);
+      }
+    }
+    std::string why;
+    int64_t h = 0, count = 0;
+    if (ext_in.size() != 1 || outs.size() != 1) {
+      why = fmt::format("{} activation input(s) and {} output(s), expected 1 and 1", ext_in.size(), outs.size());
+    } else {
+      const auto &xs = net.shape(*ext_in.begin()), &ys = net.shape(*outs.begin());
+      h = xs.back();
+      for (const auto& p : params) count += std::max<int64_t>(0, ir::per_sample_elems(net.shape(p)) > 1
+                                                                     ? ir::per_sample_elems(net.shape(p)) : 0);
+      if (xs.size() != 3 || xs != ys || !batch_first(*ext_in.begin()))
+        why = fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","), fmt::join(ys, ","));
+      else if (softmax != 1 || act_matmul != 2)
+        why = fmt::format("{} Softmax and {} activation MatMul nodes, expected 1 and 2", softmax, act_matmul);
+      else if (count != 4 * h * h + 4 * h)
+        why = fmt::format("{} parameters, expected 4*{}^2+4*{} = {} (Q,K,V,output projections with biases)", count, h, h,
+                          4 * h * h + 4 * h);
+      else if (h % heads != 0)
+        why = fmt::format("{} heads do not divide hidden size {}", heads, h);
+    }
+    claim(nodes);
+    if (!why.empty()) {
+      reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a multi-head "
+                                    "self-attention block ({})", node_label(net.nodes[nodes.front()]),
+                                    node_label(net.nodes[nodes.back()]), why));
+      continue;
+    }
+    emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*ext_in.begin()}, *outs.begin(),
+         Json{{"heads", heads}});
+  }
+
+  for (int i = 0; i < n; ++i) {
+    if (claimed[i]) continue;
+    const auto& nd = net.nodes[i];
+    const std::string& op = nd.op_type();
+    // 2. LayerNorm decomposed (opset < 17): mean, x - mean, pow 2, mean, + eps, sqrt, div, * w, + b.
+    if (op == "ReduceMean" && nd.input_size() == 1 && attr_i(nd, "keepdims", 1) == 1 && net.at(nd.input(0)).activation) {
+      const std::string& x = nd.input(0);
+      auto axes = attr_ints(nd, "axes");
+      const auto& xs = net.shape(x);
+      if (axes.size() != 1 || (axes[0] != -1 && axes[0] != static_cast<int64_t>(xs.size()) - 1)) goto not_ln;
+      {
+        int sub = m.sole(nd.output(0), "Sub");
+        if (sub < 0 || m.node(sub).input(0) != x) goto not_ln;
+        const auto& c = net.at(m.node(sub).output(0)).consumers;
+        if (c.size() != 2) goto not_ln;
+        int pw = net.nodes[c[0]].op_type() == "Pow" ? c[0] : c[1], dv = pw == c[0] ? c[1] : c[0];
+        if (net.nodes[pw].op_type() != "Pow" || net.nodes[dv].op_type() != "Div" || claimed[pw] || claimed[dv] ||
+            !m.near(m.scalar(net.nodes[pw].input(1)), 2.0))
+          goto not_ln;
+        int r2 = m.sole(net.nodes[pw].output(0), "ReduceMean");
+        int ad = r2 < 0 ? -1 : m.sole(m.node(r2).output(0), "Add");
+        auto eps = ad < 0 ? std::nullopt : m.scalar(m.other(ad, m.node(r2).output(0)));
+        int sq = ad < 0 ? -1 : m.sole(m.node(ad).output(0), "Sqrt");
+        if (!eps || sq < 0 || m.sole(m.node(sq).output(0), "Div") != dv || m.node(dv).input(0) != m.node(sub).output(0))
+          goto not_ln;
+        int mu = m.sole(m.node(dv).output(0), "Mul");
+        int bi = mu < 0 ? -1 : m.sole(m.node(mu).output(0), "Add");
+        if (bi < 0 || !m.param_vec(m.other(mu, m.node(dv).output(0)), xs.back()) ||
+            !m.param_vec(m.other(bi, m.node(mu).output(0)), xs.back()))
+          goto not_ln;
+        std::vector<int> group{i, sub, pw, r2, ad, sq, dv, mu, bi};
+        claim(group);
+        emit(fused_name(net, group, "layernorm"), ir::OpKind::layernorm, {x}, m.node(bi).output(0), Json{{"eps", *eps}});
+        continue;
+      }
+    }
+  not_ln:
+    // 3. GELU, erf form: x * 0.5 * (1 + erf(x / sqrt(2))) in either multiplication order.
+    if (op == "Div" || op == "Mul") {
+      const std::string& x = nd.input(0);
+      auto c = m.scalar(nd.input(1));
+      bool scaled = op == "Div" ? m.near(c, std::sqrt(2.0)) : m.near(c, 1.0 / std::sqrt(2.0));
+      int erf = scaled && net.at(x).activation ? m.sole(nd.output(0), "Erf") : -1;
+      int one = erf < 0 ? -1 : m.sole(m.node(erf).output(0), "Add");
+      int m1 = one < 0 || !m.near(m.scalar(m.other(one, m.node(erf).output(0))), 1.0) ? -1
+                                                                                       : m.sole(m.node(one).output(0), "Mul");
+      if (m1 >= 0) {
+        std::string o = m.other(m1, m.node(one).output(0));
+        std::vector<int> group{i, erf, one, m1};
+        std::string out;
+        int m2 = o == x ? m.sole(m.node(m1).output(0), "Mul") : -1;
+        int half = m.producer(o);
+        if (m2 >= 0 && m.near(m.scalar(m.other(m2, m.node(m1).output(0))), 0.5)) {
+          group.push_back(m2);
+          out = m.node(m2).output(0);
+        } else if (o != x && half >= 0 && !claimed[half] && net.nodes[half].op_type() == "Mul" &&
+                   m.sole(o, "Mul") == m1 && m.other(half, x) != "" && m.near(m.scalar(m.other(half, x)), 0.5) &&
+                   (m.node(half).input(0) == x || m.node(half).input(1) == x)) {
+          group.push_back(half);
+          out = m.node(m1).output(0);
+        }
+        if (!out.empty()) {
+          claim(group);
+          emit(fused_name(net, group, "gelu"), ir::OpKind::gelu, {x}, out);
+          continue;
+        }
+      }
+    }
+    // 4. MatMul with a 2-d parameter weight followed by a parameter bias: one linear with bias.
+    if (op == "MatMul" && net.at(nd.input(0)).activation && !net.at(nd.input(1)).activation) {
+      const auto& w = net.shape(nd.input(1));
+      int ad = w.size() == 2 ? m.sole(nd.output(0), "Add") : -1;
+      if (ad >= 0 && m.param_vec(m.other(ad, nd.output(0)), w[1])) {
+        claim({i, ad});
+        emit(nd.name(), ir::OpKind::linear, {nd.input(0)}, m.node(ad).output(0),
+             Json{{"out_features", w[1]}, {"bias", true}});
+        continue;
+      }
+    }
+    // 5. GlobalAveragePool then Flatten: the IR's global_avgpool already gives [B, C].
+    if (op == "GlobalAveragePool") {
+      int fl = m.sole(nd.output(0), "Flatten");
+      if (fl >= 0 && attr_i(m.node(fl), "axis", 1) == 1 && net.shape(nd.input(0)).size() == 4) {
+        claim({i, fl});
+        emit(nd.name(), ir::OpKind::global_avgpool, {nd.input(0)}, m.node(fl).output(0));
+        continue;
+      }
+    }
+  }
+}
+
+}  // namespace gp::importers::onnx_detail

@@ -1,0 +1,27 @@
+// Model-spec resolution: JSON files, ONNX files (importers/onnx_import.h) and builtin specs.
+#include "importers/resolve.h"
+
+#include "importers/model_json.h"
+#include "importers/onnx_import.h"
+#include "models/zoo.h"
+#include "support/error.h"
+
+namespace gp::importers {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+ir::Model load_model(const std::string& spec) {
+  if (ends_with(spec, ".json")) return read_model_json(spec);
+  if (ends_with(spec, ".onnx")) return import_onnx(spec);
+  return models::build_builtin(spec);
+}
+
+ir::Graph load_graph(const std::string& spec) { return ir::Graph::build(load_model(spec), spec); }
+
+}  // namespace gp::importers

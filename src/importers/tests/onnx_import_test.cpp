@@ -1,0 +1,205 @@
+// ONNX import: the committed fixtures (exported by tests/fixtures/onnx/export_fixtures.py) give the
+// op counts and parameter counts PyTorch recorded in expected.json; malformed files give precise errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "importers/onnx_import.h"
+#include "importers/resolve.h"
+#include "support/error.h"
+
+namespace gp::importers {
+namespace {
+
+using ::testing::HasSubstr;
+const std::string kDir = GP_ONNX_FIXTURES;
+
+Json expected() {
+  std::ifstream f(kDir + "/expected.json");
+  return Json::parse(f);
+}
+
+std::map<std::string, int> kind_counts(const ir::Model& m) {
+  std::map<std::string, int> c;
+  for (const auto& op : m.ops) c[ir::to_string(op.kind)] += 1;
+  return c;
+}
+
+int onnx_count(const Json& e, const char* op) {
+  const Json& c = e.at("onnx_node_counts");
+  return c.contains(op) ? c.at(op).get<int>() : 0;
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    import_onnx(path);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  std::string path = (std::filesystem::temp_directory_path() / ("gp_onnx_test_" + name)).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Parameters equal PyTorch's sum(p.numel()); every op keeps the batch symbolic; a loss is appended.
+void check_common(const std::string& name, const ir::Graph& g, const Json& e) {
+  SCOPED_TRACE(name);
+  EXPECT_EQ(g.total_params(), e.at("params").get<int64_t>());
+  const ir::Model& m = g.model();
+  ASSERT_EQ(m.outputs.size(), 1u);
+  EXPECT_EQ(m.outputs[0], "loss");
+  EXPECT_EQ(m.inputs[0].name, "input");
+  ir::Shape want{ir::kBatch};
+  for (const auto& d : e.at("input_shape")) want.push_back(d.get<int64_t>());
+  EXPECT_EQ(m.inputs[0].shape, want);
+  for (const auto& op : m.ops)
+    if (!ir::is_loss(op.kind)) EXPECT_EQ(op.output_shape.at(0), ir::kBatch) << op.name;
+}
+
+TEST(OnnxImport, Resnet18CountsParamsAndFlops) {
+  Json e = expected().at("resnet18");
+  EXPECT_EQ(e.at("opset"), 13);
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/resnet18.onnx"), "resnet18");
+  check_common("resnet18", g, e);
+  auto c = kind_counts(g.model());
+  // One IR op per ONNX node, except GlobalAveragePool + Flatten -> global_avgpool; plus the loss.
+  EXPECT_EQ(c["conv2d"], onnx_count(e, "Conv"));
+  EXPECT_EQ(c["batchnorm"], onnx_count(e, "BatchNormalization"));
+  EXPECT_EQ(c["relu"], onnx_count(e, "Relu"));
+  EXPECT_EQ(c["maxpool"], onnx_count(e, "MaxPool"));
+  EXPECT_EQ(c["add"], onnx_count(e, "Add"));
+  EXPECT_EQ(c["global_avgpool"], onnx_count(e, "GlobalAveragePool"));
+  EXPECT_EQ(c["flatten"], 0);
+  EXPECT_EQ(c["linear"], onnx_count(e, "Gemm"));
+  EXPECT_EQ(c["cross_entropy"], 1);
+  EXPECT_EQ(static_cast<int>(g.num_ops()), e.at("onnx_nodes").get<int>() - onnx_count(e, "Flatten") + 1);
+  EXPECT_EQ(g.total_params(), 11689512);  // torchvision resnet18
+  // Hand count: 1.814 GMACs of conv + fc at 224x224 = 3.628 GFLOP at 2 FLOPs per MAC; the elementwise
+  // ops (batch norm, ReLU, add, pools) add about 1%.
+  EXPECT_NEAR(g.total_fwd_flops() / 3.628e9, 1.0, 0.03);
+  const auto& last = g.model().ops[g.find("/fc/Gemm").v];
+  EXPECT_EQ(last.output_shape, (ir::Shape{ir::kBatch, 1000}));
+}
+
+TEST(OnnxImport, GooglenetCeilModePoolsAndConcat) {
+  Json e = expected().at("googlenet");
+  auto t0 = std::chrono::steady_clock::now();
+  ir::Model m = import_onnx(kDir + "/googlenet.onnx");
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "googlenet import: " << ms << " ms, " << m.ops.size() << " ops\n";
+  ir::Graph g = ir::Graph::build(m, "googlenet");
+  check_common("googlenet", g, e);
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["conv2d"], onnx_count(e, "Conv"));
+  EXPECT_EQ(c["batchnorm"], onnx_count(e, "BatchNormalization"));
+  EXPECT_EQ(c["relu"], onnx_count(e, "Relu"));
+  EXPECT_EQ(c["maxpool"], onnx_count(e, "MaxPool"));
+  EXPECT_EQ(c["concat"], onnx_count(e, "Concat"));
+  EXPECT_EQ(c["dropout"], onnx_count(e, "Dropout"));
+  EXPECT_EQ(c["linear"], onnx_count(e, "Gemm"));
+  EXPECT_EQ(static_cast<int>(g.num_ops()),
+            e.at("onnx_nodes").get<int>() - onnx_count(e, "Constant") - onnx_count(e, "Flatten") + 1);
+  // The stem's 3x3/2 ceil-mode max pool turns 112x112 into 56x56 (floor mode would give 55x55).
+  const auto& pool = g.model().ops[g.find("/maxpool1/MaxPool").v];
+  EXPECT_EQ(pool.output_shape, (ir::Shape{ir::kBatch, 64, 56, 56}));
+  EXPECT_EQ(pool.attrs.at("ceil_mode"), true);
+  // torchvision lists 1.50 GMACs: 3.0 GFLOP.
+  EXPECT_NEAR(g.total_fwd_flops() / 3.0e9, 1.0, 0.05);
+}
+
+TEST(OnnxImport, TwoBranchMlp) {
+  Json e = expected().at("two_branch");
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/two_branch.onnx"), "two_branch");
+  check_common("two_branch", g, e);
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["linear"], onnx_count(e, "Gemm"));
+  EXPECT_EQ(c["relu"], onnx_count(e, "Relu"));
+  EXPECT_EQ(c["tanh"], 1);
+  EXPECT_EQ(c["sigmoid"], 1);
+  EXPECT_EQ(c["concat"], 1);
+  EXPECT_EQ(c["dropout"], 1);
+  EXPECT_EQ(static_cast<int>(g.num_ops()), e.at("onnx_nodes").get<int>() - onnx_count(e, "Constant") + 1);
+  const auto& cat = g.model().ops[g.find("/Concat").v];
+  EXPECT_EQ(cat.output_shape, (ir::Shape{ir::kBatch, 96}));
+  EXPECT_EQ(g.succs(g.find("/Concat")).size(), 1u);
+  EXPECT_EQ(g.preds(g.find("/Concat")).size(), 2u);  // the two towers
+}
+
+// Two nn.TransformerEncoderLayer (d_model 64, 4 heads, ffn 128, GELU) + mean over the sequence + head.
+void check_encoder(const std::string& name) {
+  Json e = expected().at(name);
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/" + name + ".onnx"), name);
+  check_common(name, g, e);
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["attention"], onnx_count(e, "Softmax"));  // one self-attention block per Softmax
+  EXPECT_EQ(c["attention"], 2);
+  EXPECT_EQ(c["gelu"], onnx_count(e, "Erf"));
+  EXPECT_EQ(c["layernorm"], e.at("opset") == 17 ? onnx_count(e, "LayerNormalization") : onnx_count(e, "Sqrt"));
+  EXPECT_EQ(c["layernorm"], 4);
+  EXPECT_EQ(c["linear"], 5);   // 2 x (ffn1, ffn2) + head; attention projections live in attention
+  EXPECT_EQ(c["add"], 4);      // residuals
+  EXPECT_EQ(c["dropout"], onnx_count(e, "Dropout") - c["attention"]);  // attention-prob dropout is inside
+  EXPECT_EQ(c["mean"], 1);
+  EXPECT_EQ(g.num_ops(), 25u);
+  const auto& att = g.model().ops[g.find("/encoder/layers.0/self_attn/attention").v];
+  EXPECT_EQ(att.attrs.at("heads"), 4);
+  EXPECT_EQ(att.output_shape, (ir::Shape{ir::kBatch, 16, 64}));
+}
+
+TEST(OnnxImport, EncoderOpset13DecomposedLayerNorm) { check_encoder("encoder_op13"); }
+TEST(OnnxImport, EncoderOpset17) { check_encoder("encoder_op17"); }
+
+TEST(OnnxImport, ResolveUsesTheImporter) {
+  ir::Graph g = load_graph(kDir + "/two_branch.onnx");
+  EXPECT_EQ(g.name(), "two_branch");
+  EXPECT_EQ(g.total_params(), 17322);
+}
+
+TEST(OnnxImportErrors, MissingEmptyWrongMagicTruncated) {
+  EXPECT_EQ(error_of("/nonexistent/m.onnx"), "/nonexistent/m.onnx: cannot open the ONNX file");
+  std::string empty = write_temp("empty.onnx", "");
+  EXPECT_EQ(error_of(empty), empty + ": the ONNX file is empty");
+  std::string png = write_temp("png.onnx", "\x89PNG\r\n\x1a\n0000");
+  EXPECT_EQ(error_of(png), png + ": not an ONNX model (first byte 0x89 is not the start of an ONNX ModelProto)");
+  std::string bytes = read_bytes(kDir + "/resnet18.onnx");
+  std::string cut = write_temp("cut.onnx", bytes.substr(0, bytes.size() / 2));
+  EXPECT_EQ(error_of(cut), fmt::format("{}: corrupt or truncated ONNX file (protobuf parsing failed after {} bytes read)",
+                                       cut, bytes.size() / 2));
+  // Cut right after the graph: the opset list is missing.
+  std::string head = bytes.substr(0, bytes.size() - 4);
+  std::string cut2 = write_temp("cut2.onnx", head);
+  EXPECT_THAT(error_of(cut2), HasSubstr(cut2 + ": corrupt or truncated ONNX file"));
+}
+
+TEST(OnnxImportErrors, UnknownOperatorsListedWithCounts) {
+  std::string path = kDir + "/unknown_op.onnx";
+  EXPECT_EQ(error_of(path), path + ": cannot import the ONNX model (nothing was imported): unsupported operators: "
+                                   "FancyOp x2, WarpDrive x1");
+}
+
+TEST(OnnxImportErrors, Cycle) {
+  std::string path = kDir + "/cyclic.onnx";
+  EXPECT_EQ(error_of(path), path + ": the ONNX graph has a cycle: \"relu_b\" -> \"add_a\" -> \"relu_b\"");
+}
+
+TEST(OnnxImportErrors, NonSquareKernelNamesTheNode) {
+  std::string path = kDir + "/nonsquare_conv.onnx";
+  EXPECT_EQ(error_of(path), path + ": cannot import the ONNX model (nothing was imported): unsupported uses: "
+                                   "\"conv3x5\" (Conv): only square 2-d kernels are supported, found 3x5");
+}
+
+}  // namespace
+}  // namespace gp::importers
