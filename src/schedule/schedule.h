@@ -1,5 +1,7 @@
 // Per-stage ordered action lists for one training iteration (graphpipe.schedule/1). The runtime
 // executes these lists exactly; the simulator times them; the checker proves they cannot deadlock.
+// Execution model (runtime, simulator and checker agree): sends are non-blocking (buffered, the
+// sender never waits for the receiver); receives block until the matching send has happened.
 #pragma once
 #include <string>
 #include <vector>
@@ -64,5 +66,16 @@ void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& w
 
 /// Peak number of micro-batches whose activations a stage holds at once under the schedule.
 std::vector<int> peak_in_flight(const Schedule& s);
+
+// --- additions (sim) ---
+
+/// Micro-batches of a stage per iteration: mini_batch / micro_batch_size.
+int num_micro_batches(const plan::Stage& st, int mini_batch_size);
+
+/// The transfer pieces of an edge whose ends have micro-batch sizes mbs_from and mbs_to: sample
+/// ranges {begin, count} cut at every micro-batch boundary of either side, in sample order (all of
+/// size min(mbs_from, mbs_to) when one divides the other). Each piece lies inside one micro-batch
+/// of each end.
+std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int mini_batch);
 
 }  // namespace gp::schedule

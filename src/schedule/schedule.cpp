@@ -1,0 +1,164 @@
+// Building 1F1B and GPipe schedules from a plan, and what a schedule implies (peak in-flight).
+#include "schedule/schedule.h"
+
+#include <algorithm>
+#include <array>
+
+namespace gp::schedule {
+
+namespace {
+constexpr std::array<std::pair<ActionKind, const char*>, 8> kKindNames = {{
+    {ActionKind::forward, "forward"},
+    {ActionKind::backward, "backward"},
+    {ActionKind::send_act, "send_act"},
+    {ActionKind::recv_act, "recv_act"},
+    {ActionKind::send_grad, "send_grad"},
+    {ActionKind::recv_grad, "recv_grad"},
+    {ActionKind::allreduce, "allreduce"},
+    {ActionKind::optimizer_step, "optimizer_step"},
+}};
+}  // namespace
+
+const char* to_string(ActionKind k) {
+  for (auto& [kind, name] : kKindNames)
+    if (kind == k) return name;
+  internal_assert_fail("known ActionKind", __FILE__, __LINE__, std::to_string(static_cast<int>(k)));
+}
+
+ActionKind action_kind_from_string(const std::string& s) {
+  std::string valid;
+  for (auto& [kind, name] : kKindNames) {
+    if (s == name) return kind;
+    valid += valid.empty() ? name : std::string(", ") + name;
+  }
+  throw UserError(fmt::format("unknown action kind \"{}\" (valid: {})", s, valid));
+}
+
+std::string to_string(const Action& a) {
+  auto range = [&] { return fmt::format("[{},{})", a.sample_begin, a.sample_begin + a.sample_count); };
+  switch (a.kind) {
+    case ActionKind::forward: return fmt::format("F mb{}", a.micro_batch);
+    case ActionKind::backward: return fmt::format("B mb{}", a.micro_batch);
+    case ActionKind::send_act:
+    case ActionKind::send_grad:
+      return fmt::format("{} ->s{} {}", to_string(a.kind), a.peer, range());
+    case ActionKind::recv_act:
+    case ActionKind::recv_grad:
+      return fmt::format("{} <-s{} {}", to_string(a.kind), a.peer, range());
+    case ActionKind::allreduce: return "allreduce";
+    case ActionKind::optimizer_step: return "optimizer_step";
+  }
+  internal_assert_fail("known ActionKind", __FILE__, __LINE__,
+                       std::to_string(static_cast<int>(a.kind)));
+}
+
+int num_micro_batches(const plan::Stage& st, int mini_batch_size) {
+  GP_CHECK(st.micro_batch_size >= 1 && mini_batch_size % st.micro_batch_size == 0,
+           "stage {}: micro_batch_size {} does not divide the mini-batch {}", st.id,
+           st.micro_batch_size, mini_batch_size);
+  return mini_batch_size / st.micro_batch_size;
+}
+
+std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int mini_batch) {
+  GP_ASSERT(mbs_from >= 1 && mbs_to >= 1 && mini_batch >= 1, "bad sizes {} {} {}", mbs_from,
+            mbs_to, mini_batch);
+  std::vector<std::pair<int, int>> out;
+  int begin = 0;
+  while (begin < mini_batch) {
+    // Next boundary of either side's micro-batch partition.
+    int end = std::min({(begin / mbs_from + 1) * mbs_from, (begin / mbs_to + 1) * mbs_to, mini_batch});
+    out.emplace_back(begin, end - begin);
+    begin = end;
+  }
+  return out;
+}
+
+namespace {
+
+/// Emits the actions of one stage: recvs before each pass, sends right after it.
+class StageBuilder {
+ public:
+  StageBuilder(const plan::Plan& p, const plan::Stage& st) : p_(p), st_(st) {}
+
+  void forward(int k) {
+    for (int u : st_.inputs_from) transfers(ActionKind::recv_act, u, k, peer_mbs(u), true);
+    out_.push_back({ActionKind::forward, k, -1, 0, 0});
+    for (int v : st_.outputs_to) transfers(ActionKind::send_act, v, k, peer_mbs(v), false);
+  }
+  void backward(int k) {
+    for (int v : st_.outputs_to) transfers(ActionKind::recv_grad, v, k, peer_mbs(v), false);
+    out_.push_back({ActionKind::backward, k, -1, 0, 0});
+    for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
+  }
+  void finish() {
+    if (st_.devices.size() > 1) out_.push_back({ActionKind::allreduce, -1, -1, 0, 0});
+    out_.push_back({ActionKind::optimizer_step, -1, -1, 0, 0});
+  }
+  std::vector<Action> take() { return std::move(out_); }
+
+ private:
+  int peer_mbs(int peer) const {
+    GP_CHECK(peer >= 0 && peer < static_cast<int>(p_.stages.size()),
+             "stage {}: edge to unknown stage {}", st_.id, peer);
+    return p_.stages[peer].micro_batch_size;
+  }
+  // The pieces of edge (peer -> this) or (this -> peer) inside this stage's micro-batch k.
+  void transfers(ActionKind kind, int peer, int k, int mbs_peer, bool peer_is_pred) {
+    int m = st_.micro_batch_size;
+    auto pieces = peer_is_pred ? edge_pieces(mbs_peer, m, p_.mini_batch_size)
+                               : edge_pieces(m, mbs_peer, p_.mini_batch_size);
+    for (auto [b, c] : pieces)
+      if (b >= k * m && b < (k + 1) * m) out_.push_back({kind, -1, peer, b, c});
+  }
+  const plan::Plan& p_;
+  const plan::Stage& st_;
+  std::vector<Action> out_;
+};
+
+}  // namespace
+
+Schedule build_schedule(const plan::Plan& p, const std::string& kind) {
+  GP_CHECK(kind == "1f1b" || kind == "gpipe", "unknown schedule kind \"{}\" (valid: 1f1b, gpipe)",
+           kind);
+  GP_CHECK(p.mini_batch_size >= 1, "plan: mini_batch_size must be >= 1, got {}", p.mini_batch_size);
+  Schedule s;
+  s.kind = kind;
+  s.mini_batch_size = p.mini_batch_size;
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const plan::Stage& st = p.stages[i];
+    GP_CHECK(st.id == static_cast<int>(i), "plan: stages[{}] has id {}", i, st.id);
+    int n = num_micro_batches(st, p.mini_batch_size);
+    StageBuilder b(p, st);
+    if (kind == "gpipe") {
+      for (int k = 0; k < n; ++k) b.forward(k);
+      for (int k = 0; k < n; ++k) b.backward(k);
+    } else {
+      // 1F1B: warm up with in_flight forwards, then one backward + one forward, then drain.
+      int warm = std::clamp(st.in_flight, 1, n);
+      for (int k = 0; k < warm; ++k) b.forward(k);
+      for (int k = 0; k < n; ++k) {
+        b.backward(k);
+        if (warm + k < n) b.forward(warm + k);
+      }
+    }
+    b.finish();
+    s.stages.push_back({st.id, b.take()});
+  }
+  check_schedule(s, p, fmt::format("{} schedule of the plan", kind));
+  return s;
+}
+
+std::vector<int> peak_in_flight(const Schedule& s) {
+  std::vector<int> out;
+  for (const StageSchedule& st : s.stages) {
+    int held = 0, peak = 0;
+    for (const Action& a : st.actions) {
+      if (a.kind == ActionKind::forward) peak = std::max(peak, ++held);
+      if (a.kind == ActionKind::backward) --held;
+    }
+    out.push_back(peak);
+  }
+  return out;
+}
+
+}  // namespace gp::schedule
