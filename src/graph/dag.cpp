@@ -23,6 +23,27 @@ void Dag::add_edge(int u, int v) {
   pred_[v].push_back(u);
 }
 
+void Dag::add_edges(const std::vector<std::pair<int, int>>& edges) {
+  std::vector<std::vector<int>> by_source(size());
+  for (auto [u, v] : edges) {
+    GP_ASSERT(u >= 0 && u < size() && v >= 0 && v < size(), "edge {}->{} out of range (n={})", u,
+              v, size());
+    by_source[u].push_back(v);
+  }
+  std::vector<char> present(size(), 0);
+  for (int u = 0; u < size(); ++u) {
+    if (by_source[u].empty()) continue;
+    for (int v : succ_[u]) present[v] = 1;
+    for (int v : by_source[u])
+      if (!present[v]) {
+        present[v] = 1;
+        succ_[u].push_back(v);
+        pred_[v].push_back(u);
+      }
+    for (int v : succ_[u]) present[v] = 0;
+  }
+}
+
 bool Dag::has_edge(int u, int v) const {
   // Scan the shorter of the two adjacency lists.
   if (succ_[u].size() <= pred_[v].size())
@@ -204,6 +225,24 @@ Dag transitive_reduction(const Dag& g) {
     std::sort(kept.begin(), kept.end());
     for (int v : kept) out.add_edge(u, v);
   }
+  return out;
+}
+
+Dag induced_subgraph(const Dag& g, const std::vector<int>& nodes) {
+  std::vector<int> local(g.size(), -1);
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    GP_ASSERT(nodes[i] >= 0 && nodes[i] < g.size() && local[nodes[i]] == -1,
+              "induced_subgraph: bad or repeated node {}", nodes[i]);
+    local[nodes[i]] = i;
+  }
+  // g has no parallel edges, so neither has the result: fill the lists directly.
+  Dag out(static_cast<int>(nodes.size()));
+  for (int i = 0; i < out.size(); ++i)
+    for (int v : g.succs(nodes[i]))
+      if (local[v] >= 0) {
+        out.succ_[i].push_back(local[v]);
+        out.pred_[local[v]].push_back(i);
+      }
   return out;
 }
 

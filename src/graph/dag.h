@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gp::graph {
@@ -16,6 +17,8 @@ class Dag {
   int size() const { return static_cast<int>(succ_.size()); }
   int add_node();
   void add_edge(int u, int v);  // no-op if already present
+  /// Adds many edges at once in O(n + m + edges.size()) (add_edge scans adjacency lists).
+  void add_edges(const std::vector<std::pair<int, int>>& edges);
   bool has_edge(int u, int v) const;
   const std::vector<int>& succs(int u) const { return succ_[u]; }
   const std::vector<int>& preds(int u) const { return pred_[u]; }
@@ -25,6 +28,7 @@ class Dag {
   bool operator==(const Dag&) const = default;
 
  private:
+  friend Dag induced_subgraph(const Dag& g, const std::vector<int>& nodes);
   std::vector<std::vector<int>> succ_, pred_;
 };
 
@@ -50,7 +54,9 @@ class Reachability {
 /// A node set S is convex iff no path leaves S and re-enters it.
 bool is_convex(const Dag& g, const std::vector<int>& nodes);
 Dag transitive_reduction(const Dag& g);
-/// Component index per node (weakly connected).
+/// The subgraph induced by `nodes` (distinct ids): node i of the result is nodes[i].
+Dag induced_subgraph(const Dag& g, const std::vector<int>& nodes);
+/// Component index per node (weakly connected), numbered in order of each component's first node.
 std::vector<int> weak_components(const Dag& g, int* count = nullptr);
 /// Immediate dominators from a single source (idom[source] = source; -1 if unreachable).
 std::vector<int> dominators(const Dag& g, int source);

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "graph/subset.h"
+#include "graph/sp_detail.h"
 #include "support/error.h"
 
 namespace gp::graph {
@@ -55,19 +55,18 @@ std::string SpTree::to_string() const {
 
 namespace {
 
-using detail::SubsetClosure;
-using detail::SubsetIndex;
+using detail::Closure;
+using detail::Part;
 
-// Searches a prime block (connected, no series cut) for an induced N: a<c, b<c, b<d with a||b,
-// a||d, c||d. Such a block always contains one (series-parallel orders are exactly the N-free
-// ones); the search is bounded so a huge block only costs a bounded amount of work.
-std::string describe_prime_block(const Dag& g, SubsetIndex& idx, const std::vector<int>& order) {
-  idx.enter(order);
-  const SubsetClosure cl(g, idx, order);
+// Searches a prime part (connected, no series cut) for an induced N: a<c, b<c, b<d with a||b,
+// a||d, c||d. Such a part always contains one (series-parallel orders are exactly the N-free
+// ones); the search is bounded so a huge part only costs a bounded amount of work.
+std::string describe_prime_part(const Part& part) {
+  const Closure cl(part.dag);
   const int k = cl.size();
   const size_t words = cl.words();
   int64_t budget = 50'000'000;  // word operations
-  std::vector<uint64_t> a_set(words), d_set(words);
+  std::vector<uint64_t> a_set(words), d_set(words), a_free(words);
   auto cmp_clear = [&](uint64_t* dst, int x) {  // dst &= ~(anc(x) | desc(x))
     for (size_t w = 0; w < words; ++w) dst[w] &= ~(cl.anc(x)[w] | cl.desc(x)[w]);
   };
@@ -87,7 +86,6 @@ std::string describe_prime_block(const Dag& g, SubsetIndex& idx, const std::vect
       std::copy(cl.anc(c), cl.anc(c) + words, a_set.begin());  // a: a<c, a||b
       cmp_clear(a_set.data(), b);
       if (first_bit(a_set.data()) < 0) continue;
-      std::vector<uint64_t> a_free(words);
       for (size_t w = 0; w < words && found.empty() && budget > 0; ++w)
         for (uint64_t bits = d_set[w]; bits && budget > 0; bits &= bits - 1) {
           const int d = static_cast<int>(w * 64) + std::countr_zero(bits);
@@ -95,16 +93,16 @@ std::string describe_prime_block(const Dag& g, SubsetIndex& idx, const std::vect
           a_free = a_set;  // a||d
           cmp_clear(a_free.data(), d);
           if (int a = first_bit(a_free.data()); a >= 0) {
-            found = {order[a], order[b], order[c], order[d]};
+            found = {part.ids[a], part.ids[b], part.ids[c], part.ids[d]};
             break;
           }
         }
     }
   }
-  idx.leave(order);
-  std::string where = fmt::format("a block of {} nodes that is neither a series nor a parallel composition", k);
+  std::string where = fmt::format(
+      "a block of {} nodes that is neither a series nor a parallel composition", k);
   if (k <= 16) {
-    std::vector<int> sorted = order;
+    std::vector<int> sorted = part.ids;
     std::sort(sorted.begin(), sorted.end());
     where = fmt::format("block {{{}}}, which is neither a series nor a parallel composition",
                         fmt::join(sorted, ","));
@@ -132,52 +130,42 @@ SpResult sp_decompose(const Dag& g) {
     result.tree = tree;
     return result;
   }
-  // Work list of (convex node set, tree node to fill). Every set we recurse on is a module of the
-  // order (all outside nodes relate to it uniformly), so reachability inside the induced subgraph
-  // equals reachability in g: components give the parallel split, series_blocks the series split.
-  SubsetIndex idx(g.size());
+  // Work list of (part, tree node to fill). Every part is a module of the order (outside nodes
+  // relate to all of it alike) and convex, so reachability inside its induced subgraph equals
+  // reachability in g: weak components give the parallel split, series_blocks the series split.
   struct Item {
-    std::vector<int> nodes;
+    Part part;
     int tree_node;
   };
-  std::vector<int> all(g.size());
-  for (int u = 0; u < g.size(); ++u) all[u] = u;
   tree.nodes.emplace_back();
   tree.root = 0;
-  std::vector<Item> work{{std::move(all), 0}};
-  auto add_children = [&](int parent, SpNode::Kind kind, std::vector<std::vector<int>>& parts) {
-    tree.nodes[parent].kind = kind;
-    for (auto& part : parts) {
-      const int child = static_cast<int>(tree.nodes.size());
-      tree.nodes.emplace_back();
-      tree.nodes[parent].children.push_back(child);
-      work.push_back({std::move(part), child});
-    }
-  };
+  std::vector<Item> work;
+  work.push_back({detail::whole_graph(g), 0});
   while (!work.empty()) {
     Item item = std::move(work.back());
     work.pop_back();
-    if (item.nodes.size() == 1) {
-      tree.nodes[item.tree_node] = SpNode{SpNode::Kind::leaf, item.nodes[0], {}};
+    const Part& part = item.part;
+    if (part.dag.size() == 1) {
+      tree.nodes[item.tree_node] = SpNode{SpNode::Kind::leaf, part.ids[0], {}};
       continue;
     }
-    idx.enter(item.nodes);
-    auto parts = detail::subset_components(g, idx, item.nodes);
-    if (parts.size() > 1) {
-      idx.leave(item.nodes);
-      add_children(item.tree_node, SpNode::Kind::parallel, parts);
-      continue;
+    SpNode::Kind kind = SpNode::Kind::parallel;
+    auto parts = detail::parallel_parts(part);
+    if (parts.size() == 1) {
+      kind = SpNode::Kind::series;
+      parts = detail::series_blocks(part.dag);
     }
-    const std::vector<int> order = detail::subset_topo_order(g, idx, item.nodes);
-    parts = detail::series_blocks(g, idx, order);
-    idx.leave(item.nodes);
-    if (parts.size() > 1) {
-      for (auto& part : parts) std::sort(part.begin(), part.end());
-      add_children(item.tree_node, SpNode::Kind::series, parts);
-      continue;
+    if (parts.size() == 1) {
+      result.failure = describe_prime_part(part);
+      return result;
     }
-    result.failure = describe_prime_block(g, idx, order);
-    return result;
+    tree.nodes[item.tree_node].kind = kind;
+    for (const auto& local_nodes : parts) {
+      const int child = static_cast<int>(tree.nodes.size());
+      tree.nodes.emplace_back();
+      tree.nodes[item.tree_node].children.push_back(child);
+      work.push_back({detail::sub_part(part, local_nodes), child});
+    }
   }
   result.tree = std::move(tree);
   return result;

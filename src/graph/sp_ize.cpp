@@ -21,58 +21,53 @@
 #include <cstdlib>
 #include <functional>
 #include <queue>
+#include <set>
 
 #include "graph/series_parallel.h"
-#include "graph/subset.h"
+#include "graph/sp_detail.h"
 #include "support/error.h"
 
 namespace gp::graph {
 namespace {
 
-using detail::SubsetClosure;
-using detail::SubsetIndex;
+using detail::Closure;
+using detail::Part;
 
-struct Cut {
-  std::vector<char> in_down;  // by position in the subset's topological order
-  int64_t lost = 0;
-};
-
-// Kahn's algorithm on the subset (positions 0..k-1 of `order`), smallest key first.
-std::vector<int> keyed_order(const Dag& g, const SubsetIndex& idx, const std::vector<int>& order,
-                             const std::function<int64_t(int)>& key) {
-  const int k = static_cast<int>(order.size());
+// Kahn's algorithm on g, smallest key first.
+std::vector<int> keyed_order(const Dag& g, const std::function<int64_t(int)>& key) {
+  const int k = g.size();
   std::vector<int> indeg(k, 0), out;
   using Entry = std::pair<int64_t, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
   for (int i = 0; i < k; ++i) {
-    for (int p : g.preds(order[i]))
-      if (idx.contains(p)) ++indeg[i];
+    indeg[i] = static_cast<int>(g.preds(i).size());
     if (indeg[i] == 0) ready.push({key(i), i});
   }
   while (!ready.empty()) {
     int i = ready.top().second;
     ready.pop();
     out.push_back(i);
-    for (int v : g.succs(order[i]))
-      if (idx.contains(v) && --indeg[idx[v]] == 0) ready.push({key(idx[v]), idx[v]});
+    for (int v : g.succs(i))
+      if (--indeg[v] == 0) ready.push({key(v), v});
   }
   return out;
 }
 
-// The subset must be entered as idx.enter(order) with `order` topological.
-Cut choose_cut(const Dag& g, const SubsetIndex& idx, const std::vector<int>& order) {
-  const int k = static_cast<int>(order.size());
-  const SubsetClosure cl(g, idx, order);
+// The downset to put first, for a topologically numbered, connected DAG with no series cut.
+std::vector<char> choose_down(const Dag& g) {
+  const int k = g.size();
   std::vector<int64_t> desc(k), anc(k), depth(k, 0), height(k, 0);
-  for (int i = 0; i < k; ++i) {
-    desc[i] = cl.desc_count(i);
-    anc[i] = cl.anc_count(i);
-    for (int p : g.preds(order[i]))
-      if (idx.contains(p)) depth[i] = std::max(depth[i], depth[idx[p]] + 1);
+  {
+    const Closure cl(g);
+    for (int i = 0; i < k; ++i) {
+      desc[i] = cl.desc_count(i);
+      anc[i] = cl.anc_count(i);
+    }
   }
+  for (int i = 0; i < k; ++i)
+    for (int p : g.preds(i)) depth[i] = std::max(depth[i], depth[p] + 1);
   for (int i = k - 1; i >= 0; --i)
-    for (int s : g.succs(order[i]))
-      if (idx.contains(s)) height[i] = std::max(height[i], height[idx[s]] + 1);
+    for (int s : g.succs(i)) height[i] = std::max(height[i], height[s] + 1);
 
   const std::vector<std::function<int64_t(int)>> keys = {
       [](int i) { return i; },
@@ -83,10 +78,11 @@ Cut choose_cut(const Dag& g, const SubsetIndex& idx, const std::vector<int>& ord
       [&](int i) { return -desc[i]; },
   };
   int64_t best_lost = -1, best_balance = 0;
-  std::vector<int> best_order;
+  std::vector<std::vector<int>> orders;
+  size_t best_order = 0;
   int best_prefix = 0;
   for (const auto& key : keys) {
-    const std::vector<int> ord = keyed_order(g, idx, order, key);
+    const std::vector<int>& ord = orders.emplace_back(keyed_order(g, key));
     int64_t cross = 0;
     for (int i = 0; i + 1 < k; ++i) {
       cross += (desc[ord[i]] - 1) - (anc[ord[i]] - 1);
@@ -95,55 +91,64 @@ Cut choose_cut(const Dag& g, const SubsetIndex& idx, const std::vector<int>& ord
       if (best_lost < 0 || lost < best_lost || (lost == best_lost && balance < best_balance)) {
         best_lost = lost;
         best_balance = balance;
-        best_order = ord;
+        best_order = orders.size() - 1;
         best_prefix = i + 1;
       }
     }
   }
-  Cut cut{std::vector<char>(k, 0), best_lost};
-  for (int i = 0; i < best_prefix; ++i) cut.in_down[best_order[i]] = 1;
+  std::vector<char> in_down(k, 0);
+  for (int i = 0; i < best_prefix; ++i) in_down[orders[best_order][i]] = 1;
 
-  // Hill-climb. For x minimal in Up, moving it down changes lost by
-  //   +(|Up| - desc(x)) [new pairs with Up]  -(|Down| - anc(x) + 1) [pairs with Down gone];
-  // symmetrically for x maximal in Down.
-  // up_preds[i] / down_succs[i]: predecessors of i in Up / successors of i in Down, for every i.
+  // Hill-climb. Moving x, minimal in Up, into Down changes lost by
+  //   +(|Up| - desc(x)) [new independent pairs with Up] - (|Down| - anc(x) + 1) [those with Down]
+  // = |Up| - |Down| - 1 + (anc(x) - desc(x)); symmetrically for x maximal in Down. So the best
+  // move on each side is the candidate with the smallest anc-desc (resp. desc-anc): keep the
+  // candidates in ordered sets. up_preds[i] / down_succs[i]: predecessors of i in Up / successors
+  // of i in Down, kept for every i.
   std::vector<int> up_preds(k, 0), down_succs(k, 0);
-  int64_t n_down = best_prefix, n_up = k - best_prefix;
+  int64_t n_down = best_prefix, n_up = k - best_prefix, lost = best_lost;
   for (int i = 0; i < k; ++i)
-    for (int s : g.succs(order[i]))
-      if (idx.contains(s)) {
-        if (cut.in_down[idx[s]]) ++down_succs[i];
-        if (!cut.in_down[i]) ++up_preds[idx[s]];
-      }
-  for (int step = 0; step < 4 * k; ++step) {
-    int64_t best_delta = 0;
-    int best_x = -1;
-    for (int x = 0; x < k; ++x) {
-      int64_t delta;
-      if (!cut.in_down[x] && up_preds[x] == 0 && n_up > 1)
-        delta = n_up - desc[x] - n_down + anc[x] - 1;
-      else if (cut.in_down[x] && down_succs[x] == 0 && n_down > 1)
-        delta = n_down - anc[x] - n_up + desc[x] - 1;
-      else
-        continue;
-      if (delta < best_delta) {
-        best_delta = delta;
-        best_x = x;
-      }
+    for (int s : g.succs(i)) {
+      if (in_down[s]) ++down_succs[i];
+      if (!in_down[i]) ++up_preds[s];
     }
-    if (best_x < 0) break;
-    const bool to_down = !cut.in_down[best_x];
-    cut.in_down[best_x] = to_down;
-    n_down += to_down ? 1 : -1;
-    n_up -= to_down ? 1 : -1;
-    cut.lost += best_delta;
-    for (int s : g.succs(order[best_x]))
-      if (idx.contains(s)) up_preds[idx[s]] += to_down ? -1 : 1;
-    for (int p : g.preds(order[best_x]))
-      if (idx.contains(p)) down_succs[idx[p]] += to_down ? 1 : -1;
+  std::set<std::pair<int64_t, int>> up_min, down_max;  // (key, node)
+  auto up_key = [&](int x) { return std::pair{anc[x] - desc[x], x}; };
+  auto down_key = [&](int x) { return std::pair{desc[x] - anc[x], x}; };
+  for (int x = 0; x < k; ++x) {
+    if (!in_down[x] && up_preds[x] == 0) up_min.insert(up_key(x));
+    if (in_down[x] && down_succs[x] == 0) down_max.insert(down_key(x));
   }
-  GP_ASSERT(cut.lost > 0, "a prime block must lose at least one pair, got {}", cut.lost);
-  return cut;
+  for (int step = 0; step < 4 * k + 16; ++step) {
+    int64_t delta_up = 0, delta_down = 0;  // best move of a node of Up down / of Down up
+    if (n_up > 1 && !up_min.empty()) delta_up = n_up - n_down - 1 + up_min.begin()->first;
+    if (n_down > 1 && !down_max.empty()) delta_down = n_down - n_up - 1 + down_max.begin()->first;
+    if (std::min(delta_up, delta_down) >= 0) break;
+    const bool to_down = delta_up <= delta_down;
+    const int x = to_down ? up_min.begin()->second : down_max.begin()->second;
+    lost += to_down ? delta_up : delta_down;
+    if (to_down) {
+      up_min.erase(up_key(x));
+      in_down[x] = 1;
+      ++n_down, --n_up;
+      down_max.insert(down_key(x));  // its successors are all in Up
+      for (int p : g.preds(x))
+        if (down_succs[p]++ == 0) down_max.erase(down_key(p));
+      for (int s : g.succs(x))
+        if (--up_preds[s] == 0) up_min.insert(up_key(s));
+    } else {
+      down_max.erase(down_key(x));
+      in_down[x] = 0;
+      --n_down, ++n_up;
+      up_min.insert(up_key(x));  // its predecessors are all in Down
+      for (int s : g.succs(x))
+        if (up_preds[s]++ == 0) up_min.erase(up_key(s));
+      for (int p : g.preds(x))
+        if (--down_succs[p] == 0) down_max.insert(down_key(p));
+    }
+  }
+  GP_ASSERT(lost > 0, "a prime block must lose at least one pair, got {}", lost);
+  return in_down;
 }
 
 }  // namespace
@@ -151,43 +156,39 @@ Cut choose_cut(const Dag& g, const SubsetIndex& idx, const std::vector<int>& ord
 Dag sp_ize(const Dag& g) {
   GP_CHECK(topo_order(g).has_value(), "cannot make a cyclic graph series-parallel: cycle {}",
            describe_cycle(find_cycle(g)));
-  Dag h = g;
-  SubsetIndex idx(g.size());
-  std::vector<std::vector<int>> work(1);
-  for (int u = 0; u < g.size(); ++u) work[0].push_back(u);
+  std::vector<std::pair<int, int>> extra;  // ordering edges to add, in g's ids
+  std::vector<Part> work;
+  work.push_back(detail::whole_graph(g));
   while (!work.empty()) {
-    std::vector<int> nodes = std::move(work.back());
+    const Part part = std::move(work.back());
     work.pop_back();
-    if (nodes.size() <= 1) continue;
-    idx.enter(nodes);
-    auto parts = detail::subset_components(h, idx, nodes);
+    const Dag& h = part.dag;
+    if (h.size() <= 1) continue;
+    auto parts = detail::parallel_parts(part);
+    if (parts.size() == 1) parts = detail::series_blocks(h);
     if (parts.size() == 1) {
-      const std::vector<int> order = detail::subset_topo_order(h, idx, nodes);
-      parts = detail::series_blocks(h, idx, order);
-      if (parts.size() == 1) {
-        idx.leave(nodes);
-        idx.enter(order);
-        const Cut cut = choose_cut(h, idx, order);
-        const int k = static_cast<int>(order.size());
-        std::vector<int> down, up, down_sinks, up_sources;
-        for (int i = 0; i < k; ++i) {
-          const bool d = cut.in_down[i];
-          (d ? down : up).push_back(order[i]);
-          bool boundary = true;  // no successor in Down (for Down) / predecessor in Up (for Up)
-          for (int v : d ? h.succs(order[i]) : h.preds(order[i]))
-            if (idx.contains(v) && cut.in_down[idx[v]] == d) boundary = false;
-          if (boundary) (d ? down_sinks : up_sources).push_back(order[i]);
-        }
-        for (int s : down_sinks)
-          for (int t : up_sources) h.add_edge(s, t);
-        parts = {std::move(down), std::move(up)};
-        nodes = order;
+      // Prime: force the series cut Down;Up with edges sinks(Down) -> sources(Up) (a sink of Down
+      // reaches a source of Up only by a direct edge, so all of them are needed).
+      const std::vector<char> in_down = choose_down(h);
+      std::vector<int> down, up, down_sinks, up_sources;
+      for (int i = 0; i < h.size(); ++i) {
+        const bool d = in_down[i];
+        (d ? down : up).push_back(i);
+        bool boundary = true;
+        for (int v : d ? h.succs(i) : h.preds(i))
+          if (static_cast<bool>(in_down[v]) == d) boundary = false;
+        if (boundary) (d ? down_sinks : up_sources).push_back(i);
       }
+      for (int s : down_sinks)
+        for (int t : up_sources) extra.push_back({part.ids[s], part.ids[t]});
+      parts = {std::move(down), std::move(up)};
     }
-    idx.leave(nodes);
-    for (auto& part : parts) work.push_back(std::move(part));
+    for (const auto& local_nodes : parts) work.push_back(detail::sub_part(part, local_nodes));
   }
-  return h;
+  if (extra.empty()) return g;
+  Dag out = g;
+  out.add_edges(extra);
+  return out;
 }
 
 int64_t independent_pairs(const Dag& g) {
