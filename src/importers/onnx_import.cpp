@@ -3,6 +3,7 @@
 #include "importers/onnx_import.h"
 
 #include <map>
+#include <set>
 
 #include "importers/onnx_mapper.h"
 #include "support/error.h"
@@ -88,8 +89,21 @@ void Mapper::map_node(int i) {
   const std::string& y = n.output(0);
   auto is_act = [&](int k) { return k < n.input_size() && !n.input(k).empty() && net.at(n.input(k)).activation; };
   auto simple = [&](ir::OpKind kind, Json attrs = Json::object()) { emit(n.name(), kind, {x}, y, std::move(attrs)); };
-  if (!batch_first(y) && op != "Identity") return unsupported(n, fmt::format("output shape [{}] does not keep the batch as dim 0",
-                                                                             fmt::join(net.shape(y), ", ")));
+  static const std::set<std::string> kSupported = {
+      "Relu", "Sigmoid", "Tanh", "Gelu", "Identity", "Conv", "BatchNormalization", "MaxPool", "AveragePool",
+      "GlobalAveragePool", "Concat", "Add", "Mul", "Gemm", "MatMul", "Flatten", "Dropout", "Reshape", "Squeeze",
+      "Unsqueeze", "Transpose", "Softmax", "LayerNormalization", "Split", "Slice", "Gather", "ReduceMean",
+      "ReduceSum"};
+  if (!kSupported.count(op)) {
+    unsupported_ops[op] += 1;
+    return;
+  }
+  if (!net.at(y).shape) {  // usually behind an unsupported operator; reported only when there is none
+    shape_unknown.push_back(fmt::format("{}: ONNX shape inference could not determine its output shape", node_label(n)));
+    return;
+  }
+  if (!batch_first(y) && op != "Identity")
+    return unsupported(n, fmt::format("output shape [{}] does not keep the batch as dim 0", fmt::join(net.shape(y), ", ")));
   if (op == "Relu") return simple(ir::OpKind::relu);
   if (op == "Sigmoid") return simple(ir::OpKind::sigmoid);
   if (op == "Tanh") return simple(ir::OpKind::tanh);
@@ -242,7 +256,7 @@ void Mapper::map_node(int i) {
     return simple(op == "ReduceMean" ? ir::OpKind::mean : ir::OpKind::sum,
                   Json{{"axis", axis}, {"keepdim", attr_i(n, "keepdims", 1) != 0}});
   }
-  unsupported_ops[op] += 1;
+  GP_ASSERT(false, "supported op {} not mapped", op);
 }
 
 void Mapper::map_slice(int i) {
@@ -275,6 +289,7 @@ void Mapper::map_slice(int i) {
 }
 
 ir::Model Mapper::finish() {
+  if (unsupported_ops.empty()) reasons.insert(reasons.end(), shape_unknown.begin(), shape_unknown.end());
   if (!unsupported_ops.empty() || !reasons.empty()) {
     std::string msg = fmt::format("{}: cannot import the ONNX model (nothing was imported):", net.path);
     if (!unsupported_ops.empty()) {

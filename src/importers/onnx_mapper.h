@@ -17,6 +17,7 @@ struct Mapper {
   std::unordered_set<std::string> used_names;
   std::map<std::string, int> unsupported_ops;  // op type -> count
   std::vector<std::string> reasons;            // supported op types used in an unsupported way
+  std::vector<std::string> shape_unknown;      // nodes whose output shape inference could not give
 
   ir::Shape ir_shape(const std::string& tensor) const;
   /// True when the tensor's dim 0 is the batch and no other dim depends on the batch.

@@ -82,9 +82,12 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
 
   // 1. Regions where the batch leaves dim 0 (torch's MultiheadAttention works sequence-first and merges
   // batch and heads): connected by such tensors; accepted only as a whole self-attention block.
+  // Only tensors that an op reads count (training-mode BatchNorm / Dropout have unused side outputs).
   auto mixed = [&](const std::string& t) {
     const auto& ti = net.at(t);
-    return ti.activation && ti.shape && !batch_first(t);
+    bool read = m.is_output(t);
+    for (int c : ti.consumers) read = read || !net.folded[c];
+    return read && ti.activation && ti.shape && !batch_first(t);
   };
   std::vector<int> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
@@ -110,7 +113,7 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
     std::set<std::string> ext_in, outs, params;
     std::set<int> inside(nodes.begin(), nodes.end());
     int softmax = 0, act_matmul = 0;
-    int64_t heads = 1;
+    std::vector<std::vector<int64_t>> heads_seen;  // rank-3 shapes inside: [S, B*heads, H/heads] etc.
     for (int i : nodes) {
       const auto& nd = net.nodes[i];
       softmax += nd.op_type() == "Softmax";
@@ -124,11 +127,9 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
       for (const auto& o : nd.output()) {
         if (o.empty()) continue;
         for (int c : net.at(o).consumers)
-          if (!inside.count(c)) outs.insert(o);
+          if (!inside.count(c) && !net.folded[c]) outs.insert(o);  // shape-only readers do not count
         if (m.is_output(o)) outs.insert(o);
-        if (const auto& s = net.at(o).shape)
-          for (int64_t d : *s)
-            if (d % kProbeBatch == 0) heads = std::max(heads, d / kProbeBatch);
+        if (const auto& s = net.at(o).shape; s && s->size() == 3) heads_seen.push_back(*s);
       }
     }
     std::string why;
@@ -147,9 +148,14 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
       else if (count != 4 * h * h + 4 * h)
         why = fmt::format("{} parameters, expected 4*{}^2+4*{} = {} (Q,K,V,output projections with biases)", count, h, h,
                           4 * h * h + 4 * h);
-      else if (h % heads != 0)
-        why = fmt::format("{} heads do not divide hidden size {}", heads, h);
     }
+    // heads: the k of a rank-3 tensor with a dim k * batch whose last dim is hidden / k (k = 1 if none).
+    int64_t heads = 1;
+    for (const auto& s : heads_seen)
+      for (int64_t d : s)
+        if (h > 0 && d % kProbeBatch == 0 && d / kProbeBatch > 1 && h % (d / kProbeBatch) == 0 &&
+            s.back() == h / (d / kProbeBatch))
+          heads = std::max(heads, d / kProbeBatch);
     claim(nodes);
     if (!why.empty()) {
       reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a multi-head "

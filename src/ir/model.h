@@ -42,7 +42,9 @@ enum class OpKind {
                   // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
   conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true)
   batchnorm,      // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
-  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0)
+  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0), ceil_mode (default
+                     // false; true rounds the output size up as PyTorch does: the last window may
+                     // overhang the bottom/right edge, but never starts in the padding)
   global_avgpool, // [B,C,H,W] -> [B,C]
   flatten,        // [B, ...] -> [B, prod(...)]
   reshape,        // attrs: shape (per-sample dims, without the batch dim)

@@ -201,7 +201,17 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
       need_rank(0, 4, 4);
       int64_t k = positive("kernel", std::nullopt), s = positive("stride", k), p = attr_int(op, "padding", 0, where);
       if (p < 0 || 2 * p > k) fail(op, where, fmt::format("attrs.padding = {} must be in [0, kernel/2]", p));
-      int64_t h = (in[0][2] + 2 * p - k) / s + 1, w = (in[0][3] + 2 * p - k) / s + 1;
+      // ceil_mode (PyTorch/ONNX): round the window count up, dropping a last window that would start
+      // in the right padding.
+      const bool ceil = attr_bool(op, "ceil_mode", false, where);
+      auto out_dim = [&](int64_t n) {
+        int64_t span = n + 2 * p - k;
+        if (span < 0) return int64_t{0};
+        int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
+        if (ceil && (o - 1) * s >= n + p) --o;
+        return o;
+      };
+      int64_t h = out_dim(in[0][2]), w = out_dim(in[0][3]);
       if (h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
       return Shape{kBatch, in[0][1], h, w};
     }
