@@ -46,8 +46,6 @@ struct Net {
 /// Reads, checks, sorts and shape-infers an ONNX file (errors name the file).
 Net load_net(const std::string& path);
 
-/// Maps a loaded net to IR ops (throws UserError listing every unsupported operator).
-ir::Model map_net(const Net& net);
 
 // Attribute helpers over NodeProto.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);
