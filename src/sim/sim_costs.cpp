@@ -1,0 +1,77 @@
+// SimCosts from the cost model: the same cost::stage_cost the planner uses, so both agree.
+#include <algorithm>
+
+#include "sim/sim.h"
+
+namespace gp::sim {
+
+SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
+  const ir::Graph& g = cm.graph();
+  const cost::Cluster& cl = cm.cluster();
+  GP_CHECK(p.num_devices <= cl.num_devices(),
+           "plan uses {} devices but the cluster \"{}\" has {}", p.num_devices, cl.name,
+           cl.num_devices());
+  std::vector<int> stage_of(g.num_ops(), -1);
+  std::vector<std::vector<OpId>> ops(p.stages.size());
+  for (const plan::Stage& st : p.stages) {
+    for (const std::string& name : st.ops) {
+      OpId id = g.find(name);
+      GP_CHECK(id.valid(), "plan: stage {}: op \"{}\" is not in model \"{}\"", st.id, name, g.name());
+      GP_CHECK(stage_of[id.v] < 0, "plan: op \"{}\" is in stages {} and {}", name, stage_of[id.v], st.id);
+      stage_of[id.v] = st.id;
+      ops[st.id].push_back(id);
+    }
+  }
+  SimCosts c;
+  c.cluster = cl;
+  c.p2p_time = [&cm](int a, int b, double bytes) { return cm.p2p_time(a, b, bytes); };
+  for (const plan::Stage& st : p.stages) {
+    std::vector<char> in_stage(g.num_ops(), 0);
+    for (OpId op : ops[st.id]) in_stage[op.v] = 1;
+    int dp = static_cast<int>(st.devices.size());
+    GP_CHECK(dp >= 1, "plan: stage {} has no devices", st.id);
+    bool same_node = true;
+    for (int d : st.devices) same_node = same_node && cl.same_node(d, st.devices[0]);
+    for (int v : st.outputs_to)
+      for (int d : p.stages[v].devices) same_node = same_node && cl.same_node(d, st.devices[0]);
+    for (int u : st.inputs_from)
+      for (int d : p.stages[u].devices) same_node = same_node && cl.same_node(d, st.devices[0]);
+    cost::StageCost sc = cost::stage_cost(cm, ops[st.id], in_stage, dp, st.micro_batch_size,
+                                          p.mini_batch_size, same_node);
+    // Split the planner's compute time into forward and backward as the ops' own times do.
+    double f = 0, b = 0;
+    for (OpId op : ops[st.id]) {
+      cost::OpTime t = cm.op_time(op, sc.per_device_batch);
+      f += t.fwd_s;
+      b += t.bwd_s;
+    }
+    StageTimes t;
+    t.fwd_s = f + b > 0 ? sc.compute_s * f / (f + b) : 0;
+    t.bwd_s = sc.compute_s - t.fwd_s;
+    t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
+    t.state_bytes = sc.state_bytes;
+    t.act_bytes_per_mb = sc.act_bytes_per_mb;
+    // Optimizer step: memory-bound; it reads and writes the weights, gradients and optimizer
+    // state about once each.
+    t.optimizer_s = cl.device.mem_bandwidth_Bps > 0 ? 2 * sc.state_bytes / cl.device.mem_bandwidth_Bps : 0;
+    // Bytes per sample on each out-edge: every op output read by an op of that successor.
+    for (int v : st.outputs_to) {
+      double bytes = 0;
+      for (OpId op : ops[st.id]) {
+        const auto& succ = g.succs(op);
+        if (std::any_of(succ.begin(), succ.end(), [&](OpId s) { return stage_of[s.v] == v; }))
+          bytes += g.costs(op).output_bytes;
+      }
+      t.out_bytes_per_sample.push_back(bytes);
+    }
+    c.stages.push_back(std::move(t));
+  }
+  return c;
+}
+
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm) {
+  SimCosts c = sim_costs(p, cm);
+  return simulate(p, s, c);
+}
+
+}  // namespace gp::sim
