@@ -1,0 +1,124 @@
+// From the DP's stage choices to a plan::Plan: stage order and edges, device placement (each
+// stage's devices contiguous and, for power-of-two degrees, inside one node), in-flight counts,
+// and the predictions (per-stage TPS and memory re-costed with the placed links).
+#include <algorithm>
+#include <numeric>
+
+#include "planner/engine.h"
+#include "plan/plan.h"
+
+namespace gp::planner::detail {
+
+namespace {
+std::string ms(double s) { return fmt::format("{:.4g} ms", s * 1e3); }
+}  // namespace
+
+plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
+                    int mini_batch, double memory_limit, std::vector<std::string>* explain) {
+  const ir::Graph& g = cm.graph();
+  const cost::Cluster& cl = cm.cluster();
+  plan::Plan p;
+  p.model_name = g.name();
+  p.num_ops = static_cast<int>(g.num_ops());
+  p.cluster_name = cl.name;
+  p.num_devices = cl.num_devices();
+  p.mini_batch_size = mini_batch;
+  p.optimizer = cost::to_string(cm.optimizer());
+
+  // Stages in a topological order of the stage DAG, ops in OpId (topological) order.
+  std::vector<std::vector<OpId>> ops;
+  std::vector<int> dp;
+  for (const auto& c : choices) {
+    ops.push_back(c.ops);
+    std::sort(ops.back().begin(), ops.back().end());
+    dp.push_back(c.dp);
+  }
+  auto make_stages = [&](const std::vector<int>& order) {
+    p.stages.clear();
+    for (size_t k = 0; k < order.size(); ++k) {
+      plan::Stage s;
+      s.id = static_cast<int>(k);
+      for (OpId o : ops[order[k]]) s.ops.push_back(g.op(o).name);
+      s.micro_batch_size = mbs;
+      p.stages.push_back(std::move(s));
+    }
+    plan::derive_stage_edges(p, g);
+  };
+  std::vector<int> ident(ops.size());
+  std::iota(ident.begin(), ident.end(), 0);
+  make_stages(ident);
+  std::vector<int> topo = plan::stage_topo_order(p);
+  {
+    std::vector<std::vector<OpId>> o2;
+    std::vector<int> d2;
+    for (int k : topo) o2.push_back(ops[k]), d2.push_back(dp[k]);
+    ops = std::move(o2);
+    dp = std::move(d2);
+  }
+  make_stages(ident);
+
+  // Placement: largest degree first (stable in topological order), contiguous blocks. Power-of-two
+  // blocks in descending size stay aligned, so a block no larger than a node never straddles one.
+  std::vector<int> by_size(ident);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
+  int next = 0;
+  for (int k : by_size) {
+    for (int j = 0; j < dp[k]; ++j) p.stages[k].devices.push_back(next++);
+  }
+  GP_ASSERT(next <= p.num_devices, "placed {} devices of {}", next, p.num_devices);
+  plan::assign_min_in_flight(p);
+
+  // Re-cost each stage with its placed links.
+  const int num_micro = mini_batch / mbs;
+  std::vector<char> mask(g.num_ops(), 0);
+  p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
+  std::vector<double> mb_time(p.stages.size());
+  for (size_t k = 0; k < p.stages.size(); ++k) {
+    plan::Stage& s = p.stages[k];
+    int node = cl.node_of(s.devices.front());
+    bool local = true;
+    auto on_node = [&](const plan::Stage& t) {
+      for (int d : t.devices) local = local && cl.node_of(d) == node;
+    };
+    on_node(s);
+    for (int t : s.inputs_from) on_node(p.stages[t]);
+    for (int t : s.outputs_to) on_node(p.stages[t]);
+    for (OpId o : ops[k]) mask[o.v] = 1;
+    cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mbs, mini_batch, local);
+    s.tps_s = c.tps_s;
+    s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, num_micro));
+    for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
+    mb_time[k] = c.tps_s * mbs;
+    p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
+    if (explain) {
+      std::string alt;
+      if (dp[k] > 1)
+        alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mbs, mini_batch, local).tps_s),
+                           dp[k] / 2, dp[k] / 2 == 1 ? "" : "s");
+      if (dp[k] * 2 <= mbs)
+        alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mbs, mini_batch, local).tps_s),
+                           dp[k] * 2);
+      explain->push_back(fmt::format(
+          "stage {} ({} ops, {} .. {}): {} device{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
+          k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
+          dp[k] == 1 ? "" : "s", ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
+    }
+    for (OpId o : ops[k]) mask[o.v] = 0;
+  }
+  // Iteration time (1F1B, analytic): the first micro-batch crosses the longest path of stage
+  // micro-batch times, then the bottleneck stage paces the remaining M - 1.
+  std::vector<double> finish(p.stages.size(), 0);
+  double path = 0, slowest = 0;
+  for (size_t k = 0; k < p.stages.size(); ++k) {
+    double start = 0;
+    for (int f : p.stages[k].inputs_from) start = std::max(start, finish[f]);
+    finish[k] = start + mb_time[k];
+    path = std::max(path, finish[k]);
+    slowest = std::max(slowest, mb_time[k]);
+  }
+  p.predicted.iteration_time_s = (num_micro - 1) * slowest + path;
+  p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
+  return p;
+}
+
+}  // namespace gp::planner::detail

@@ -1,0 +1,278 @@
+// The DP over sequences (GraphPipe paper, section 5: base / series / parallel cases).
+#include "planner/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "graph/series_parallel.h"
+#include "plan/plan.h"
+
+namespace gp::planner::detail {
+
+namespace {
+
+Item op_item(const cost::CostModel& cm, int op) {
+  Item it;
+  it.ops = {OpId(op)};
+  it.work_s = cm.op_step_time(OpId(op), 1);
+  return it;
+}
+
+}  // namespace
+
+Structure sp_structure(const cost::CostModel& cm, std::string* note) {
+  const ir::Graph& g = cm.graph();
+  graph::Dag dag = plan::op_dag(g);
+  graph::SpResult r = graph::sp_decompose(dag);
+  if (!r.tree) {
+    graph::Dag spd = graph::sp_ize(dag);
+    if (note)
+      *note = fmt::format("not series-parallel ({}); SP-ized keeping {} of {} independent op pairs",
+                          r.failure, graph::independent_pairs(spd), graph::independent_pairs(dag));
+    r = graph::sp_decompose(spd);
+    GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
+  } else if (note) {
+    *note = "series-parallel";
+  }
+  const graph::SpTree& t = *r.tree;
+  Structure st;
+  // Post-order conversion: each composite tree node becomes one Seq.
+  std::function<Item(int)> build = [&](int node) -> Item {
+    const graph::SpNode& n = t.nodes[node];
+    if (n.kind == graph::SpNode::Kind::leaf) return op_item(cm, n.node);
+    Seq q;
+    q.parallel = n.kind == graph::SpNode::Kind::parallel;
+    for (int c : n.children) q.items.push_back(build(c));
+    if (q.parallel)
+      std::stable_sort(q.items.begin(), q.items.end(),
+                       [](const Item& a, const Item& b) { return a.work_s > b.work_s; });
+    Item it;
+    for (const Item& c : q.items) {
+      it.ops.insert(it.ops.end(), c.ops.begin(), c.ops.end());
+      it.work_s += c.work_s;
+    }
+    it.seq = static_cast<int>(st.seqs.size());
+    st.seqs.push_back(std::move(q));
+    return it;
+  };
+  Item root = build(t.root);
+  if (root.seq < 0) {  // a one-op model
+    Seq q;
+    q.items.push_back(root);
+    st.seqs.push_back(std::move(q));
+    st.root = 0;
+  } else {
+    st.root = root.seq;
+  }
+  return st;
+}
+
+Structure chain_structure(const cost::CostModel& cm) {
+  Structure st;
+  Seq q;
+  for (size_t i = 0; i < cm.graph().num_ops(); ++i) q.items.push_back(op_item(cm, static_cast<int>(i)));
+  st.seqs.push_back(std::move(q));
+  return st;
+}
+
+std::vector<int> device_candidates(int n) {
+  std::vector<int> out;
+  if (n <= 64) {
+    for (int d = 1; d <= n; ++d) out.push_back(d);
+    return out;
+  }
+  int g = std::max(1, n / 32);
+  for (int d = 1; d <= n; ++d)
+    if (std::has_single_bit(static_cast<unsigned>(d)) || d % g == 0) out.push_back(d);
+  return out;
+}
+
+SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
+             double memory_limit, int num_devices, bool same_node)
+    : cm_(cm),
+      st_(st),
+      mbs_(micro_batch),
+      mini_(mini_batch),
+      num_micro_(mini_batch / micro_batch),
+      n_(num_devices),
+      mem_limit_(memory_limit),
+      same_node_(same_node),
+      in_stage_(cm.graph().num_ops(), 0) {
+  GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
+  floor_cand_.assign(n_ + 1, 0);
+  auto cands = device_candidates(n_);
+  for (int d = 1, c = 0; d <= n_; ++d) {
+    while (c + 1 < static_cast<int>(cands.size()) && cands[c + 1] <= d) ++c;
+    floor_cand_[d] = cands[c];
+  }
+}
+
+const SeqDp::StageCostLite& SeqDp::stage(int s, int i, int m, int plog) {
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
+  auto it = stage_cache_.find(key);
+  if (it != stage_cache_.end()) return it->second;
+  scratch_.clear();
+  const Seq& q = st_.seqs[s];
+  for (int k = i; k < m; ++k) scratch_.insert(scratch_.end(), q.items[k].ops.begin(), q.items[k].ops.end());
+  for (OpId op : scratch_) in_stage_[op.v] = 1;
+  cost::StageCost c = cost::stage_cost(cm_, scratch_, in_stage_, 1 << plog, mbs_, mini_, same_node_);
+  for (OpId op : scratch_) in_stage_[op.v] = 0;
+  StageCostLite lite{c.tps_s, c.compute_s / mbs_, c.state_bytes, c.act_bytes_per_mb};
+  return stage_cache_.emplace(key, lite).first->second;
+}
+
+bool SeqDp::fits(const StageCostLite& c, int depth) const {
+  return c.state + std::min(depth, num_micro_) * c.act <= mem_limit_;
+}
+
+// Returns the minimal depth (in-flight micro-batches of its first stages) of the suffix
+// [i, end) of sequence s on at most d devices, given `down` micro-batches in flight after it.
+int SeqDp::go(int s, int i, int d, int down) {
+  if (d < 1) return -1;
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second.val;
+  ++states_;
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  Entry best;
+  const double tmax = target_ * (1 + 1e-12);
+  const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
+  // Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
+  for (int m = i + 1; m <= k; ++m) {
+    if (stage(s, i, m, pcap).compute_tps > tmax) break;  // compute only grows with m
+    for (int plog = 0; plog <= pcap; ++plog) {
+      const int p = 1 << plog;
+      if (m < k && d - p < 1) break;
+      const StageCostLite& c = stage(s, i, m, plog);
+      if (c.tps > tmax) continue;
+      int val;
+      if (q.parallel) {  // parallel case: a group of branches as one stage beside the rest
+        int self = std::min(down + 1, num_micro_);
+        if (!fits(c, self)) continue;
+        int rest = m < k ? go(s, m, floor_cand(d - p), down) : 0;
+        if (rest < 0) continue;
+        val = std::max(self, rest);
+      } else {  // series case: this stage feeds the rest of the sequence
+        int rest = m < k ? go(s, m, floor_cand(d - p), down) : down;
+        if (rest < 0) continue;
+        val = std::min(rest + 1, num_micro_);
+        if (!fits(c, val)) continue;
+      }
+      if (best.val < 0 || val < best.val) best = {static_cast<int16_t>(val), 1, static_cast<int8_t>(plog), m};
+    }
+  }
+  // Nested item: item i is itself a series/parallel subgraph, split recursively on d1 devices.
+  if (int c = q.items[i].seq; c >= 0) {
+    if (i + 1 == k) {
+      int v = go(c, 0, d, down);
+      if (v >= 0 && (best.val < 0 || v < best.val)) best = {static_cast<int16_t>(v), 2, 0, d};
+    } else {
+      for (int d1 = 1; d1 < d; ++d1) {
+        if (floor_cand(d1) != d1) continue;
+        int rd = floor_cand(d - d1);
+        int v;
+        if (q.parallel) {
+          int a = go(c, 0, d1, down);
+          if (a < 0) continue;
+          int b = go(s, i + 1, rd, down);
+          if (b < 0) continue;
+          v = std::max(a, b);
+        } else {
+          int rest = go(s, i + 1, rd, down);
+          if (rest < 0) continue;
+          v = go(c, 0, d1, rest);
+          if (v < 0) continue;
+        }
+        if (best.val < 0 || v < best.val) best = {static_cast<int16_t>(v), 2, 0, d1};
+      }
+    }
+  }
+  memo_[key] = best;
+  return best.val;
+}
+
+void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  auto it = memo_.find(key);
+  GP_ASSERT(it != memo_.end() && it->second.val >= 0, "collect on an unsolved state");
+  const Entry e = it->second;
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  if (e.kind == 1) {
+    const int m = e.arg, p = 1 << e.plog;
+    StageChoice sc;
+    for (int j = i; j < m; ++j) sc.ops.insert(sc.ops.end(), q.items[j].ops.begin(), q.items[j].ops.end());
+    sc.dp = p;
+    sc.tps_s = stage(s, i, m, e.plog).tps;
+    out->push_back(std::move(sc));
+    if (m < k) collect(s, m, floor_cand(d - p), down, out);
+    return;
+  }
+  GP_ASSERT(e.kind == 2, "bad memo entry");
+  const int c = q.items[i].seq;
+  if (i + 1 == k) return collect(c, 0, d, down, out);
+  const int d1 = e.arg, rd = floor_cand(d - d1);
+  if (q.parallel) {
+    collect(c, 0, d1, down, out);
+    collect(s, i + 1, rd, down, out);
+  } else {
+    int rest = go(s, i + 1, rd, down);
+    collect(s, i + 1, rd, down, out);
+    collect(c, 0, d1, rest, out);
+  }
+}
+
+int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
+  memo_.clear();
+  target_ = target_tps;
+  int v = go(st_.root, 0, n_, 0);
+  if (v >= 0 && out) {
+    out->clear();
+    collect(st_.root, 0, n_, 0, out);
+  }
+  return v;
+}
+
+bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
+                     double tol, double upper, double* best_tps, std::vector<StageChoice>* best) {
+  auto bottleneck = [](const std::vector<StageChoice>& p) {
+    double b = 0;
+    for (const auto& s : p) b = std::max(b, s.tps_s);
+    return b;
+  };
+  std::vector<StageChoice> cur;
+  if (solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
+  double hi = bottleneck(cur);
+  if (upper > 0 && hi >= upper) {
+    if (solve(upper * (1 - tol), &cur) < 0) return false;
+    hi = bottleneck(cur);
+  }
+  *best = cur;
+  double lo = hi / (4.0 * n);
+  while (lo > 0 && solve(lo, &cur) >= 0) {  // the guess was not a lower bound: move it down
+    *best = cur;
+    hi = bottleneck(cur);
+    lo = hi / (4.0 * n);
+  }
+  while (hi > lo * (1 + tol)) {
+    double mid = std::sqrt(lo * hi);
+    if (solve(mid, &cur) >= 0) {
+      *best = cur;
+      hi = bottleneck(cur);
+    } else {
+      lo = mid;
+    }
+  }
+  *best_tps = hi;
+  return true;
+}
+
+bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best) {
+  return minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); },
+                         n_, tol, upper, best_tps, best);
+}
+
+}  // namespace gp::planner::detail

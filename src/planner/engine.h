@@ -1,0 +1,109 @@
+// Internal: the memoised dynamic program shared by GraphPipe (over the series-parallel structure)
+// and PipeDream (over one topological chain), for one micro-batch size and one target TPS.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cost/cost_model.h"
+
+namespace gp::planner::detail {
+
+/// One element of a sequence: a single op, or a nested sequence (with all ops under it).
+struct Item {
+  int seq = -1;               // nested sequence index, or -1 for a single op
+  std::vector<OpId> ops;      // every op under this item
+  double work_s = 0;          // fwd+bwd time at batch 1 (for sorting parallel branches)
+};
+
+/// A series sequence runs its items in order; a parallel one has mutually independent items.
+/// Parallel items are kept sorted by work (descending), so a "contiguous group" is canonical.
+struct Seq {
+  bool parallel = false;
+  std::vector<Item> items;
+};
+
+struct Structure {
+  std::vector<Seq> seqs;
+  int root = 0;
+};
+
+/// The SP decomposition of the op graph (after SP-ization when it is not SP), as sequences.
+/// `note` says whether SP-ization was needed and how much parallelism it kept.
+Structure sp_structure(const cost::CostModel& cm, std::string* note);
+/// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
+Structure chain_structure(const cost::CostModel& cm);
+
+/// A stage the DP chose.
+struct StageChoice {
+  std::vector<OpId> ops;
+  int dp = 1;
+  double tps_s = 0;   // under the DP's placement assumption
+};
+
+/// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
+/// a plan with every stage TPS <= T or -1. Finds the smallest feasible target within relative
+/// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
+bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
+                     double tol, double upper, double* best_tps, std::vector<StageChoice>* best);
+
+/// Piper's DP over downsets for one micro-batch size; throws UserError past `deadline`.
+bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, double memory_limit,
+                    int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline,
+                    double time_limit_s, double tol, double* best_tps, std::vector<StageChoice>* best,
+                    size_t* explored);
+
+/// Candidate device counts: all of 1..n for n <= 64, else powers of two and multiples of n/32.
+std::vector<int> device_candidates(int n);
+
+/// The DP for one structure and one uniform micro-batch size. Stage costs are cached across
+/// targets; the memo is per target.
+class SeqDp {
+ public:
+  SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
+        double memory_limit, int num_devices, bool same_node);
+
+  /// Min pipeline depth (in micro-batches) with every stage's TPS <= target, or -1 when infeasible.
+  /// On success `out` (if given) receives the stages.
+  int solve(double target_tps, std::vector<StageChoice>* out);
+  /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
+  /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
+  /// below it).
+  bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best);
+
+  size_t states_explored() const { return states_; }
+
+ private:
+  struct StageCostLite {
+    double tps = 0, compute_tps = 0, state = 0, act = 0;
+  };
+  struct Entry {
+    int16_t val = -1;   // -1 infeasible; else min depth
+    int8_t kind = 0;    // 1: stage [i, m) on p; 2: nested item i with d1 devices
+    int8_t plog = 0;
+    int32_t arg = 0;    // m or d1
+  };
+  const StageCostLite& stage(int s, int i, int m, int plog);
+  bool fits(const StageCostLite& c, int depth) const;
+  int go(int s, int i, int d, int down);
+  int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
+  void collect(int s, int i, int d, int down, std::vector<StageChoice>* out);
+
+  const cost::CostModel& cm_;
+  const Structure& st_;
+  int mbs_, mini_, num_micro_, n_;
+  double mem_limit_;
+  bool same_node_;
+  std::vector<int> floor_cand_;  // largest candidate device count <= d
+  double target_ = 0;
+  std::unordered_map<uint64_t, StageCostLite> stage_cache_;
+  std::unordered_map<uint64_t, Entry> memo_;
+  std::vector<char> in_stage_;
+  std::vector<OpId> scratch_;
+  size_t states_ = 0;
+};
+
+}  // namespace gp::planner::detail

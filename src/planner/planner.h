@@ -1,0 +1,40 @@
+// Strategy search: GraphPipe's series-parallel DP (the paper's partitioner, section 5) and the
+// PipeDream and Piper baselines, all over the same cost model (cost::stage_cost) and plan type.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "plan/plan.h"
+
+namespace gp::planner {
+
+struct PlannerOptions {
+  int mini_batch = 0;
+  std::string planner = "graphpipe";   // graphpipe | pipedream | piper
+  double memory_limit_bytes = 0;       // per device; 0 = the cluster's device memory
+  double time_limit_s = 600;           // piper only: give up after this long
+  bool explain = false;                // fill PlanReport::explain
+  bool progress = false;               // report progress on stderr when the search is slow
+};
+
+/// What the search found besides the plan: why, and what it tried.
+struct PlanReport {
+  plan::Plan plan;
+  std::vector<std::string> explain;    // one line per stage + alternatives (when asked)
+  struct Candidate {                   // best plan per micro-batch size tried
+    int micro_batch = 0;
+    double bottleneck_tps_s = 0;       // 0 when no plan fits memory at this micro-batch size
+    int num_stages = 0;
+  };
+  std::vector<Candidate> per_micro_batch;
+  std::string sp_note;                 // how the graph was made series-parallel (graphpipe)
+};
+
+/// Searches a strategy. Throws UserError for impossible requests, with the numbers that prove it.
+plan::Plan run_planner(const cost::CostModel& cm, const PlannerOptions& opt);
+PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt);
+
+std::vector<std::string> planner_names();
+
+}  // namespace gp::planner

@@ -1,0 +1,110 @@
+// Planner tests: exact plans on tiny graphs, impossible requests, GraphPipe <= PipeDream / Piper.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "importers/resolve.h"
+#include "planner/planner.h"
+#include "planner/tests/util.h"
+
+namespace gp::planner {
+namespace {
+
+using test::round_cluster;
+using ::testing::HasSubstr;
+
+plan::Plan run(const ir::Graph& g, const cost::Cluster& c, int batch, const std::string& planner,
+               double mem = 0) {
+  cost::CostModel cm(g, c);
+  PlannerOptions o;
+  o.mini_batch = batch;
+  o.planner = planner;
+  o.memory_limit_bytes = mem;
+  plan::Plan p = run_planner(cm, o);
+  validate_plan(p, g, planner);
+  return p;
+}
+
+TEST(Planner, ChainOfFourEqualLayersOnFourDevices) {
+  ir::Graph g = test::chain_model(4);
+  for (std::string name : {"graphpipe", "pipedream", "piper"}) {
+    plan::Plan p = run(g, round_cluster(4, 4), 16, name);
+    double sum = 0;
+    for (auto& s : p.stages) sum += s.devices.size();
+    EXPECT_LE(sum, 4) << name;
+    EXPECT_GT(p.predicted.bottleneck_tps_s, 0) << name;
+  }
+  double gp = run(g, round_cluster(4, 4), 16, "graphpipe").predicted.bottleneck_tps_s;
+  double pd = run(g, round_cluster(4, 4), 16, "pipedream").predicted.bottleneck_tps_s;
+  double pi = run(g, round_cluster(4, 4), 16, "piper").predicted.bottleneck_tps_s;
+  // On a chain the three search spaces coincide.
+  EXPECT_NEAR(gp, pd, 1e-3 * pd);
+  EXPECT_NEAR(gp, pi, 1e-3 * pi);
+}
+
+TEST(Planner, ParallelBranchesRunAsConcurrentStages) {
+  // Two equal heavy branches on 2 devices with little memory for activations: GraphPipe puts
+  // one branch per device as concurrent stages (a stage DAG, not a chain).
+  ir::Graph g = test::branches_model(2, 4);
+  plan::Plan p = run(g, round_cluster(2, 2), 8, "graphpipe");
+  ASSERT_EQ(p.stages.size(), 2u) << plan_to_json(p).dump();
+  double pd = run(g, round_cluster(2, 2), 8, "pipedream").predicted.bottleneck_tps_s;
+  EXPECT_LE(p.predicted.bottleneck_tps_s, pd * (1 + 1e-9));
+}
+
+TEST(Planner, ImpossibleRequestsNameTheNumbers) {
+  ir::Graph g = test::chain_model(4, 4096);  // 4 x 16.8M params; Adam: 16 B/param -> 0.27 GB per layer
+  cost::CostModel cm(g, round_cluster(2, 2, 0.2e9));
+  PlannerOptions o;
+  o.mini_batch = 8;
+  try {
+    run_planner(cm, o);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("devices have 0.2 GB"));
+    EXPECT_THAT(e.what(), HasSubstr("alone needs"));
+  }
+  cost::CostModel cm2(g, round_cluster(2, 2, 0.4e9));
+  try {
+    run_planner(cm2, o);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model \"chain\" needs 0.5 GB per device at micro-batch 1 even spread over all 2 "
+              "devices (1.1 GB of weights+gradients+optimizer state, 0.0 GB of activations per "
+              "sample); devices have 0.4 GB");
+  }
+  o.planner = "nope";
+  EXPECT_THROW(run_planner(cm, o), UserError);
+}
+
+TEST(Planner, PiperTimeLimit) {
+  ir::Graph g = test::branches_model(6, 6);
+  cost::CostModel cm(g, round_cluster(4, 4));
+  PlannerOptions o;
+  o.mini_batch = 8;
+  o.planner = "piper";
+  o.time_limit_s = 0.05;
+  try {
+    run_planner(cm, o);
+    FAIL() << "expected a time-limit error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("piper: no plan within the time limit of 0.05 s (explored"));
+  }
+}
+
+TEST(Planner, GraphPipeNeverWorseThanPipeDreamOnTheZoo) {
+  for (std::string spec : {"mmt:branches=2,layers=2,seq=32,hidden=128,heads=4,ffn=256",
+                           "dlrm:dense_branches=2,embedding_branches=2,layers=2,hidden=256,rows=1000",
+                           "candle-uno:branches=3,layers=2,hidden=256", "gpt:layers=2,seq=32,hidden=128,heads=4,ffn=256,vocab=512",
+                           "inception:blocks=2,channels=16,image=32"}) {
+    ir::Graph g = importers::load_graph(spec);
+    for (int n : {2, 4, 8, 16, 32}) {
+      double gp = run(g, round_cluster(n, 4), 64, "graphpipe").predicted.bottleneck_tps_s;
+      double pd = run(g, round_cluster(n, 4), 64, "pipedream").predicted.bottleneck_tps_s;
+      EXPECT_LE(gp, pd * (1 + 1e-6)) << spec << " on " << n << " devices";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gp::planner
