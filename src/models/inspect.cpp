@@ -1,7 +1,9 @@
 // Model inspection: totals, SP branch structure in words, and Graphviz output.
 #include "models/inspect.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fmt/format.h>
 #include <functional>
 
@@ -92,8 +94,37 @@ std::string describe_parallel(const graph::SpTree& t, int node) {
   return "[" + s + "]";
 }
 
+// One element of a series description: a run of single ops (run > 0) or a parallel block.
+struct Item {
+  std::string text;
+  size_t run = 0;
+  bool operator==(const Item& o) const { return text == o.text; }
+};
+
+// Folds a stretch of >= 3 identical parallel blocks separated by short op runs (inception's
+// blocks with a concat, sometimes a pool, between them) into "9 x [...] joined by 1-2 ops".
+std::vector<Item> fold_joined(const std::vector<Item>& items) {
+  std::vector<Item> out;
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i, k = 1, lo = SIZE_MAX, hi = 0;
+    if (items[i].run == 0)
+      while (j + 2 < items.size() && items[j + 1].run > 0 && items[j + 2] == items[i]) {
+        lo = std::min(lo, items[j + 1].run), hi = std::max(hi, items[j + 1].run);
+        j += 2, ++k;
+      }
+    if (k >= 3) {
+      std::string between = lo == hi ? ops_str(lo) : fmt::format("{}-{} ops", lo, hi);
+      out.push_back({fmt::format("{} x {} joined by {}", k, items[i].text, between)});
+      i = j + 1;
+    } else {
+      out.push_back(items[i++]);
+    }
+  }
+  return out;
+}
+
 // Folds repeats greedily: at each position take the period (1..8) covering the most items.
-std::string fold(const std::vector<std::string>& items) {
+std::string fold(const std::vector<Item>& items) {
   std::vector<std::string> out;
   for (size_t i = 0; i < items.size();) {
     size_t best_p = 1, best_r = 1;
@@ -106,11 +137,11 @@ std::string fold(const std::vector<std::string>& items) {
     }
     if (best_r >= 2) {
       std::string group;
-      for (size_t k = 0; k < best_p; ++k) group += (k ? " -> " : "") + items[i + k];
-      out.push_back(best_p == 1 ? fmt::format("{} x {}", group, best_r)
-                                : fmt::format("({}) x {}", group, best_r));
+      for (size_t k = 0; k < best_p; ++k) group += (k ? " -> " : "") + items[i + k].text;
+      out.push_back(best_p == 1 ? fmt::format("{} x {}", best_r, group)
+                                : fmt::format("{} x ({})", best_r, group));
     } else {
-      out.push_back(items[i]);
+      out.push_back(items[i].text);
     }
     i += best_p * best_r;
   }
@@ -135,10 +166,10 @@ std::string describe_structure(const ir::Graph& g, const SpStructure& sp) {
   } else if (root.kind == SpNode::Kind::parallel) {
     body = describe_parallel(t, t.root);
   } else {
-    std::vector<std::string> items;
+    std::vector<Item> items;
     size_t run = 0;
     auto flush = [&] {
-      if (run) items.push_back(ops_str(run));
+      if (run) items.push_back({ops_str(run), run});
       run = 0;
     };
     for (int c : root.children) {
@@ -147,20 +178,21 @@ std::string describe_structure(const ir::Graph& g, const SpStructure& sp) {
         const ir::Op& op = g.op(OpId(n.node));
         if (ir::is_loss(op.kind)) {
           flush();
-          items.push_back(op.name);
+          items.push_back({op.name});
         } else {
           ++run;
         }
       } else {
         flush();
-        items.push_back(describe_parallel(t, c));
+        items.push_back({describe_parallel(t, c)});
       }
     }
     flush();
-    body = fmt::format("series of {}: {}", root.children.size(), fold(items));
+    body = fmt::format("series of {}: {}", root.children.size(), fold(fold_joined(items)));
   }
-  return fmt::format("{}\nstructure: {}\nwidest parallel: {} branches", head, body,
-                     sp.max_parallel_width());
+  int width = sp.max_parallel_width();
+  return fmt::format("{}\nstructure: {}\nwidest parallel: {}", head, body,
+                     width > 1 ? fmt::format("{} branches", width) : std::string("none (a chain)"));
 }
 
 ModelSummary summarize(const ir::Graph& g) {

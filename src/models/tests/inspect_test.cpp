@@ -47,10 +47,35 @@ TEST(Inspect, DescribesTheStructureInAFewLines) {
               HasSubstr("[parallel of 14 branches: 7 x 2 ops, 7 x 1 op] -> 6 ops -> loss"));
   ir::Graph inc = build("inception:blocks=3,channels=4,image=32,classes=10");
   EXPECT_THAT(describe_structure(inc, sp_structure(inc)),
-              HasSubstr("series of 15: 4 ops -> ([parallel of 4 branches of 2, 4, 4, 3 ops] -> 2 ops) x 2 -> "
-                        "[parallel of 4 branches of 2, 4, 4, 3 ops] -> 3 ops -> loss"));
+              HasSubstr("series of 15: 4 ops -> 3 x [parallel of 4 branches of 2, 4, 4, 3 ops] joined by 2 ops -> "
+                        "3 ops -> loss"));
+  ir::Graph inc9 = build("inception:blocks=9,channels=4,image=32,classes=10");
+  EXPECT_THAT(describe_structure(inc9, sp_structure(inc9)),
+              HasSubstr("9 x [parallel of 4 branches of 2, 4, 4, 3 ops] joined by 1-2 ops -> 3 ops -> loss"));
   ir::Graph gpt = build("gpt:layers=3,seq=8,hidden=32,heads=4,ffn=64,vocab=50");
-  EXPECT_THAT(describe_structure(gpt, sp_structure(gpt)), HasSubstr("structure: series of 28: 27 ops -> loss"));
+  EXPECT_THAT(describe_structure(gpt, sp_structure(gpt)), HasSubstr("structure: series of 28: 27 ops -> loss\nwidest parallel: none (a chain)"));
+}
+
+TEST(Inspect, NonSeriesParallelGraphIsSpIzed) {
+  // a -> c, a -> d, b -> d is an N: not series-parallel.
+  ir::ModelBuilder b("n-shape");
+  auto x = b.input("x", {4});
+  auto t = b.input("target", {4});
+  auto na = b.unary("a", ir::OpKind::relu, x);
+  auto nb = b.unary("b", ir::OpKind::tanh, x);
+  auto nc = b.unary("c", ir::OpKind::relu, na);
+  auto nd = b.op("d", ir::OpKind::add, {na, nb});
+  auto ne = b.op("e", ir::OpKind::add, {nc, nd});
+  b.output(b.op("loss", ir::OpKind::mse_loss, {ne, t}));
+  ir::Graph g = ir::Graph::build(b.build());
+  SpStructure sp = sp_structure(g);
+  EXPECT_FALSE(sp.series_parallel);
+  EXPECT_FALSE(sp.failure.empty());
+  EXPECT_EQ(sp.tree.leaves(sp.tree.root).size(), 6u);
+  std::string text = describe_structure(g, sp);
+  EXPECT_THAT(text, HasSubstr("series-parallel: no ("));
+  EXPECT_THAT(text, HasSubstr("structure of its SP-ized form"));
+  EXPECT_THAT(text, HasSubstr("-> loss"));
 }
 
 TEST(Inspect, SummaryTotalsAndKinds) {
