@@ -1,0 +1,93 @@
+// `graphpipe model export|info`: write a model as graphpipe.model/1, or describe it (size, FLOPs,
+// activation memory, op kinds, branch structure from the series-parallel tree, Graphviz output).
+#include <cstdio>
+#include <fmt/format.h>
+#include <memory>
+
+#include "cli/command.h"
+#include "importers/model_json.h"
+#include "importers/resolve.h"
+#include "models/inspect.h"
+#include "support/json.h"
+
+namespace gp::cli {
+namespace {
+
+struct ModelArgs {
+  std::string spec, out, dot;
+  bool json = false;
+};
+
+void run_export(const ModelArgs& a) {
+  ir::Graph g = importers::load_graph(a.spec);  // validates before writing
+  importers::write_model_json(a.out, g.model());
+  if (a.json) {
+    Json out = {{"format", "graphpipe.model_export/1"}, {"out", a.out}, {"name", g.name()},
+                {"num_ops", g.num_ops()}};
+    std::printf("%s\n", out.dump(1).c_str());
+  } else {
+    std::printf("wrote %s: model %s, %zu ops\n", a.out.c_str(), g.name().c_str(), g.num_ops());
+  }
+}
+
+void run_info(const ModelArgs& a) {
+  ir::Graph g = importers::load_graph(a.spec);
+  models::ModelSummary s = models::summarize(g);
+  models::SpStructure sp = models::sp_structure(g);
+  std::string structure = models::describe_structure(g, sp);
+  if (!a.dot.empty()) write_text_file(a.dot, models::to_dot(g, sp));
+  if (a.json) {
+    Json out = {{"format", "graphpipe.model_info/1"},
+                {"name", s.name},
+                {"num_ops", s.num_ops},
+                {"num_inputs", s.num_inputs},
+                {"params", s.params},
+                {"param_bytes", s.param_bytes},
+                {"fwd_flops_per_sample", s.fwd_flops},
+                {"bwd_flops_per_sample", s.bwd_flops},
+                {"saved_activation_bytes_per_sample", s.saved_bytes},
+                {"ops_per_kind", s.ops_per_kind},
+                {"series_parallel", sp.series_parallel},
+                {"spine_parallel_widths", sp.spine_parallel_widths()},
+                {"max_parallel_width", sp.max_parallel_width()},
+                {"structure", structure}};
+    if (!sp.series_parallel) out["sp_failure"] = sp.failure;
+    if (!a.dot.empty()) out["dot"] = a.dot;
+    std::printf("%s\n", out.dump(1).c_str());
+    return;
+  }
+  std::string kinds;
+  for (const auto& [k, n] : s.ops_per_kind) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", k, n);
+  std::printf("model        %s\n", s.name.c_str());
+  std::printf("ops          %s (graph inputs: %zu)\n", models::thousands(s.num_ops).c_str(), s.num_inputs);
+  std::printf("parameters   %s (%s, %s)\n", models::thousands(s.params).c_str(),
+              models::si(static_cast<double>(s.params), "").c_str(),
+              models::si(static_cast<double>(s.param_bytes), "B").c_str());
+  std::printf("forward      %s per sample\n", models::si(s.fwd_flops, "FLOP").c_str());
+  std::printf("backward     %s per sample\n", models::si(s.bwd_flops, "FLOP").c_str());
+  std::printf("activations  %s per sample saved for backward\n", models::si(s.saved_bytes, "B").c_str());
+  std::printf("op kinds     %s\n", kinds.c_str());
+  std::printf("%s\n", structure.c_str());
+  if (!a.dot.empty()) std::printf("wrote %s (render: dot -Tpng %s -o graph.png)\n", a.dot.c_str(), a.dot.c_str());
+}
+
+Registrar reg(11, [](CLI::App& root) {
+  auto* model = root.add_subcommand("model", "Export or describe one model");
+  model->require_subcommand(1);
+  auto args = std::make_shared<ModelArgs>();
+
+  auto* exp = model->add_subcommand("export", "Write a model's operator graph as graphpipe.model/1 JSON");
+  exp->add_option("--model", args->spec, "Model spec: builtin[:k=v,...] or a .json/.onnx file")->required();
+  exp->add_option("--out", args->out, "Output file (.json)")->required();
+  exp->add_flag("--json", args->json, "Print a JSON result");
+  exp->callback([args] { run_export(*args); });
+
+  auto* info = model->add_subcommand("info", "Describe a model: size, FLOPs, memory, branch structure");
+  info->add_option("--model", args->spec, "Model spec: builtin[:k=v,...] or a .json/.onnx file")->required();
+  info->add_flag("--json", args->json, "Print a graphpipe.model_info/1 JSON document");
+  info->add_option("--dot", args->dot, "Also write a Graphviz file (one cluster per parallel branch)");
+  info->callback([args] { run_info(*args); });
+});
+
+}  // namespace
+}  // namespace gp::cli
