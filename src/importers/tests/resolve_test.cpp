@@ -1,4 +1,4 @@
-// --model SPEC resolution: builtin specs, .json files, .onnx placeholder, missing files.
+// --model SPEC resolution: builtin specs, .json files, missing files (ONNX has its own tests).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
