@@ -1,0 +1,68 @@
+// `graphpipe train`: real training with LibTorch, either pipelined from a plan (one worker process
+// per device, spawned locally or started by torchrun/mpirun/srun) or as the single-process
+// reference (--single). Also the hidden `graphpipe worker` subcommand the local launcher spawns.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "cli/command.h"
+#include "runtime/launcher.h"
+#include "runtime/train.h"
+#include "support/error.h"
+
+namespace gp::cli {
+namespace {
+
+void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
+  c->add_option("--plan", o.plan_path, "Plan file (graphpipe.plan/1) to train with");
+  c->add_option("--model", o.model_spec, "Model spec (with --single; overrides the plan's model_spec otherwise)");
+  c->add_option("--batch", o.batch, "Mini-batch size (with --single)");
+  c->add_option("--steps", o.steps, "Optimizer steps to run (in total, counting resumed ones)")->required();
+  c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")->capture_default_str();
+  c->add_option("--optimizer", o.optimizer, "adam | sgd (with momentum)")->capture_default_str();
+  c->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
+  c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--log", o.log_path, "Write one JSON object per step to this .jsonl file");
+  c->add_option("--trace", o.trace_path, "Write the measured timeline (Chrome trace JSON) of the last step");
+  c->add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of per-worker checkpoints");
+  c->add_option("--checkpoint-every", o.checkpoint_every, "Save every K steps (and at the end)")->capture_default_str();
+  c->add_flag("--resume", o.resume, "Continue from the checkpoints in --checkpoint-dir");
+  c->add_option("--timeout", o.timeout_s, "Seconds a worker waits for a peer before giving up")->capture_default_str();
+  c->add_option("--schedule", o.schedule, "1f1b | gpipe")->capture_default_str();
+  c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
+}
+
+/// Exits with a worker's non-zero code without running static destructors under live threads.
+void finish(int code) {
+  if (code == 0) return;
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
+Registrar reg(60, [](CLI::App& root) {
+  auto opt = std::make_shared<runtime::TrainOptions>();
+  auto* train = root.add_subcommand(
+      "train",
+      "Train with real tensors: --plan P spawns one local worker per device (or runs as one worker\n"
+      "under torchrun/mpirun/srun); --single --model M --batch B is the one-process reference");
+  add_train_options(train, *opt);
+  train->add_flag("--single", opt->single, "One process, whole model, no pipeline (the reference)");
+  train->callback([opt] {
+    if (opt->single) {
+      GP_CHECK(opt->plan_path.empty(), "train: --single and --plan exclude each other");
+      finish(runtime::run_single(*opt));
+      return;
+    }
+    GP_CHECK(!opt->plan_path.empty(), "train: needs --plan FILE, or --single --model SPEC --batch B");
+    finish(runtime::run_pipeline(*opt));
+  });
+
+  auto wopt = std::make_shared<runtime::TrainOptions>();
+  auto* worker = root.add_subcommand("worker", "");  // hidden: one pipeline worker (spawned by train)
+  worker->group("");
+  add_train_options(worker, *wopt);
+  worker->callback([wopt] { finish(runtime::run_worker(*wopt)); });
+});
+
+}  // namespace
+}  // namespace gp::cli

@@ -1,0 +1,73 @@
+// Internal (LibTorch) pipeline worker: prepares a run (plan + model + checked schedule) and executes
+// one rank's stage schedule for every step. Used by run_worker (one process per rank) and by tests
+// that run all ranks as threads in one process over a HashStore.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/model.h"
+#include "plan/plan.h"
+#include "runtime/train.h"
+#include "schedule/schedule.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace gp::runtime {
+
+/// Everything every rank derives identically from the inputs; bad input throws UserError.
+struct PreparedRun {
+  plan::Plan plan;
+  ir::Graph graph;
+  schedule::Schedule schedule;
+};
+
+/// Loads the plan (opt.plan_path), the model from plan.model_spec (or opt.model_spec when given),
+/// validates the plan against it and builds + checks the schedule (opt.schedule).
+PreparedRun prepare_run(const TrainOptions& opt);
+PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
+
+/// The rank's place in the plan: stage -1 for a device no stage uses.
+struct RankRole {
+  int stage = -1;
+  int replica = 0;
+};
+RankRole role_of_rank(const plan::Plan& p, int rank);
+
+/// One measured slice of work (seconds since the run's common epoch).
+struct MeasuredEvent {
+  int action = 0;
+  int track = 0;  // 0: the device's own work, 1: its sends
+  std::string name;
+  double start_s = 0, end_s = 0;
+};
+
+struct WorkerIo {
+  int rank = 0, world = 1;
+  c10::intrusive_ptr<c10d::Store> store;
+  /// Called before each action (step, index in the stage's list, action); for status + faults.
+  std::function<void(int64_t, int, const schedule::Action&)> on_action;
+  bool print = true;  // rank 0 prints "step k loss L time T s"
+};
+
+struct WorkerResult {
+  std::vector<double> step_losses;   // every rank gets the global per-step losses
+  std::vector<double> step_times_s;  // measured iteration times (max end - min start over ranks)
+  std::vector<std::pair<std::string, torch::Tensor>> final_params;  // this rank's stage
+  std::vector<MeasuredEvent> events;  // when opt.trace_path is set (this rank's, last run steps)
+};
+
+/// Runs steps [first, opt.steps) of this rank's stage (first from --resume), writing checkpoints,
+/// and on rank 0 the --log and --trace files. Communication failures throw CommError.
+WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io);
+
+/// Chrome trace of measured events, in the simulator's format (one process per device named
+/// "device D: stage S", thread 0 for its work, thread 1 for its sends).
+std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank);
+
+}  // namespace gp::runtime

@@ -1,0 +1,246 @@
+// run_pipeline: with no cluster launcher, spawns one `graphpipe worker` process per device
+// (posix_spawn of /proc/self/exe, never fork after LibTorch ran), hosts the rendezvous store and
+// supervises: the first worker to fail takes the others down, and one message names it.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "runtime/detail/optim.h"
+#include "runtime/detail/pipeline.h"
+#include "runtime/launcher.h"
+#include "support/error.h"
+
+extern char** environ;
+
+namespace gp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Exit {
+  int rank = 0;
+  bool signaled = false;
+  int value = 0;  // exit code or signal number
+};
+
+struct Status {
+  long step = -1;
+  std::string action;  // "" when the worker had not reached its first action
+  int peer = -1;       // the rank a peer failure blames
+  std::string error;
+};
+
+Status read_status(const fs::path& file) {
+  Status s;
+  std::ifstream f(file, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string head = all.substr(0, std::min<size_t>(all.size(), 256));
+  if (auto tab = head.find('\t'); tab != std::string::npos) {
+    s.step = std::strtol(head.c_str(), nullptr, 10);
+    s.action = head.substr(tab + 1);
+    while (!s.action.empty() && (s.action.back() == ' ' || s.action.back() == '\n')) s.action.pop_back();
+  }
+  if (all.size() > 256) {
+    std::string tail = all.substr(256);
+    if (auto tab = tail.find('\t'); tab != std::string::npos) {
+      s.peer = std::atoi(tail.c_str());
+      s.error = tail.substr(tab + 1);
+      while (!s.error.empty() && s.error.back() == '\n') s.error.pop_back();
+    }
+  }
+  return s;
+}
+
+std::string exe_path() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  GP_ASSERT(!ec, "cannot resolve /proc/self/exe: {}", ec.message());
+  return p.string();
+}
+
+/// Spawns the workers in one new process group; returns their pids (index = rank).
+std::vector<pid_t> spawn_workers(const TrainOptions& opt, int world, int port, const fs::path& status_dir) {
+  std::string exe = exe_path();
+  std::vector<std::string> args = {exe, "worker"};
+  for (auto& a : worker_args(opt)) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> base;
+  static const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                               "MASTER_PORT=", "GP_AGENT_STORE=", "GP_STATUS_FILE=", "GP_LAUNCHER_PID="};
+  for (char** e = environ; *e; ++e) {
+    bool skip = false;
+    for (const char* o : ours) skip = skip || std::strncmp(*e, o, std::strlen(o)) == 0;
+    if (!skip) base.emplace_back(*e);
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> envs = base;
+    for (auto s : {fmt::format("RANK={}", r), fmt::format("WORLD_SIZE={}", world), fmt::format("LOCAL_RANK={}", r),
+                   fmt::format("LOCAL_WORLD_SIZE={}", world), std::string("MASTER_ADDR=127.0.0.1"),
+                   fmt::format("MASTER_PORT={}", port), std::string("GP_AGENT_STORE=1"),
+                   fmt::format("GP_STATUS_FILE={}", (status_dir / fmt::format("rank{}", r)).string()),
+                   fmt::format("GP_LAUNCHER_PID={}", ::getpid())})
+      envs.push_back(s);
+    std::vector<char*> envp;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, pids.empty() ? 0 : pids[0]);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, exe.c_str(), nullptr, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+      if (!pids.empty()) ::kill(-pids[0], SIGKILL);
+      throw RuntimeFailure(fmt::format("cannot start worker {} ({}): {}", r, exe, std::strerror(rc)));
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+std::string describe_exit(const Exit& e) {
+  if (!e.signaled) return fmt::format("exited with code {}", e.value);
+  const char* name = sigabbrev_np(e.value);
+  return fmt::format("was killed by signal {} (SIG{})", e.value, name ? name : "?");
+}
+
+/// Picks the worker to blame and words the one failure message.
+std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits, const std::vector<bool>& running,
+                            const fs::path& status_dir, double timeout_s, int* user_error) {
+  auto status = [&](int r) { return read_status(status_dir / fmt::format("rank{}", r)); };
+  int culprit = -1;
+  std::string what;
+  for (const Exit& e : exits)  // a crash, kill or own error beats the peers that noticed it
+    if (e.signaled || (e.value != 0 && e.value != kExitPeerFailure)) {
+      culprit = e.rank;
+      Status s = status(e.rank);
+      what = describe_exit(e) + (s.error.empty() ? "" : ": " + s.error);
+      *user_error = !e.signaled && e.value == 2;
+      break;
+    }
+  if (culprit < 0) {  // only peer failures: blame the rank they waited on, preferring a live one
+    std::map<int, int> votes;
+    for (const Exit& e : exits)
+      if (int peer = status(e.rank).peer; peer >= 0) votes[peer] += 1 + (running[peer] ? 1000 : 0);
+    int best = 0;
+    for (auto [r, v] : votes)
+      if (v > best) best = v, culprit = r;
+    if (culprit >= 0 && running[culprit]) {
+      what = fmt::format("stopped responding (its peers timed out after {} s)", timeout_s);
+    } else if (culprit >= 0) {
+      what = "lost its connections";
+    } else if (auto live = std::find(running.begin(), running.end(), true); live != running.end()) {
+      culprit = static_cast<int>(live - running.begin());  // a collective timed out: a live rank hangs
+      what = fmt::format("stopped responding (its peers timed out after {} s)", timeout_s);
+    } else {
+      culprit = exits.front().rank;
+      what = describe_exit(exits.front()) + ": " + status(culprit).error;
+    }
+  }
+  RankRole role = role_of_rank(p, culprit);
+  Status s = status(culprit);
+  std::string where = s.action.empty() ? "before its first action"
+                                       : fmt::format("during step {} at action '{}'", s.step, s.action);
+  return fmt::format("worker rank {} (stage {}, replica {}) {} {}; stopped all {} workers", culprit, role.stage,
+                     role.replica, what, where, running.size());
+}
+
+}  // namespace
+
+int run_pipeline(const TrainOptions& opt) {
+  if (launch_env_from_environment()) return run_worker(opt);
+
+  // Bad input ends here, before any worker starts.
+  PreparedRun run = prepare_run(opt);
+  const int world = run.plan.num_devices;
+  if (opt.resume)
+    for (const auto& st : run.plan.stages)
+      for (int d : st.devices) {
+        std::string f = checkpoint_path(opt.checkpoint_dir, st.id, d);
+        GP_CHECK(fs::exists(f), "--resume: checkpoint {} of stage {} (rank {}) does not exist", f, st.id, d);
+      }
+
+  c10d::TCPStoreOptions so;
+  so.port = 0;  // any free port; the workers learn it from MASTER_PORT
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+
+  fs::path status_dir = fs::temp_directory_path() / fmt::format("graphpipe-{}-{}", ::getpid(), store->getPort());
+  fs::create_directories(status_dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{status_dir};
+
+  std::vector<pid_t> pids = spawn_workers(opt, world, store->getPort(), status_dir);
+  std::map<pid_t, int> rank_of;
+  for (int r = 0; r < world; ++r) rank_of[pids[r]] = r;
+  std::vector<bool> running(world, true);
+  std::vector<Exit> failures;
+  int alive = world;
+  auto record = [&](pid_t pid, int st) {
+    auto it = rank_of.find(pid);
+    if (it == rank_of.end()) return;
+    running[it->second] = false;
+    --alive;
+    Exit e{it->second, WIFSIGNALED(st), WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st)};
+    if (e.signaled || e.value != 0) failures.push_back(e);
+  };
+  while (alive > 0 && failures.empty()) {
+    int st = 0;
+    pid_t pid = ::waitpid(-pids[0], &st, 0);
+    if (pid < 0 && errno == EINTR) continue;
+    GP_ASSERT(pid > 0, "waitpid failed: {}", std::strerror(errno));
+    record(pid, st);
+  }
+  if (failures.empty()) return 0;
+
+  // Give the peers a moment to notice and report, then stop everyone.
+  auto grace_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (alive > 0 && std::chrono::steady_clock::now() < grace_end) {
+    int st = 0;
+    pid_t pid = ::waitpid(-pids[0], &st, WNOHANG);
+    if (pid > 0) record(pid, st);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::vector<bool> still_running = running;
+  ::kill(-pids[0], SIGKILL);
+  while (alive > 0) {
+    int st = 0;
+    pid_t pid = ::waitpid(-pids[0], &st, 0);
+    if (pid < 0 && errno != EINTR) break;
+    if (pid > 0) {
+      auto it = rank_of.find(pid);
+      if (it != rank_of.end() && running[it->second]) running[it->second] = false, --alive;
+    }
+  }
+  int user_error = 0;
+  std::string msg = failure_message(run.plan, failures, still_running, status_dir, opt.timeout_s, &user_error);
+  if (user_error) throw UserError(msg);
+  throw RuntimeFailure(msg);
+}
+
+}  // namespace gp::runtime

@@ -1,0 +1,47 @@
+// Starting pipeline workers: under a cluster launcher (torchrun, mpirun, srun) a process is one
+// worker; otherwise run_pipeline (train.h) spawns one local worker process per device and
+// supervises them. Torch-free.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/train.h"
+
+namespace gp::runtime {
+
+/// This process's place as read from a launcher's environment.
+struct LaunchEnv {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string master_addr;  // MASTER_ADDR (required)
+  int master_port = 0;      // MASTER_PORT (required)
+  bool agent_store = false; // a store already listens at MASTER_ADDR:PORT (torchrun's agent store,
+                            // our local launcher); otherwise rank 0 hosts it
+  std::string source;       // "torchrun", "mpirun", "srun" or "graphpipe"
+};
+
+/// RANK/WORLD_SIZE (torchrun and our launcher), OMPI_COMM_WORLD_RANK/SIZE (mpirun),
+/// SLURM_PROCID/NTASKS (srun), in that order; nullopt when none is set. UserError when a rank is
+/// set but MASTER_ADDR/MASTER_PORT are missing or malformed.
+std::optional<LaunchEnv> launch_env_from_environment();
+
+/// The arguments of the hidden `graphpipe worker` subcommand that reproduce `opt`
+/// (without the program name and the subcommand).
+std::vector<std::string> worker_args(const TrainOptions& opt);
+
+/// Runs this process as one worker of the plan (rank and rendezvous from the environment).
+/// Returns the exit code: 0 done, 1 own failure, 2 bad input, 3 a peer failed or timed out.
+int run_worker(const TrainOptions& opt);
+
+/// Worker exit code when a peer failed or stopped responding (the launcher blames that peer).
+inline constexpr int kExitPeerFailure = 3;
+
+/// Parsed GP_FAULT ("rank=1,action=5,kind=crash|hang|error[,step=0]"): fault injection for tests.
+struct FaultSpec {
+  int rank = -1, action = -1;
+  long step = 0;
+  std::string kind;
+};
+std::optional<FaultSpec> parse_fault(const std::string& spec);
+
+}  // namespace gp::runtime

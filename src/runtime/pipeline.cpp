@@ -1,0 +1,478 @@
+// The pipeline worker: executes one rank's stage schedule with real tensors. Activations and
+// gradients travel as sample ranges between stage replicas (regrouping between per-stage
+// micro-batch sizes), gradients accumulate over micro-batches and are summed over replicas.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "importers/resolve.h"
+#include "runtime/detail/comm.h"
+#include "runtime/detail/executor.h"
+#include "runtime/detail/optim.h"
+#include "runtime/detail/pipeline.h"
+#include "support/error.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+
+PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
+  std::string spec = model_spec.empty() ? p.model_spec : model_spec;
+  GP_CHECK(!spec.empty(), "plan: no model_spec in the plan; pass --model SPEC");
+  ir::Graph g = importers::load_graph(spec);
+  plan::validate_plan(p, g, "plan");
+  schedule::Schedule s = schedule::build_schedule(p, schedule_kind);
+  schedule::check_schedule(s, p, "schedule");
+  return PreparedRun{std::move(p), std::move(g), std::move(s)};
+}
+
+PreparedRun prepare_run(const TrainOptions& opt) {
+  GP_CHECK(!opt.plan_path.empty(), "train needs --plan FILE (or --single)");
+  GP_CHECK(opt.steps >= 1, "--steps must be >= 1, found {}", opt.steps);
+  GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
+  GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+  GP_CHECK(opt.timeout_s > 0, "--timeout must be > 0, found {}", opt.timeout_s);
+  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  return prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
+}
+
+RankRole role_of_rank(const plan::Plan& p, int rank) {
+  for (const auto& st : p.stages)
+    for (size_t i = 0; i < st.devices.size(); ++i)
+      if (st.devices[i] == rank) return {st.id, static_cast<int>(i)};
+  return {};
+}
+
+namespace {
+
+using detail::Communicator;
+using detail::Pending;
+using schedule::Action;
+using schedule::ActionKind;
+
+struct Range {
+  int64_t begin = 0, count = 0;
+  int64_t end() const { return begin + count; }
+};
+Range intersect(Range a, Range b) {
+  int64_t lo = std::max(a.begin, b.begin), hi = std::min(a.end(), b.end());
+  return {lo, std::max<int64_t>(0, hi - lo)};
+}
+
+/// The samples replica `rep` of `st` holds in the micro-batch that contains sample `s`.
+Range replica_share(const plan::Stage& st, int rep, int64_t s) {
+  int64_t m = st.micro_batch_size, share = m / static_cast<int64_t>(st.devices.size());
+  return {s / m * m + rep * share, share};
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// Messages between one pair of ranks are told apart by kind, first sample and tensor index;
+/// the step parity keeps a fast sender's next step apart from a slow receiver's current one.
+int transfer_tag(bool grad, int64_t sample, size_t tensor, int64_t step) {
+  GP_ASSERT(sample < (int64_t{1} << 22) && tensor < 64, "tag overflow: sample {} tensor {}", sample, tensor);
+  return static_cast<int>(((step & 1) << 30) | (int64_t{grad} << 29) | (sample << 6) | int64_t(tensor));
+}
+
+struct MicroBatchState {
+  TensorMap leaves;     // received activations (requires_grad leaves when floating)
+  TensorMap outputs;    // this stage's outputs that other stages read
+  TensorMap out_grads;  // gradients of `outputs` summed over successors
+  TensorMap in_grads;   // gradients w.r.t. `leaves`, after backward
+  torch::Tensor loss;   // scaled loss (loss stage only)
+};
+
+/// One rank's stage: module, optimizer, communicators and the per-step transfer state.
+class StageRunner {
+ public:
+  StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world)
+      : opt_(opt), p_(run.plan), g_(run.graph), st_(p_.stages[role.stage]), rep_(role.replica),
+        world_(world), actions_(run.schedule.stages[role.stage].actions) {
+    auto stage_of = plan::stage_of_ops(p_, g_);
+    std::vector<OpId> ops;
+    for (size_t i = 0; i < g_.num_ops(); ++i)
+      if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
+    module_ = std::make_unique<StageModule>(g_, ops, opt.seed);
+    optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
+    // Tensors on each edge: ops of the source stage read by ops of the destination stage.
+    for (size_t i = 0; i < g_.num_ops(); ++i)
+      for (OpId s : g_.succs(OpId(static_cast<int32_t>(i))))
+        if (stage_of[i] != stage_of[s.v]) {
+          auto& names = edge_[{stage_of[i], stage_of[s.v]}];
+          const std::string& n = g_.op(OpId(static_cast<int32_t>(i))).name;
+          if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        }
+    for (auto& [e, names] : edge_) std::sort(names.begin(), names.end());
+    if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
+  }
+
+  StageModule& module() { return *module_; }
+  torch::optim::Optimizer& optimizer() { return *optim_; }
+  const std::vector<Action>& actions() const { return actions_; }
+  int stage() const { return st_.id; }
+
+  void begin_step(int64_t step) {
+    step_ = step;
+    loss_sum_ = 0;
+    optim_->zero_grad();
+    mbs_.clear();
+    pieces_.clear();
+  }
+  /// Waits for this step's sends; returns the sum of scaled losses this rank computed.
+  double end_step() {
+    for (auto& s : sends_) s.wait();
+    sends_.clear();
+    mbs_.clear();
+    return loss_sum_;
+  }
+
+  void run(const Action& a) {
+    switch (a.kind) {
+      case ActionKind::forward: forward(a.micro_batch); break;
+      case ActionKind::backward: backward(a.micro_batch); break;
+      case ActionKind::send_act: transfer(a, /*grad=*/false, /*send=*/true); break;
+      case ActionKind::recv_act: transfer(a, false, false); break;
+      case ActionKind::send_grad: transfer(a, true, true); break;
+      case ActionKind::recv_grad: transfer(a, true, false); break;
+      case ActionKind::allreduce: allreduce(); break;
+      case ActionKind::optimizer_step: optim_->step(); break;
+    }
+  }
+
+ private:
+  Range my_share(int64_t sample) const { return replica_share(st_, rep_, sample); }
+  MicroBatchInfo info(int mb) const {
+    Range r = my_share(int64_t{mb} * st_.micro_batch_size);
+    return {r.begin, r.count, p_.mini_batch_size, step_};
+  }
+  const std::vector<std::string>& edge(int from, int to) const {
+    static const std::vector<std::string> none;
+    auto it = edge_.find({from, to});
+    return it == edge_.end() ? none : it->second;
+  }
+  /// Rows [r.begin, r.end()) of every sample of a per-sample tensor whose batch starts at `base`.
+  static torch::Tensor rows(const torch::Tensor& t, int64_t base, Range r) {
+    return t.narrow(0, r.begin - base, r.count);
+  }
+  torch::Tensor empty_rows(const std::string& name, int64_t n) const {
+    const ir::Op& op = g_.op(g_.find(name));
+    std::vector<int64_t> shape = op.output_shape;
+    GP_ASSERT(!shape.empty() && shape[0] == ir::kBatch, "edge tensor {} has no batch dim", name);
+    shape[0] = n;
+    return torch::empty(shape, op.dtype == ir::DType::i64 ? torch::kLong : torch::kFloat);
+  }
+
+  // One send/recv action: the range's part held by this replica, exchanged with every replica
+  // of the peer stage whose share intersects it.
+  void transfer(const Action& a, bool grad, bool send) {
+    const plan::Stage& peer = p_.stages[a.peer];
+    bool downstream = send != grad;  // act sends and grad receives talk to successors
+    const auto& names = downstream ? edge(st_.id, peer.id) : edge(peer.id, st_.id);
+    Range range{a.sample_begin, a.sample_count};
+    Range mine = my_share(range.begin);
+    int mb = static_cast<int>(range.begin / st_.micro_batch_size);
+    for (size_t i = 0; i < peer.devices.size(); ++i) {
+      Range part = intersect(intersect(range, mine), replica_share(peer, static_cast<int>(i), range.begin));
+      if (part.count == 0) continue;
+      int peer_rank = peer.devices[i];
+      auto& ms = mbs_[mb];
+      std::vector<torch::Tensor> received;
+      for (size_t t = 0; t < names.size(); ++t) {
+        const std::string& n = names[t];
+        int tag = transfer_tag(grad, part.begin, t, step_);
+        if (!grad && send) {
+          sends_.push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
+        } else if (!grad) {
+          received.push_back(empty_rows(n, part.count));
+          world_.recv(received.back(), peer_rank, tag);
+        } else if (send) {
+          if (!torch::isFloatingType(ms.in_grads.at(n).scalar_type())) continue;
+          sends_.push_back(world_.send(rows(ms.in_grads.at(n), mine.begin, part), peer_rank, tag));
+        } else {
+          auto& out = ms.outputs.at(n);
+          if (!torch::isFloatingType(out.scalar_type())) continue;
+          auto buf = empty_rows(n, part.count);
+          world_.recv(buf, peer_rank, tag);
+          auto& acc = ms.out_grads[n];
+          if (!acc.defined()) acc = torch::zeros_like(out);
+          rows(acc, mine.begin, part).add_(buf);
+        }
+      }
+      if (!send && !grad) pieces_[peer.id][part.begin] = std::move(received);
+    }
+  }
+
+  void forward(int mb) {
+    MicroBatchInfo mi = info(mb);
+    Range mine{mi.sample_begin, mi.count};
+    TensorMap ext = synthetic_external_inputs(*module_, mi);
+    auto& ms = mbs_[mb];
+    for (int u : st_.inputs_from) {
+      const auto& names = edge(u, st_.id);
+      auto& pieces = pieces_[u];
+      std::vector<std::vector<torch::Tensor>> parts(names.size());
+      int64_t got = 0;
+      for (auto it = pieces.lower_bound(mine.begin); it != pieces.end() && it->first < mine.end();) {
+        for (size_t t = 0; t < names.size(); ++t) parts[t].push_back(it->second[t]);
+        got += it->second.empty() ? 0 : it->second[0].size(0);
+        it = pieces.erase(it);
+      }
+      GP_ASSERT(got == mine.count, "stage {} mb {}: received {} of {} samples from stage {}", st_.id, mb,
+                got, mine.count, u);
+      for (size_t t = 0; t < names.size(); ++t) {
+        auto x = parts[t].size() == 1 ? parts[t][0] : torch::cat(parts[t]);
+        if (torch::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+        ms.leaves[names[t]] = x;
+        ext[names[t]] = x;
+      }
+    }
+    TensorMap outs = module_->forward(ext, mi);
+    for (int v : st_.outputs_to)
+      for (const auto& n : edge(st_.id, v)) ms.outputs[n] = outs.at(n);
+    if (!module_->loss_ops().empty()) {
+      ms.loss = module_->scaled_loss(outs, mi);
+      loss_sum_ += ms.loss.item<double>();
+    }
+  }
+
+  void backward(int mb) {
+    auto& ms = mbs_[mb];
+    std::vector<torch::Tensor> ts, gs;
+    for (auto& [n, out] : ms.outputs) {
+      if (!out.requires_grad()) continue;
+      auto it = ms.out_grads.find(n);
+      GP_ASSERT(it != ms.out_grads.end(), "stage {} mb {}: no gradient received for {}", st_.id, mb, n);
+      ts.push_back(out);
+      gs.push_back(it->second);
+    }
+    if (ms.loss.defined()) {
+      ts.push_back(ms.loss);
+      gs.push_back(torch::ones_like(ms.loss));
+    }
+    if (!ts.empty()) torch::autograd::backward(ts, gs);
+    for (auto& [n, x] : ms.leaves) {
+      if (!torch::isFloatingType(x.scalar_type())) {
+        ms.in_grads[n] = x;
+        continue;
+      }
+      ms.in_grads[n] = x.grad().defined() ? x.grad() : torch::zeros_like(x);
+    }
+    ms.outputs.clear();
+    ms.leaves.clear();
+    ms.out_grads.clear();
+    ms.loss = torch::Tensor();
+  }
+
+  // Each replica's loss is scaled by its share of the mini-batch, so replicas' gradients add up.
+  void allreduce() {
+    if (!group_) return;
+    std::vector<torch::Tensor> grads;
+    for (auto& p : module_->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+    if (!grads.empty()) group_->all_reduce(grads, detail::Reduce::sum).wait();
+  }
+
+  const TrainOptions& opt_;
+  const plan::Plan& p_;
+  const ir::Graph& g_;
+  const plan::Stage& st_;
+  int rep_;
+  Communicator& world_;
+  std::unique_ptr<Communicator> group_;
+  const std::vector<Action>& actions_;
+  std::unique_ptr<StageModule> module_;
+  std::unique_ptr<torch::optim::Optimizer> optim_;
+  std::map<std::pair<int, int>, std::vector<std::string>> edge_;
+  int64_t step_ = 0;
+  double loss_sum_ = 0;
+  std::map<int, MicroBatchState> mbs_;
+  std::map<int, std::map<int64_t, std::vector<torch::Tensor>>> pieces_;  // peer -> first sample -> tensors
+  std::vector<Pending> sends_;
+};
+
+
+detail::CommOptions comm_options(const TrainOptions& opt) {
+  detail::CommOptions co;
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) co.interface = ifname;
+  const char* addr = std::getenv("MASTER_ADDR");
+  std::string a = addr ? addr : "127.0.0.1";
+  // Single-host runs bind loopback; multi-node runs bind the interface of this host's name.
+  co.hostname = (a == "127.0.0.1" || a == "localhost") ? "127.0.0.1" : "";
+  return co;
+}
+
+Json events_to_json(const std::vector<MeasuredEvent>& evs) {
+  Json out = Json::array();
+  for (const auto& e : evs) out.push_back({e.action, e.track, e.name, e.start_s, e.end_s});
+  return out;
+}
+
+std::vector<MeasuredEvent> events_from_json(const Json& j) {
+  std::vector<MeasuredEvent> out;
+  for (const auto& e : j)
+    out.push_back({e[0].get<int>(), e[1].get<int>(), e[2].get<std::string>(), e[3].get<double>(), e[4].get<double>()});
+  return out;
+}
+
+void store_set(c10d::Store& s, const std::string& key, const std::string& v) {
+  s.set(key, std::vector<uint8_t>(v.begin(), v.end()));
+}
+std::string store_get(c10d::Store& s, const std::string& key) {
+  auto v = s.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+}  // namespace
+
+WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
+  GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
+           io.world, run.plan.num_devices);
+  torch::set_num_threads(opt.threads);
+  auto world = detail::make_gloo_communicator(io.store, io.rank, io.world, comm_options(opt));
+  RankRole role = role_of_rank(run.plan, io.rank);
+  std::unique_ptr<StageRunner> runner;
+  if (role.stage >= 0) runner = std::make_unique<StageRunner>(opt, run, role, *world);
+
+  // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
+  const std::string ckpt =
+      opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
+  int64_t first = 0;
+  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer());
+  {
+    double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
+    std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
+    world->all_reduce(v, detail::Reduce::max).wait();
+    double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
+    if (max_first != min_first)
+      throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
+                                       opt.checkpoint_dir, min_first, max_first));
+    first = static_cast<int64_t>(max_first);
+  }
+  if (opt.resume && io.rank == 0 && io.print)
+    std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
+
+  std::ofstream log;
+  if (io.rank == 0 && !opt.log_path.empty()) {
+    log.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
+    GP_CHECK(log.good(), "--log: cannot open {} for writing", opt.log_path);
+  }
+
+  WorkerResult res;
+  // Per-step statistics are reduced over the world asynchronously and reported one step late,
+  // so no rank waits for the slowest one at a step boundary.
+  struct Stats {
+    int64_t step;
+    std::vector<torch::Tensor> sum, max;
+    Pending ps, pm;
+  };
+  std::optional<Stats> pending;
+  auto report = [&](Stats& s) {
+    s.ps.wait();
+    s.pm.wait();
+    double loss = s.sum[0].item<double>();
+    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
+    res.step_losses.push_back(loss);
+    res.step_times_s.push_back(dt);
+    if (io.rank != 0) return;
+    if (io.print) {
+      std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(s.step), loss, dt);
+      std::fflush(stdout);
+    }
+    if (log.is_open()) {
+      log << Json{{"step", s.step}, {"loss", loss}, {"step_time_s", dt}}.dump() << "\n";
+      log.flush();
+    }
+  };
+
+  for (int64_t step = first; step < opt.steps; ++step) {
+    bool trace = !opt.trace_path.empty() && step + 1 == opt.steps;
+    double t_start = now_s(), loss = 0;
+    if (runner) {
+      runner->begin_step(step);
+      const auto& acts = runner->actions();
+      for (size_t i = 0; i < acts.size(); ++i) {
+        if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
+        double t0 = now_s();
+        runner->run(acts[i]);
+        if (trace) {
+          bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
+          res.events.push_back({static_cast<int>(i), is_send ? 1 : 0,
+                                fmt::format("s{} {}", runner->stage(), schedule::to_string(acts[i])), t0, now_s()});
+        }
+      }
+      loss = runner->end_step();
+    }
+    double t_end = now_s();
+    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start}, torch::kFloat64)}, {}, {}};
+    s.ps = world->all_reduce(s.sum, detail::Reduce::sum);
+    s.pm = world->all_reduce(s.max, detail::Reduce::max);
+    if (pending) report(*pending);
+    pending = std::move(s);
+    bool last = step + 1 == opt.steps;
+    if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
+      save_checkpoint(ckpt, runner->module(), runner->optimizer(), step + 1);
+  }
+  if (pending) report(*pending);
+
+  if (!opt.trace_path.empty()) {
+    store_set(*io.store, "gp/trace/" + std::to_string(io.rank), events_to_json(res.events).dump());
+    if (io.rank == 0) {
+      std::vector<std::vector<MeasuredEvent>> all;
+      for (int r = 0; r < io.world; ++r)
+        all.push_back(events_from_json(Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)))));
+      std::ofstream f(opt.trace_path);
+      GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
+      f << measured_trace_json(run.plan, all);
+    }
+  }
+  if (io.rank == 0 && io.print && !res.step_times_s.empty()) {
+    // The first step pays one-time costs (allocations, connections): leave it out when we can.
+    size_t skip = res.step_times_s.size() > 1 ? 1 : 0;
+    double sum = 0;
+    for (size_t i = skip; i < res.step_times_s.size(); ++i) sum += res.step_times_s[i];
+    double measured = sum / double(res.step_times_s.size() - skip);
+    double predicted = run.plan.predicted.iteration_time_s;
+    if (predicted > 0)
+      std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%)\n", measured, predicted,
+                  100.0 * (measured - predicted) / predicted);
+    else
+      std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
+  }
+  if (runner)
+    for (auto& [n, t] : runner->module().named_parameters()) res.final_params.emplace_back(n, t.detach().clone());
+  // Nobody leaves while a peer may still read from the store or finish a collective.
+  std::vector<torch::Tensor> done{torch::zeros({1})};
+  world->all_reduce(done, detail::Reduce::sum).wait();
+  return res;
+}
+
+std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank) {
+  double t0 = 1e300;
+  for (const auto& evs : per_rank)
+    for (const auto& e : evs) t0 = std::min(t0, e.start_s);
+  Json events = Json::array();
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    RankRole role = role_of_rank(p, static_cast<int>(r));
+    std::string pname = role.stage >= 0 ? fmt::format("device {}: stage {}", r, role.stage) : fmt::format("device {}", r);
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", pname}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "sends"}}}});
+    for (const auto& e : per_rank[r])
+      events.push_back({{"name", e.name}, {"ph", "X"}, {"pid", r}, {"tid", e.track},
+                        {"ts", (e.start_s - t0) * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6},
+                        {"args", {{"action", e.action}, {"stage", role.stage}}}});
+  }
+  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"source", "graphpipe train (measured)"}}}}.dump();
+}
+
+}  // namespace gp::runtime

@@ -1,0 +1,166 @@
+// Multi-process tests through the built graphpipe binary: local launcher vs --single, a
+// torchrun-style launch (RANK/WORLD_SIZE/MASTER_*), fault injection and bad input.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/tests/dist_plans.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::make_plan;
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class DistProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gp_dist_proc_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// Runs `graphpipe ARGS` (bounded by `timeout` from coreutils) with extra environment.
+  Run graphpipe(const std::string& args, const std::string& env = "", int limit_s = 60) {
+    static int n = 0;
+    fs::path out = dir_ / ("out" + std::to_string(n)), err = dir_ / ("err" + std::to_string(n++));
+    std::string cmd = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " timeout -s KILL " +
+                      std::to_string(limit_s) + " " + GP_BINARY + " " + args + " >" + out.string() + " 2>" +
+                      err.string();
+    auto t0 = std::chrono::steady_clock::now();
+    int st = std::system(cmd.c_str());
+    Run r;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  std::string marker() const { return "gpdist" + std::to_string(::getpid()); }
+  /// Processes (other than us) that carry this test's marker in their environment.
+  int leftover_processes() const {
+    int n = 0;
+    for (auto& e : fs::directory_iterator("/proc")) {
+      std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == ::getpid()) continue;
+      std::string env = slurp(e.path() / "environ");
+      if (env.find("GP_TEST_MARKER=" + marker()) != std::string::npos) ++n;
+    }
+    return n;
+  }
+  std::vector<double> losses(const fs::path& log) {
+    std::vector<double> out;
+    std::ifstream f(log);
+    for (std::string line; std::getline(f, line);) out.push_back(Json::parse(line)["loss"].get<double>());
+    return out;
+  }
+  std::string write_plan(const plan::Plan& p) {
+    plan::save_plan((dir_ / "plan.json").string(), p);
+    return (dir_ / "plan.json").string();
+  }
+
+  fs::path dir_;
+};
+
+const char* kMmt = "mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64";
+
+plan::Plan two_stage_plan() { return make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}); }
+
+TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
+  std::string plan = write_plan(two_stage_plan());
+  Run pipe = graphpipe("train --plan " + plan + " --steps 3 --lr 0.01 --log pipe.jsonl --trace trace.json");
+  ASSERT_EQ(pipe.code, 0) << pipe.err;
+  EXPECT_NE(pipe.out.find("step 2 loss"), std::string::npos) << pipe.out;
+  EXPECT_NE(pipe.out.find("iteration time: measured"), std::string::npos) << pipe.out;
+  Run single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
+  ASSERT_EQ(single.code, 0) << single.err;
+  auto a = losses(dir_ / "pipe.jsonl"), b = losses(dir_ / "single.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << i;
+  Json trace = read_json_file((dir_ / "trace.json").string());
+  EXPECT_GT(trace["traceEvents"].size(), 10u);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
+  std::string plan = write_plan(two_stage_plan());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);  // a free port for rank 0's store
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2";
+  std::string cmd = "train --plan " + plan + " --steps 2 --timeout 20 --log rank0.jsonl";
+  // Rank 1 in the background; rank 0 in the foreground.
+  std::string bg = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " RANK=1 timeout -s KILL 60 " +
+                   GP_BINARY + " " + cmd + " >r1.out 2>r1.err & echo $! > r1.pid";
+  ASSERT_EQ(std::system(bg.c_str()), 0);
+  Run r0 = graphpipe(cmd, env + " RANK=0");
+  EXPECT_EQ(r0.code, 0) << r0.err;
+  EXPECT_EQ(losses(dir_ / "rank0.jsonl").size(), 2u);
+  for (int i = 0; i < 100 && leftover_processes() > 0; ++i) ::usleep(100000);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+TEST_F(DistProcess, CrashedWorkerEndsAllWithOneMessage) {
+  std::string plan = write_plan(two_stage_plan());
+  Run r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=1,action=3,kind=crash");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("worker rank 1 (stage 1, replica 0) was killed by signal 9"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at action"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 15);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+TEST_F(DistProcess, HungWorkerIsNamedAfterTheTimeout) {
+  std::string plan = write_plan(two_stage_plan());
+  Run r = graphpipe("train --plan " + plan + " --steps 3 --timeout 3", "GP_FAULT=rank=0,action=2,step=1,kind=hang");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("worker rank 0 (stage 0, replica 0) stopped responding"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("during step 1"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+TEST_F(DistProcess, BadPlanExitsTwoBeforeStartingWorkers) {
+  auto p = two_stage_plan();
+  p.stages[1].ops.push_back(p.stages[0].ops[0]);  // one op in two stages
+  std::string plan = write_plan(p);
+  Run r = graphpipe("train --plan " + plan + " --steps 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("C1"), std::string::npos) << r.err;
+  Run missing = graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2 --resume --checkpoint-dir nowhere");
+  EXPECT_EQ(missing.code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace gp::runtime

@@ -1,0 +1,209 @@
+// `graphpipe worker` / train under a launcher: reads the rank from the environment, joins the
+// rendezvous (TCPStore), runs execute_worker, and reports progress and failures through a small
+// status file the local launcher reads (GP_STATUS_FILE).
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "runtime/detail/comm.h"
+#include "runtime/detail/pipeline.h"
+#include "runtime/launcher.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, const char* v) {
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  GP_CHECK(end && *end == '\0' && x >= 0 && x < (1L << 30), "environment: {}={} is not a valid number", name, v);
+  return static_cast<int>(x);
+}
+
+/// The status file: a fixed-size line with the current step and action at offset 0, and the
+/// failure ("peer<TAB>message") at kErrorOffset once the worker fails.
+constexpr off_t kErrorOffset = 256;
+
+class StatusFile {
+ public:
+  explicit StatusFile(const char* path) {
+    if (path) fd_ = ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  }
+  ~StatusFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool active() const { return fd_ >= 0; }
+  void progress(int64_t step, const std::string& action) {
+    if (fd_ < 0) return;
+    char buf[kErrorOffset];
+    int n = std::snprintf(buf, sizeof buf, "%lld\t%s", static_cast<long long>(step), action.c_str());
+    std::fill(buf + std::min<int>(n, sizeof buf - 1), buf + sizeof buf, ' ');
+    buf[sizeof buf - 1] = '\n';
+    (void)!::pwrite(fd_, buf, sizeof buf, 0);
+  }
+  void failure(int peer, const std::string& msg) {
+    if (fd_ < 0) return;
+    std::string s = std::to_string(peer) + "\t" + msg + "\n";
+    (void)!::pwrite(fd_, s.data(), s.size(), kErrorOffset);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::optional<FaultSpec> parse_fault(const std::string& spec) {
+  if (spec.empty()) return std::nullopt;
+  FaultSpec f;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string kv = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t eq = kv.find('=');
+    GP_CHECK(eq != std::string::npos, "GP_FAULT: expected key=value, found '{}'", kv);
+    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (k == "rank") f.rank = env_int("GP_FAULT rank", v.c_str());
+    else if (k == "action") f.action = env_int("GP_FAULT action", v.c_str());
+    else if (k == "step") f.step = env_int("GP_FAULT step", v.c_str());
+    else if (k == "kind") f.kind = v;
+    else GP_CHECK(false, "GP_FAULT: unknown key '{}' (valid: rank, action, step, kind)", k);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  GP_CHECK(f.rank >= 0 && f.action >= 0, "GP_FAULT: needs rank= and action=");
+  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error",
+           "GP_FAULT: kind '{}' is not one of crash, hang, error", f.kind);
+  return f;
+}
+
+std::optional<LaunchEnv> launch_env_from_environment() {
+  LaunchEnv e;
+  if (env("RANK") && env("WORLD_SIZE")) {
+    e.rank = env_int("RANK", env("RANK"));
+    e.world = env_int("WORLD_SIZE", env("WORLD_SIZE"));
+    e.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", env("LOCAL_RANK")) : e.rank;
+    e.source = env("GP_STATUS_FILE") ? "graphpipe" : "torchrun";
+  } else if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) {
+    e.rank = env_int("OMPI_COMM_WORLD_RANK", env("OMPI_COMM_WORLD_RANK"));
+    e.world = env_int("OMPI_COMM_WORLD_SIZE", env("OMPI_COMM_WORLD_SIZE"));
+    e.local_rank = env("OMPI_COMM_WORLD_LOCAL_RANK") ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env("OMPI_COMM_WORLD_LOCAL_RANK")) : 0;
+    e.source = "mpirun";
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    e.rank = env_int("SLURM_PROCID", env("SLURM_PROCID"));
+    e.world = env_int("SLURM_NTASKS", env("SLURM_NTASKS"));
+    e.local_rank = env("SLURM_LOCALID") ? env_int("SLURM_LOCALID", env("SLURM_LOCALID")) : 0;
+    e.source = "srun";
+  } else {
+    return std::nullopt;
+  }
+  GP_CHECK(e.world >= 1 && e.rank < e.world, "environment ({}): rank {} is not below world size {}", e.source,
+           e.rank, e.world);
+  GP_CHECK(env("MASTER_ADDR") && env("MASTER_PORT"),
+           "environment ({}): rank {} of {} is set but MASTER_ADDR and MASTER_PORT are not; set them to "
+           "the host and a free port of rank 0",
+           e.source, e.rank, e.world);
+  e.master_addr = env("MASTER_ADDR");
+  e.master_port = env_int("MASTER_PORT", env("MASTER_PORT"));
+  GP_CHECK(e.master_port >= 1 && e.master_port < 65536, "environment: MASTER_PORT={} is not a port", e.master_port);
+  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  e.agent_store = (agent && std::string(agent) == "True") || env("GP_AGENT_STORE");
+  return e;
+}
+
+std::vector<std::string> worker_args(const TrainOptions& o) {
+  std::vector<std::string> a = {"--plan", o.plan_path, "--steps", std::to_string(o.steps), "--seed",
+                                std::to_string(o.seed), "--optimizer", o.optimizer, "--lr", fmt::format("{}", o.lr),
+                                "--momentum", fmt::format("{}", o.momentum), "--timeout", fmt::format("{}", o.timeout_s),
+                                "--schedule", o.schedule, "--threads", std::to_string(o.threads)};
+  auto opt = [&](const char* flag, const std::string& v) {
+    if (!v.empty()) a.insert(a.end(), {flag, v});
+  };
+  opt("--model", o.model_spec);
+  opt("--log", o.log_path);
+  opt("--trace", o.trace_path);
+  opt("--checkpoint-dir", o.checkpoint_dir);
+  if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
+  if (o.resume) a.push_back("--resume");
+  return a;
+}
+
+int run_worker(const TrainOptions& opt) {
+  auto le = launch_env_from_environment();
+  GP_CHECK(le.has_value(), "worker: no rank in the environment (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*)");
+  StatusFile status(env("GP_STATUS_FILE"));
+  if (status.active()) {
+    // Spawned by our launcher: die with it, and let it print the one failure message.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (const char* ppid = env("GP_LAUNCHER_PID"); ppid && ::getppid() != std::atoi(ppid)) return 1;
+  }
+  std::optional<FaultSpec> fault;
+  if (const char* f = env("GP_FAULT")) fault = parse_fault(f);
+
+  int peer = -1, code = 0, stage = -1;
+  std::string msg, current = "start-up";
+  int64_t current_step = -1;
+  try {
+    PreparedRun run = prepare_run(opt);
+    RankRole role = role_of_rank(run.plan, le->rank);
+    stage = role.stage;
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(le->master_port);
+    so.isServer = !le->agent_store && le->rank == 0;
+    so.numWorkers = le->world;
+    so.waitWorkers = false;
+    so.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+    auto store = c10::make_intrusive<c10d::TCPStore>(le->master_addr, so);
+    WorkerIo io;
+    io.rank = le->rank;
+    io.world = le->world;
+    io.store = store;
+    io.on_action = [&](int64_t step, int index, const schedule::Action& a) {
+      current = schedule::to_string(a);
+      current_step = step;
+      status.progress(step, current);
+      if (fault && fault->rank == le->rank && fault->action == index && fault->step == step) {
+        if (fault->kind == "crash") ::raise(SIGKILL);
+        if (fault->kind == "error")
+          throw RuntimeFailure(fmt::format("injected error (GP_FAULT) at stage {} action {}", role.stage, index));
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang
+      }
+    };
+    execute_worker(opt, run, io);
+    return 0;
+  } catch (const detail::CommError& e) {
+    peer = e.peer();
+    code = kExitPeerFailure;
+    msg = e.what();
+  } catch (const UserError& e) {
+    code = 2;
+    msg = e.what();
+  } catch (const std::exception& e) {
+    code = 1;
+    msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  }
+  if (status.active()) {
+    status.failure(peer, msg);
+  } else {
+    std::string where = current_step < 0 ? "during start-up"
+                                         : fmt::format("during step {} at action '{}'", current_step, current);
+    std::fprintf(stderr, "graphpipe worker rank %d of %d (stage %d) failed %s: %s\n", le->rank, le->world, stage,
+                 where.c_str(), msg.c_str());
+  }
+  return code;
+}
+
+}  // namespace gp::runtime
