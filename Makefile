@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build test demo bench clean test-asan
+.PHONY: all deps configure build test demo bench paper clean test-asan
 
 all: build
 
@@ -26,6 +26,9 @@ demo: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+paper: build
+	@scripts/paper.sh $(BUILD)
 
 test-asan: deps
 	cmake --preset asan -DGP_WITH_TORCH=OFF
