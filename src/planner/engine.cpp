@@ -100,8 +100,10 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, in
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      in_stage_(cm.graph().num_ops(), 0) {
+      in_stage_(cm.graph().num_ops(), 0),
+      dense_(st.seqs.size()) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
+  plogs_ = std::bit_width(static_cast<unsigned>(std::min(n_, mbs_)));
   floor_cand_.assign(n_ + 1, 0);
   auto cands = device_candidates(n_);
   for (int d = 1, c = 0; d <= n_; ++d) {
@@ -111,16 +113,28 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, in
 }
 
 const SeqDp::StageCostLite& SeqDp::stage(int s, int i, int m, int plog) {
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
-  auto it = stage_cache_.find(key);
-  if (it != stage_cache_.end()) return it->second;
+  // Dense cache per sequence of moderate length; a hash map beyond (long chains).
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  StageCostLite* slot = nullptr;
+  if (k <= kDenseItems) {
+    auto& tab = dense_[s];
+    if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
+    slot = &tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+    if (slot->tps >= 0) return *slot;
+  } else {
+    uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
+    auto it = stage_cache_.find(key);
+    if (it != stage_cache_.end()) return it->second;
+  }
   scratch_.clear();
   const Seq& q = st_.seqs[s];
-  for (int k = i; k < m; ++k) scratch_.insert(scratch_.end(), q.items[k].ops.begin(), q.items[k].ops.end());
+  for (int j = i; j < m; ++j) scratch_.insert(scratch_.end(), q.items[j].ops.begin(), q.items[j].ops.end());
   for (OpId op : scratch_) in_stage_[op.v] = 1;
   cost::StageCost c = cost::stage_cost(cm_, scratch_, in_stage_, 1 << plog, mbs_, mini_, same_node_);
   for (OpId op : scratch_) in_stage_[op.v] = 0;
   StageCostLite lite{c.tps_s, c.compute_s / mbs_, c.state_bytes, c.act_bytes_per_mb};
+  if (slot) return *slot = lite;
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
   return stage_cache_.emplace(key, lite).first->second;
 }
 
@@ -237,25 +251,41 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
 }
 
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
-                     double tol, double upper, double* best_tps, std::vector<StageChoice>* best) {
+                     double tol, double upper, double guess, double* best_tps,
+                     std::vector<StageChoice>* best) {
   auto bottleneck = [](const std::vector<StageChoice>& p) {
     double b = 0;
     for (const auto& s : p) b = std::max(b, s.tps_s);
     return b;
   };
   std::vector<StageChoice> cur;
-  if (solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
-  double hi = bottleneck(cur);
+  double hi = 0, lo = 0;
+  bool found = false;
+  // Start from the whole model's single-device time spread over n devices and double: a finite
+  // target lets the DP prune every stage slower than it (compute only grows with a stage).
+  if (guess > 0) {
+    for (double t = guess / n; t <= guess * 4; t *= 2) {
+      if (solve(t, &cur) >= 0) {
+        found = true;
+        break;
+      }
+      lo = t;
+    }
+  }
+  if (!found && solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
+  hi = bottleneck(cur);
   if (upper > 0 && hi >= upper) {
     if (solve(upper * (1 - tol), &cur) < 0) return false;
     hi = bottleneck(cur);
   }
   *best = cur;
-  double lo = hi / (4.0 * n);
-  while (lo > 0 && solve(lo, &cur) >= 0) {  // the guess was not a lower bound: move it down
-    *best = cur;
-    hi = bottleneck(cur);
+  if (lo == 0) {
     lo = hi / (4.0 * n);
+    while (solve(lo, &cur) >= 0) {  // the guess was not a lower bound: move it down
+      *best = cur;
+      hi = bottleneck(cur);
+      lo = hi / (4.0 * n);
+    }
   }
   while (hi > lo * (1 + tol)) {
     double mid = std::sqrt(lo * hi);
@@ -271,8 +301,10 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
 }
 
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best) {
+  const int k = static_cast<int>(st_.seqs[st_.root].items.size());
+  const double guess = stage(st_.root, 0, k, 0).tps;
   return minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); },
-                         n_, tol, upper, best_tps, best);
+                         n_, tol, upper, guess, best_tps, best);
 }
 
 }  // namespace gp::planner::detail

@@ -48,7 +48,8 @@ struct StageChoice {
 /// a plan with every stage TPS <= T or -1. Finds the smallest feasible target within relative
 /// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
-                     double tol, double upper, double* best_tps, std::vector<StageChoice>* best);
+                     double tol, double upper, double guess, double* best_tps,
+                     std::vector<StageChoice>* best);
 
 /// Piper's DP over downsets for one micro-batch size; throws UserError past `deadline`.
 bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, double memory_limit,
@@ -78,8 +79,10 @@ class SeqDp {
 
  private:
   struct StageCostLite {
-    double tps = 0, compute_tps = 0, state = 0, act = 0;
+    double tps = -1, compute_tps = 0, state = 0, act = 0;  // tps < 0: not computed yet
   };
+  static constexpr int kDenseItems = 300;
+  int plogs_ = 1;  // number of power-of-two degrees (stride of dense_)
   struct Entry {
     int16_t val = -1;   // -1 infeasible; else min depth
     int8_t kind = 0;    // 1: stage [i, m) on p; 2: nested item i with d1 devices
@@ -102,6 +105,7 @@ class SeqDp {
   std::unordered_map<uint64_t, StageCostLite> stage_cache_;
   std::unordered_map<uint64_t, Entry> memo_;
   std::vector<char> in_stage_;
+  std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
   std::vector<OpId> scratch_;
   size_t states_ = 0;
 };

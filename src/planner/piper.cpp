@@ -161,7 +161,7 @@ bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, 
     }
     return v;
   };
-  return minimise_target(solve, N, tol, 0, best_tps, best);
+  return minimise_target(solve, N, tol, 0, 0, best_tps, best);
 }
 
 }  // namespace gp::planner::detail

@@ -19,7 +19,7 @@ std::vector<std::string> planner_names() { return {"graphpipe", "pipedream", "pi
 
 namespace {
 
-constexpr double kTol = 1e-4;  // relative tolerance of the binary search on the target TPS
+constexpr double kTol = 1e-3;  // relative tolerance of the binary search on the target TPS
 
 std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
