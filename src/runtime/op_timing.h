@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ir/model.h"
 
@@ -17,6 +18,10 @@ struct OpTiming {
 /// op's input shapes (inputs produced by other ops require grad, as inside a pipeline stage),
 /// `warmup` untimed calls, then the median of `repeats` timed forward and backward calls.
 OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats);
+
+/// Same at several batch sizes, building the op's parameters once (large embedding tables).
+std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
+                              int repeats);
 
 /// Sets LibTorch's intra-op thread count (>= 1) for this process.
 void set_torch_threads(int threads);

@@ -1,0 +1,142 @@
+// StageModule (parameters + forward of a set of ops) and the synthetic, partition-independent data.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <set>
+
+#include "runtime/detail/executor.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+
+int64_t index_range(const ir::Graph& g, int input_index) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  int64_t range = 0;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k] != input.name) continue;
+      int64_t r = 0;
+      if (op.kind == ir::OpKind::embedding_bag && k == 0) r = op.attrs.value("rows", int64_t{0});
+      if (op.kind == ir::OpKind::cross_entropy && k == 1) {
+        OpId logits = g.find(op.inputs[0]);
+        const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
+        r = s.back();
+      }
+      if (r > 0) range = range == 0 ? r : std::min(range, r);
+    }
+  }
+  GP_CHECK(range > 0,
+           "{}: i64 input \"{}\" is not read as embedding_bag indices or cross_entropy labels, so the "
+           "runtime cannot tell the range of its synthetic values",
+           g.name(), input.name);
+  return range;
+}
+
+torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
+                              uint64_t seed, int64_t step) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  std::vector<int64_t> per_sample(input.shape.begin() + 1, input.shape.end());
+  bool is_index = input.dtype == ir::DType::i64;
+  int64_t range = is_index ? index_range(g, input_index) : 0;
+  uint64_t base = stable_hash({"input", input.name}, seed);
+  std::vector<torch::Tensor> rows;
+  rows.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {sample_begin + i, step}));
+    rows.push_back(is_index ? torch::randint(0, range, per_sample, gen, torch::kLong)
+                            : torch::randn(per_sample, gen, torch::kFloat32));
+  }
+  if (rows.empty()) {
+    std::vector<int64_t> shape{0};
+    shape.insert(shape.end(), per_sample.begin(), per_sample.end());
+    return torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
+  }
+  return torch::stack(rows);
+}
+
+StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed)
+    : g_(&g), ops_(std::move(ops)), seed_(seed) {
+  std::sort(ops_.begin(), ops_.end());  // OpIds are a topological order
+  ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
+  std::set<std::string> inside, external;
+  for (OpId id : ops_) {
+    GP_ASSERT(id.valid() && static_cast<size_t>(id.v) < g.num_ops(), "op id {} out of range", id.v);
+    inside.insert(g.op(id).name);
+  }
+  for (OpId id : ops_) {
+    const ir::Op& op = g.op(id);
+    for (const std::string& in : op.inputs)
+      if (!inside.count(in)) external.insert(in);
+    std::vector<torch::Tensor> ps;
+    std::vector<std::string> names;
+    for (auto& [name, shape] : param_specs(g, id)) {
+      ps.push_back(init_parameter(g, id, name, shape, seed).requires_grad_(true));
+      names.push_back(name);
+    }
+    params_.push_back(std::move(ps));
+    param_names_.push_back(std::move(names));
+  }
+  external_.assign(external.begin(), external.end());
+  for (const std::string& out : g.model().outputs)
+    if (inside.count(out)) losses_.push_back(out);
+}
+
+std::vector<torch::Tensor> StageModule::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& ps : params_) out.insert(out.end(), ps.begin(), ps.end());
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageModule::named_parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < ops_.size(); ++i)
+    for (size_t k = 0; k < params_[i].size(); ++k)
+      out.emplace_back(g_->op(ops_[i]).name + "/" + param_names_[i][k], params_[i][k]);
+  return out;
+}
+
+TensorMap StageModule::forward(const TensorMap& external, const MicroBatchInfo& info) const {
+  TensorMap out;
+  for (const std::string& name : external_) {
+    auto it = external.find(name);
+    if (it == external.end())
+      throw RuntimeFailure(fmt::format("stage forward: missing input tensor \"{}\"", name));
+    if (it->second.dim() > 0 && it->second.size(0) != info.count)
+      throw RuntimeFailure(fmt::format("stage forward: input \"{}\" has {} samples, micro-batch has {}", name,
+                                       it->second.size(0), info.count));
+  }
+  std::vector<torch::Tensor> inputs;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const ir::Op& op = g_->op(ops_[i]);
+    inputs.clear();
+    for (const std::string& in : op.inputs) {
+      auto it = out.find(in);
+      inputs.push_back(it != out.end() ? it->second : external.at(in));
+    }
+    out.emplace(op.name, run_op(*g_, ops_[i], inputs, params_[i], info, seed_));
+  }
+  return out;
+}
+
+torch::Tensor StageModule::scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info) const {
+  torch::Tensor total;
+  double scale = static_cast<double>(info.count) / static_cast<double>(info.mini_batch);
+  for (const std::string& l : losses_) {
+    torch::Tensor t = outputs.at(l) * scale;
+    total = total.defined() ? total + t : t;
+  }
+  return total;
+}
+
+TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info) {
+  TensorMap out;
+  const auto& inputs = m.graph().model().inputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name))
+      out.emplace(inputs[i].name, synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count,
+                                                  m.seed(), info.step));
+  return out;
+}
+
+}  // namespace gp::runtime

@@ -1,0 +1,217 @@
+// LibTorch implementations of every ir::OpKind (semantics documented in ir/model.h), their
+// parameter shapes and the deterministic parameter initialisation.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "ir/attrs.h"
+#include "runtime/detail/executor.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+
+namespace {
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+constexpr uint64_t kFnvPrime = 1099511628211ULL;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv_bytes(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+const ir::Shape& shape_of(const ir::Graph& g, const std::string& name) {
+  if (const ir::Input* in = g.find_input(name)) return in->shape;
+  OpId id = g.find(name);
+  GP_ASSERT(id.valid(), "unknown tensor {}", name);
+  return g.op(id).output_shape;
+}
+
+std::vector<int64_t> dims(int64_t a) { return {a}; }
+std::vector<int64_t> dims(int64_t a, int64_t b) { return {a, b}; }
+}  // namespace
+
+uint64_t stable_hash(std::initializer_list<std::string_view> parts, uint64_t seed) {
+  uint64_t h = fnv_bytes(kFnvOffset, &seed, sizeof seed);
+  for (std::string_view p : parts) {
+    uint64_t n = p.size();
+    h = fnv_bytes(h, &n, sizeof n);  // length-prefixed: ("ab","c") != ("a","bc")
+    h = fnv_bytes(h, p.data(), p.size());
+  }
+  return splitmix64(h);
+}
+
+uint64_t stable_hash_ints(uint64_t h, std::initializer_list<int64_t> values) {
+  for (int64_t v : values) h = splitmix64(h ^ splitmix64(static_cast<uint64_t>(v)));
+  return h;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::Graph& g, OpId id) {
+  const ir::Op& op = g.op(id);
+  const std::string where = g.name();
+  auto in_shape = [&](size_t i) -> const ir::Shape& { return shape_of(g, op.inputs.at(i)); };
+  switch (op.kind) {
+    case ir::OpKind::linear: {
+      int64_t in = in_shape(0).back(), out = ir::attr_int(op, "out_features", std::nullopt, where);
+      std::vector<std::pair<std::string, std::vector<int64_t>>> s{{"weight", dims(out, in)}};
+      if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(out)});
+      return s;
+    }
+    case ir::OpKind::layernorm:
+      return {{"weight", dims(in_shape(0).back())}, {"bias", dims(in_shape(0).back())}};
+    case ir::OpKind::batchnorm:
+      return {{"weight", dims(in_shape(0)[1])}, {"bias", dims(in_shape(0)[1])}};
+    case ir::OpKind::embedding_bag:
+      return {{"weight", dims(ir::attr_int(op, "rows", std::nullopt, where),
+                              ir::attr_int(op, "dim", std::nullopt, where))}};
+    case ir::OpKind::attention: {
+      int64_t h = in_shape(0).back();
+      return {{"wq", dims(h, h)}, {"bq", dims(h)}, {"wk", dims(h, h)}, {"bk", dims(h)},
+              {"wv", dims(h, h)}, {"bv", dims(h)}, {"wo", dims(h, h)}, {"bo", dims(h)}};
+    }
+    case ir::OpKind::conv2d: {
+      int64_t ci = in_shape(0)[1], co = ir::attr_int(op, "out_channels", std::nullopt, where);
+      int64_t k = ir::attr_int(op, "kernel", std::nullopt, where);
+      std::vector<std::pair<std::string, std::vector<int64_t>>> s{{"weight", {co, ci, k, k}}};
+      if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(co)});
+      return s;
+    }
+    default:
+      return {};
+  }
+}
+
+torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& param,
+                             const std::vector<int64_t>& shape, uint64_t seed) {
+  const ir::Op& op = g.op(id);
+  torch::NoGradGuard no_grad;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+  if (op.kind == ir::OpKind::layernorm || op.kind == ir::OpKind::batchnorm)
+    return param == "weight" ? torch::ones(shape, opts) : torch::zeros(shape, opts);
+  double fan_in = 1;
+  switch (op.kind) {
+    case ir::OpKind::linear:
+    case ir::OpKind::attention: fan_in = static_cast<double>(shape_of(g, op.inputs[0]).back()); break;
+    case ir::OpKind::conv2d: {  // in_channels x kernel x kernel, for weight and bias alike
+      int64_t k = ir::attr_int(op, "kernel", std::nullopt, g.name());
+      fan_in = static_cast<double>(shape_of(g, op.inputs[0])[1] * k * k);
+      break;
+    }
+    case ir::OpKind::embedding_bag: fan_in = static_cast<double>(shape.back()); break;
+    default: break;
+  }
+  double bound = 1.0 / std::sqrt(fan_in);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"param", op.name, param}, seed));
+  return torch::empty(shape, opts).uniform_(-bound, bound, gen);
+}
+
+namespace {
+
+torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+                      const MicroBatchInfo& info, uint64_t seed) {
+  double p = ir::attr_num(op, "p", 0.1, g.name());
+  if (p == 0) return x;
+  // One mask row per global sample: independent of how the mini-batch is split.
+  uint64_t base = stable_hash({"dropout", op.name}, seed);
+  std::vector<int64_t> per_sample(x.sizes().begin() + 1, x.sizes().end());
+  std::vector<torch::Tensor> rows;
+  rows.reserve(static_cast<size_t>(x.size(0)));
+  for (int64_t i = 0; i < x.size(0); ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(
+        stable_hash_ints(base, {info.sample_begin + i, info.step}));
+    rows.push_back(torch::rand(per_sample, gen, torch::kFloat32).ge(p));
+  }
+  torch::Tensor mask = rows.empty() ? torch::ones_like(x) : torch::stack(rows).to(x.dtype());
+  return x * mask * (1.0 / (1.0 - p));
+}
+
+torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+                        const std::vector<torch::Tensor>& w) {
+  int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
+  int64_t b = x.size(0), s = x.size(1), h = x.size(2), dh = h / heads;
+  auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, dh}).transpose(1, 2); };
+  torch::Tensor q = split(torch::linear(x, w[0], w[1]));
+  torch::Tensor k = split(torch::linear(x, w[2], w[3]));
+  torch::Tensor v = split(torch::linear(x, w[4], w[5]));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+  torch::Tensor o = torch::matmul(torch::softmax(scores, -1), v);  // [b, heads, s, dh]
+  return torch::linear(o.transpose(1, 2).reshape({b, s, h}), w[6], w[7]);
+}
+
+}  // namespace
+
+torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tensor>& in,
+                     const std::vector<torch::Tensor>& w, const MicroBatchInfo& info, uint64_t seed) {
+  const ir::Op& op = g.op(id);
+  const std::string& where = g.name();
+  auto rank = [&](size_t i) { return static_cast<size_t>(in.at(i).dim()); };
+  auto opt_bias = [&](size_t i) { return w.size() > i ? c10::optional<torch::Tensor>(w[i]) : c10::nullopt; };
+  switch (op.kind) {
+    case ir::OpKind::linear: return torch::linear(in[0], w[0], w.size() > 1 ? w[1] : torch::Tensor());
+    case ir::OpKind::matmul: return torch::matmul(in[0], in[1]);
+    case ir::OpKind::add:
+    case ir::OpKind::mul: {
+      torch::Tensor y = in[0];
+      for (size_t i = 1; i < in.size(); ++i) y = op.kind == ir::OpKind::add ? y + in[i] : y * in[i];
+      return y;
+    }
+    case ir::OpKind::concat: return torch::cat(in, ir::attr_axis(op, "axis", std::nullopt, rank(0), where));
+    case ir::OpKind::slice:
+      return in[0].slice(ir::attr_axis(op, "axis", std::nullopt, rank(0), where),
+                         ir::attr_int(op, "start", std::nullopt, where), ir::attr_int(op, "end", std::nullopt, where));
+    case ir::OpKind::relu: return torch::relu(in[0]);
+    case ir::OpKind::gelu: return torch::gelu(in[0]);  // exact (erf) form
+    case ir::OpKind::sigmoid: return torch::sigmoid(in[0]);
+    case ir::OpKind::tanh: return torch::tanh(in[0]);
+    case ir::OpKind::softmax: return torch::softmax(in[0], ir::attr_axis(op, "axis", -1, rank(0), where));
+    case ir::OpKind::layernorm:
+      return torch::layer_norm(in[0], {in[0].size(-1)}, w[0], w[1], ir::attr_num(op, "eps", 1e-5, where));
+    case ir::OpKind::dropout: return dropout(g, op, in[0], info, seed);
+    case ir::OpKind::embedding_bag: {
+      int64_t b = in[0].size(0), bag = in[0].size(1);
+      torch::Tensor offsets = torch::arange(0, b * bag, bag, torch::kLong);
+      return std::get<0>(torch::embedding_bag(w[0], in[0].reshape({-1}), offsets, false, /*sum*/ 0));
+    }
+    case ir::OpKind::attention: return attention(g, op, in[0], w);
+    case ir::OpKind::conv2d: {
+      int64_t s = ir::attr_int(op, "stride", 1, where), p = ir::attr_int(op, "padding", 0, where);
+      return torch::conv2d(in[0], w[0], opt_bias(1), {s, s}, {p, p});
+    }
+    case ir::OpKind::batchnorm:  // training mode: statistics of this micro-batch
+      return torch::batch_norm(in[0], w[0], w[1], {}, {}, true, 0.1, ir::attr_num(op, "eps", 1e-5, where), false);
+    case ir::OpKind::maxpool:
+    case ir::OpKind::avgpool: {
+      int64_t k = ir::attr_int(op, "kernel", std::nullopt, where), s = ir::attr_int(op, "stride", k, where);
+      int64_t p = ir::attr_int(op, "padding", 0, where);
+      return op.kind == ir::OpKind::maxpool ? torch::max_pool2d(in[0], {k, k}, {s, s}, {p, p})
+                                            : torch::avg_pool2d(in[0], {k, k}, {s, s}, {p, p});
+    }
+    case ir::OpKind::global_avgpool: return in[0].mean({2, 3});
+    case ir::OpKind::flatten: return in[0].flatten(1);
+    case ir::OpKind::reshape: {
+      std::vector<int64_t> shape{in[0].size(0)};
+      for (int64_t d : ir::attr_ints(op, "shape", where)) shape.push_back(d);
+      return in[0].reshape(shape);
+    }
+    case ir::OpKind::transpose: return in[0].permute(ir::attr_ints(op, "perm", where));
+    case ir::OpKind::mean:
+    case ir::OpKind::sum: {
+      int64_t axis = ir::attr_axis(op, "axis", std::nullopt, rank(0), where);
+      bool keep = ir::attr_bool(op, "keepdim", false, where);
+      return op.kind == ir::OpKind::mean ? in[0].mean(axis, keep) : in[0].sum(axis, keep);
+    }
+    case ir::OpKind::mse_loss: return torch::mse_loss(in[0], in[1]);
+    case ir::OpKind::cross_entropy: return torch::cross_entropy_loss(in[0], in[1]);
+  }
+  GP_ASSERT(false, "unhandled op kind {}", ir::to_string(op.kind));
+  return {};
+}
+
+}  // namespace gp::runtime

@@ -1,0 +1,89 @@
+// Optimizer construction and atomic checkpoint save/load.
+#include "runtime/detail/optim.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "support/error.h"
+
+namespace gp::runtime {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, std::vector<torch::Tensor> params,
+                                                        double lr, double momentum) {
+  GP_CHECK(lr > 0, "--lr must be positive, found {}", lr);
+  if (name == "sgd") {
+    GP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), found {}", momentum);
+    return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(lr).momentum(momentum));
+  }
+  if (name == "adam") return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
+  throw UserError(fmt::format("--optimizer: unknown optimizer \"{}\" (valid: sgd, adam)", name));
+}
+
+std::string checkpoint_path(const std::string& dir, int stage, int rank) {
+  if (stage < 0) return (std::filesystem::path(dir) / "single.pt").string();
+  return (std::filesystem::path(dir) / fmt::format("stage{}-rank{}.pt", stage, rank)).string();
+}
+
+void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
+                     int64_t steps_done) {
+  std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  torch::serialize::OutputArchive ar;
+  c10::List<std::string> names;
+  auto named = m.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    names.push_back(named[i].first);
+    ar.write(fmt::format("p{}", i), named[i].second.detach(), /*is_buffer=*/true);
+  }
+  ar.write("names", c10::IValue(names));
+  ar.write("steps_done", c10::IValue(steps_done));
+  torch::serialize::OutputArchive opt_ar;
+  opt.save(opt_ar);
+  ar.write("optimizer", opt_ar);
+  std::string tmp = path + ".tmp";
+  ar.save_to(tmp);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw RuntimeFailure(fmt::format("{}: cannot rename checkpoint into place: {}", path, ec.message()));
+}
+
+int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::Optimizer& opt) {
+  GP_CHECK(std::filesystem::exists(path), "{}: checkpoint not found (--resume needs a checkpoint written by "
+           "--checkpoint-dir)", path);
+  torch::serialize::InputArchive ar;
+  try {
+    ar.load_from(path);
+  } catch (const std::exception& e) {
+    throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, e.what()));
+  }
+  auto named = m.named_parameters();
+  c10::IValue names_iv;
+  GP_CHECK(ar.try_read("names", names_iv), "{}: not a graphpipe checkpoint (no parameter names)", path);
+  auto names = names_iv.toList();
+  GP_CHECK(names.size() == named.size(), "{}: checkpoint holds {} parameters, this stage has {}", path,
+           names.size(), named.size());
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < named.size(); ++i) {
+    std::string saved = names.get(i).toStringRef();
+    GP_CHECK(saved == named[i].first, "{}: parameter {} is \"{}\" in the checkpoint but \"{}\" here", path, i,
+             saved, named[i].first);
+    torch::Tensor t;
+    ar.read(fmt::format("p{}", i), t, /*is_buffer=*/true);
+    GP_CHECK(t.sizes() == named[i].second.sizes(), "{}: parameter \"{}\" has shape {} in the checkpoint but {} here",
+             path, saved, fmt::format("{}", fmt::join(t.sizes(), "x")),
+             fmt::format("{}", fmt::join(named[i].second.sizes(), "x")));
+    named[i].second.copy_(t);
+  }
+  c10::IValue steps;
+  GP_CHECK(ar.try_read("steps_done", steps), "{}: checkpoint has no step count", path);
+  torch::serialize::InputArchive opt_ar;
+  GP_CHECK(ar.try_read("optimizer", opt_ar), "{}: checkpoint has no optimizer state", path);
+  try {
+    opt.load(opt_ar);
+  } catch (const std::exception& e) {
+    throw UserError(fmt::format("{}: optimizer state does not match --optimizer: {}", path, e.what()));
+  }
+  return steps.toInt();
+}
+
+}  // namespace gp::runtime

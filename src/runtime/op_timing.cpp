@@ -1,0 +1,75 @@
+// Per-op timing with LibTorch (forward, then backward with a random output gradient).
+#include "runtime/op_timing.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/detail/executor.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats) {
+  return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats).front();
+}
+
+std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
+                              int repeats) {
+  GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats,
+           warmup);
+  constexpr uint64_t kSeed = 1;
+  StageModule m(g, {op}, kSeed);
+  const std::string& out_name = g.op(op).name;
+  std::vector<OpTiming> result;
+  for (int64_t batch : batches) {
+    GP_CHECK(batch >= 1, "profile: batch size must be >= 1, found {}", batch);
+    MicroBatchInfo info{0, batch, batch, 0};
+    TensorMap ext = synthetic_external_inputs(m, info);
+    for (const std::string& name : m.external_inputs()) {
+      if (ext.count(name)) continue;  // a graph input
+      std::vector<int64_t> shape(g.op(g.find(name)).output_shape);
+      if (!shape.empty()) shape[0] = batch;
+      ext.emplace(name, torch::randn(shape).requires_grad_(true));
+    }
+    std::vector<double> fwd, bwd;
+    for (int i = 0; i < warmup + repeats; ++i) {
+      // Fresh gradients each call, as for the first micro-batch of a step.
+      for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
+      for (auto& [name, t] : ext)
+        if (t.requires_grad()) t.mutable_grad() = torch::Tensor();
+      double t0 = now_s();
+      torch::Tensor y = m.forward(ext, info).at(out_name);
+      double t1 = now_s();
+      torch::Tensor grad = y.dim() == 0 ? torch::ones_like(y) : torch::randn_like(y);
+      double t2 = now_s();
+      if (y.requires_grad()) y.backward(grad);
+      double t3 = now_s();
+      if (i >= warmup) {
+        fwd.push_back(t1 - t0);
+        bwd.push_back(t3 - t2);
+      }
+    }
+    result.push_back({median(fwd), median(bwd)});
+  }
+  return result;
+}
+
+void set_torch_threads(int threads) {
+  GP_CHECK(threads >= 1, "--threads must be >= 1, found {}", threads);
+  torch::set_num_threads(threads);
+}
+
+int torch_threads() { return torch::get_num_threads(); }
+
+}  // namespace gp::runtime

@@ -1,0 +1,68 @@
+// `graphpipe train --single`: the single-process reference (whole model, one micro-batch per step).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "importers/resolve.h"
+#include "runtime/detail/executor.h"
+#include "runtime/detail/optim.h"
+#include "runtime/train.h"
+#include "support/error.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+
+int run_single(const TrainOptions& opt) {
+  GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
+  GP_CHECK(opt.batch >= 1, "--batch must be >= 1, found {}", opt.batch);
+  GP_CHECK(opt.steps >= 1, "--steps must be >= 1, found {}", opt.steps);
+  GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
+  GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  torch::set_num_threads(opt.threads);
+
+  ir::Graph g = importers::load_graph(opt.model_spec);
+  std::vector<OpId> all;
+  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
+  StageModule m(g, all, opt.seed);
+  auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
+
+  const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
+  int64_t first = 0;
+  if (opt.resume) {
+    first = load_checkpoint(ckpt, m, *optim);
+    std::printf("resumed from %s after %lld steps\n", ckpt.c_str(), static_cast<long long>(first));
+  }
+  std::ofstream log;
+  if (!opt.log_path.empty()) {
+    log.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
+    GP_CHECK(log.good(), "--log: cannot open {} for writing", opt.log_path);
+  }
+
+  const int64_t b = opt.batch;
+  for (int64_t step = first; step < opt.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    optim->zero_grad();
+    MicroBatchInfo info{0, b, b, step};
+    TensorMap outs = m.forward(synthetic_external_inputs(m, info), info);
+    torch::Tensor loss = m.scaled_loss(outs, info);
+    GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
+    loss.backward();
+    optim->step();
+    double loss_v = loss.item<double>();
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
+    std::fflush(stdout);
+    if (log.is_open()) {
+      log << Json{{"step", step}, {"loss", loss_v}, {"step_time_s", dt}}.dump() << "\n";
+      log.flush();
+    }
+    bool last = step + 1 == opt.steps;
+    if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
+      save_checkpoint(ckpt, m, *optim, step + 1);
+  }
+  return 0;
+}
+
+}  // namespace gp::runtime
