@@ -1,0 +1,105 @@
+// `graphpipe simulate`: time one training iteration of a plan under a schedule with the
+// discrete-event simulator; print a summary or graphpipe.sim/1, write a Chrome trace / SVG.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "cost/cost_model.h"
+#include "cost/profile.h"
+#include "importers/resolve.h"
+#include "plan/plan.h"
+#include "schedule/schedule.h"
+#include "sim/sim.h"
+
+namespace gp::cli {
+namespace {
+
+struct SimArgs {
+  std::string plan, schedule = "1f1b", schedule_file, trace, svg, model, cluster, profile;
+  bool json = false;
+};
+
+void run(const SimArgs& a) {
+  plan::Plan p = plan::load_plan(a.plan);
+  std::string model = a.model.empty() ? p.model_spec : a.model;
+  std::string cluster = a.cluster.empty() ? p.cluster_spec : a.cluster;
+  GP_CHECK(!model.empty(), "{}: the plan has no model.spec; pass --model SPEC", a.plan);
+  GP_CHECK(!cluster.empty(), "{}: the plan has no cluster.spec; pass --cluster SPEC", a.plan);
+  ir::Graph g = importers::load_graph(model);
+  plan::validate_plan(p, g, a.plan);
+  cost::Cluster c = cost::load_cluster(cluster, p.num_devices);
+  std::shared_ptr<const cost::Profile> prof;
+  if (!a.profile.empty()) prof = std::make_shared<cost::Profile>(cost::load_profile(a.profile));
+  cost::CostModel cm(g, c, cost::optimizer_from_string(p.optimizer), prof);
+  schedule::Schedule s;
+  if (!a.schedule_file.empty()) {
+    s = schedule::load_schedule(a.schedule_file);
+    schedule::check_schedule(s, p, a.schedule_file);
+  } else {
+    s = schedule::build_schedule(p, a.schedule);
+  }
+  sim::SimResult r = sim::simulate(p, s, cm);
+  std::string title = fmt::format("{} plan for {} on {} x {} ({}), {} schedule", p.planner, g.name(),
+                                  p.num_devices, c.device.name, c.name, s.kind);
+  if (!a.trace.empty()) write_json_file(a.trace, sim::chrome_trace(p, r), -1);
+  if (!a.svg.empty()) write_text_file(a.svg, sim::svg_timeline(p, r, title));
+  if (a.json) {
+    Json j = sim::sim_result_to_json(r);
+    // Extras for scripts: the plan's shape and the planner's own numbers.
+    std::vector<int> depth(p.stages.size(), 1);
+    for (int k : plan::stage_topo_order(p))
+      for (int v : p.stages[k].outputs_to) depth[v] = std::max(depth[v], depth[k] + 1);
+    double peak = 0;
+    for (double m : r.peak_memory_bytes) peak = std::max(peak, m);
+    j["schedule"] = s.kind;
+    j["planner"] = p.planner;
+    j["num_stages"] = p.stages.size();
+    j["pipeline_depth"] = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
+    j["peak_memory_max_bytes"] = peak;
+    j["predicted_iteration_time_s"] = p.predicted.iteration_time_s;
+    j["search_time_s"] = p.search_time_s;
+    std::printf("%s\n", j.dump(1).c_str());
+    return;
+  }
+  std::printf("%s\n", title.c_str());
+  std::printf("%5s  %-10s  %5s  %9s  %9s  %12s  %10s\n", "stage", "devices", "mb", "in-flight",
+              "peak held", "busy s", "memory GB");
+  for (const plan::Stage& st : p.stages) {
+    std::string devs = st.devices.size() == 1
+                           ? std::to_string(st.devices[0])
+                           : fmt::format("{}-{}", st.devices.front(), st.devices.back());
+    int d = st.devices.front();
+    std::printf("%5d  %-10s  %5d  %9d  %9d  %12.6f  %10.3f\n", st.id, devs.c_str(),
+                st.micro_batch_size, st.in_flight, r.peak_in_flight[st.id], r.busy_s[d],
+                r.peak_memory_bytes[d] / 1e9);
+  }
+  double peak = 0;
+  for (double m : r.peak_memory_bytes) peak = std::max(peak, m);
+  std::printf("simulated: iteration %.6f s, throughput %.1f samples/s, bubble %.1f%%, peak memory "
+              "%.2f GB\n",
+              r.iteration_time_s, r.throughput_samples_per_s, r.bubble_fraction * 100, peak / 1e9);
+  if (p.predicted.iteration_time_s > 0)
+    std::printf("planner predicted: iteration %.6f s (simulated / predicted = %.3f)\n",
+                p.predicted.iteration_time_s, r.iteration_time_s / p.predicted.iteration_time_s);
+  if (!a.trace.empty()) std::printf("wrote %s\n", a.trace.c_str());
+  if (!a.svg.empty()) std::printf("wrote %s\n", a.svg.c_str());
+}
+
+Registrar reg(30, [](CLI::App& root) {
+  auto a = std::make_shared<SimArgs>();
+  auto* c = root.add_subcommand("simulate", "Simulate one training iteration of a plan");
+  c->add_option("--plan", a->plan, "Plan file (graphpipe.plan/1)")->required();
+  c->add_option("--schedule", a->schedule, "1f1b | gpipe")->capture_default_str();
+  c->add_option("--schedule-file", a->schedule_file, "A graphpipe.schedule/1 file instead");
+  c->add_option("--trace", a->trace, "Write a Chrome trace-event JSON (Perfetto, chrome://tracing)");
+  c->add_option("--svg", a->svg, "Write a timeline picture (SVG)");
+  c->add_option("--model", a->model, "Override the plan's model.spec");
+  c->add_option("--cluster", a->cluster, "Override the plan's cluster.spec");
+  c->add_option("--profile", a->profile, "Measured op costs (graphpipe.profile/1)");
+  c->add_flag("--json", a->json, "Print graphpipe.sim/1 on stdout");
+  c->callback([a] { run(*a); });
+});
+
+}  // namespace
+}  // namespace gp::cli
