@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: planner search time and predicted throughput (GraphPipe vs PipeDream vs Piper) on the
 # paper's multi-branch models on summit, plus a 2,000-op graph on 1,024 devices. Writes a markdown
-# table to BUILD/bench-planner.md and prints it. Piper gets PIPER_LIMIT seconds (default 60).
+# table to BUILD/bench-planner.md and prints it. Piper gets PIPER_LIMIT seconds (default 60); any
+# run is cut after BIG_LIMIT seconds (default 600).
 set -uo pipefail
 BUILD=${1:-build}
 GP=$BUILD/graphpipe
@@ -11,11 +12,11 @@ BATCH=${BATCH:-256}
 field() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)" 2>/dev/null; }
 run() {  # model devices planner -> "search_s tps_ms throughput stages" or an error note
   local f; f=$(mktemp)
-  if "$GP" plan --model "$1" --cluster summit --devices "$2" --batch "$4" --planner "$3" \
+  if timeout "${BIG_LIMIT:-600}" "$GP" plan --model "$1" --cluster summit --devices "$2" --batch "$4" --planner "$3" \
        --time-limit "$PIPER_LIMIT" --json >"$f" 2>"$f.err"; then
     field "$f" "'%.3f | %.3f | %.1f | %d' % (d['search_time_s'], d['predicted']['bottleneck_tps_s']*1e3, d['predicted']['throughput_samples_per_s'], len(d['stages']))"
   else
-    echo "error: $(tail -1 "$f.err" | cut -c1-80) | - | - | -"
+    echo "error: $(tail -1 "$f.err" | cut -c1-80)$([ -s "$f.err" ] || echo "timed out") | - | - | -"
   fi
   rm -f "$f" "$f.err"
 }
