@@ -6,7 +6,7 @@ set -uo pipefail
 BUILD=${1:-build}
 GP=$BUILD/graphpipe
 OUT=${PAPER_OUT:-docs/paper-results.md}
-PIPER_LIMIT=${PIPER_LIMIT:-60}         # seconds before Piper's search is reported as "timeout"
+PIPER_LIMIT=${PIPER_LIMIT:-30}         # seconds before Piper's search is reported as "timeout"
 PER_DEVICE_BATCH=${PER_DEVICE_BATCH:-32} # mini-batch = 32 x devices (weak scaling)
 DEVICES=${DEVICES:-"4 8 16 32"}
 [ -x "$GP" ] || { echo "paper.sh: $GP not found; run make build first" >&2; exit 2; }
