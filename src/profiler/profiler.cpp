@@ -1,0 +1,97 @@
+// Op profiling: one timing per distinct op signature and batch size, via runtime::time_op.
+#include "profiler/profiler.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "runtime/op_timing.h"
+#include "support/error.h"
+
+namespace gp::profiler {
+
+std::string describe_op(const ir::Graph& g, OpId id) {
+  const ir::Op& op = g.op(id);
+  std::string ins;
+  for (const std::string& name : op.inputs) {
+    OpId src = g.find(name);
+    const ir::Shape& s = src.valid() ? g.op(src).output_shape : g.find_input(name)->shape;
+    ins += (ins.empty() ? "" : ", ") + ir::shape_str(s);
+  }
+  return fmt::format("{} {} -> {}", ir::to_string(op.kind), ins, ir::shape_str(op.output_shape));
+}
+
+std::string describe_device(int threads) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string model = "unknown CPU";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
+      break;
+    }
+  }
+  return fmt::format("cpu: {} ({} thread{})", model, threads, threads == 1 ? "" : "s");
+}
+
+std::vector<int64_t> parse_batches(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    GP_CHECK(used == item.size() && !item.empty() && v >= 1,
+             "{}: \"{}\" is not a list of positive integers like 1,2,4,8 (bad item \"{}\")", flag, text, item);
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress) {
+  GP_CHECK(!opt.batches.empty(), "--batches: need at least one batch size");
+  std::vector<int64_t> batches = opt.batches;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  GP_CHECK(batches.front() >= 1, "--batches: batch sizes must be >= 1, found {}", batches.front());
+  runtime::set_torch_threads(opt.threads);
+
+  // The first op of each signature represents all ops sharing it.
+  std::vector<std::pair<std::string, OpId>> todo;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    OpId id(static_cast<int32_t>(i));
+    std::string sig = cost::op_signature(g, id);
+    if (seen.insert(sig).second) todo.emplace_back(std::move(sig), id);
+  }
+  cost::Profile p;
+  p.device = describe_device(opt.threads);
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const auto& [sig, id] = todo[k];
+    if (progress)
+      *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id),
+                               fmt::join(batches, ",")) << std::flush;
+    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats);
+    cost::OpMeasurement m{sig, ir::to_string(g.op(id).kind), batches, {}, {}};
+    for (const auto& x : t) {
+      m.fwd_s.push_back(x.fwd_s);
+      m.bwd_s.push_back(x.bwd_s);
+    }
+    if (progress)
+      *progress << fmt::format(" fwd {:.3g} ms bwd {:.3g} ms at b={}\n", m.fwd_s.back() * 1e3,
+                               m.bwd_s.back() * 1e3, batches.back());
+    p.ops.emplace(sig, std::move(m));
+  }
+  return p;
+}
+
+}  // namespace gp::profiler
