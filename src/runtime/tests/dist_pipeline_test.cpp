@@ -85,8 +85,11 @@ const char* kGpt = "gpt:layers=2,seq=8,hidden=32,heads=2,ffn=64,vocab=16";
 const char* kDlrm = "dlrm:dense_branches=1,embedding_branches=2,layers=1,hidden=16,rows=50,dim=8,bag=4";
 const char* kUno = "candle-uno:branches=2,layers=1,hidden=16";
 
+// The transformer cases use SGD: attention's key bias has an exactly zero gradient, and Adam
+// (m / sqrt(v)) turns float rounding noise in such a gradient into lr-sized steps, so weights
+// could not be compared at 1e-5 (losses still are). The MLP models below use Adam.
 TEST(DistPipeline, TwoBranchesOnTwoWorkers) {
-  expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}), 4);
+  expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}), 4, "sgd", 0.05);
 }
 
 TEST(DistPipeline, ParallelBranchesDataParallelStageAndRegroupingOnFourWorkers) {
@@ -98,7 +101,7 @@ TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {
   // l0's output feeds both l1.attn (s1) and the residual add l1.add1 (s2): a skip edge s0 -> s2.
   auto p = make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}});
   ASSERT_EQ(p.stages[0].outputs_to, (std::vector<int>{1, 2}));
-  expect_equivalent(p, 3);
+  expect_equivalent(p, 3, "sgd", 0.05);
 }
 
 TEST(DistPipeline, DlrmEmbeddingBranchesAndReplicatedTop) {

@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::make_plan;
 
-struct Run {
+struct Proc {
   int code = -1;
   std::string out, err;
   double seconds = 0;
@@ -44,7 +44,7 @@ class DistProcess : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   /// Runs `graphpipe ARGS` (bounded by `timeout` from coreutils) with extra environment.
-  Run graphpipe(const std::string& args, const std::string& env = "", int limit_s = 60) {
+  Proc graphpipe(const std::string& args, const std::string& env = "", int limit_s = 60) {
     static int n = 0;
     fs::path out = dir_ / ("out" + std::to_string(n)), err = dir_ / ("err" + std::to_string(n++));
     std::string cmd = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " timeout -s KILL " +
@@ -52,7 +52,7 @@ class DistProcess : public ::testing::Test {
                       err.string();
     auto t0 = std::chrono::steady_clock::now();
     int st = std::system(cmd.c_str());
-    Run r;
+    Proc r;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     r.out = slurp(out);
@@ -91,11 +91,11 @@ plan::Plan two_stage_plan() { return make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{},
 
 TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   std::string plan = write_plan(two_stage_plan());
-  Run pipe = graphpipe("train --plan " + plan + " --steps 3 --lr 0.01 --log pipe.jsonl --trace trace.json");
+  Proc pipe = graphpipe("train --plan " + plan + " --steps 3 --lr 0.01 --log pipe.jsonl --trace trace.json");
   ASSERT_EQ(pipe.code, 0) << pipe.err;
   EXPECT_NE(pipe.out.find("step 2 loss"), std::string::npos) << pipe.out;
   EXPECT_NE(pipe.out.find("iteration time: measured"), std::string::npos) << pipe.out;
-  Run single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
+  Proc single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
   ASSERT_EQ(single.code, 0) << single.err;
   auto a = losses(dir_ / "pipe.jsonl"), b = losses(dir_ / "single.jsonl");
   ASSERT_EQ(a.size(), 3u);
@@ -123,7 +123,7 @@ TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
   std::string bg = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " RANK=1 timeout -s KILL 60 " +
                    GP_BINARY + " " + cmd + " >r1.out 2>r1.err & echo $! > r1.pid";
   ASSERT_EQ(std::system(bg.c_str()), 0);
-  Run r0 = graphpipe(cmd, env + " RANK=0");
+  Proc r0 = graphpipe(cmd, env + " RANK=0");
   EXPECT_EQ(r0.code, 0) << r0.err;
   EXPECT_EQ(losses(dir_ / "rank0.jsonl").size(), 2u);
   for (int i = 0; i < 100 && leftover_processes() > 0; ++i) ::usleep(100000);
@@ -132,7 +132,7 @@ TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
 
 TEST_F(DistProcess, CrashedWorkerEndsAllWithOneMessage) {
   std::string plan = write_plan(two_stage_plan());
-  Run r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=1,action=3,kind=crash");
+  Proc r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=1,action=3,kind=crash");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("worker rank 1 (stage 1, replica 0) was killed by signal 9"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("at action"), std::string::npos) << r.err;
@@ -142,7 +142,7 @@ TEST_F(DistProcess, CrashedWorkerEndsAllWithOneMessage) {
 
 TEST_F(DistProcess, HungWorkerIsNamedAfterTheTimeout) {
   std::string plan = write_plan(two_stage_plan());
-  Run r = graphpipe("train --plan " + plan + " --steps 3 --timeout 3", "GP_FAULT=rank=0,action=2,step=1,kind=hang");
+  Proc r = graphpipe("train --plan " + plan + " --steps 3 --timeout 3", "GP_FAULT=rank=0,action=2,step=1,kind=hang");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("worker rank 0 (stage 0, replica 0) stopped responding"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("during step 1"), std::string::npos) << r.err;
@@ -154,10 +154,10 @@ TEST_F(DistProcess, BadPlanExitsTwoBeforeStartingWorkers) {
   auto p = two_stage_plan();
   p.stages[1].ops.push_back(p.stages[0].ops[0]);  // one op in two stages
   std::string plan = write_plan(p);
-  Run r = graphpipe("train --plan " + plan + " --steps 1");
+  Proc r = graphpipe("train --plan " + plan + " --steps 1");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("C1"), std::string::npos) << r.err;
-  Run missing = graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2 --resume --checkpoint-dir nowhere");
+  Proc missing = graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2 --resume --checkpoint-dir nowhere");
   EXPECT_EQ(missing.code, 2) << missing.err;
   EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
 }
