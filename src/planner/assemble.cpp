@@ -14,7 +14,7 @@ std::string ms(double s) { return fmt::format("{:.4g} ms", s * 1e3); }
 }  // namespace
 
 plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
-                    int mini_batch, double memory_limit, std::vector<std::string>* explain) {
+                    int mini_batch, double memory_limit, Order order, std::vector<std::string>* explain) {
   const ir::Graph& g = cm.graph();
   const cost::Cluster& cl = cm.cluster();
   plan::Plan p;
@@ -33,12 +33,12 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
     std::sort(ops.back().begin(), ops.back().end());
     dp.push_back(c.dp);
   }
-  auto make_stages = [&](const std::vector<int>& order) {
+  auto make_stages = [&](const std::vector<int>& perm) {
     p.stages.clear();
-    for (size_t k = 0; k < order.size(); ++k) {
+    for (size_t k = 0; k < perm.size(); ++k) {
       plan::Stage s;
       s.id = static_cast<int>(k);
-      for (OpId o : ops[order[k]]) s.ops.push_back(g.op(o).name);
+      for (OpId o : ops[perm[k]]) s.ops.push_back(g.op(o).name);
       s.micro_batch_size = mbs;
       p.stages.push_back(std::move(s));
     }
@@ -47,15 +47,32 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   std::vector<int> ident(ops.size());
   std::iota(ident.begin(), ident.end(), 0);
   make_stages(ident);
-  std::vector<int> topo = plan::stage_topo_order(p);
-  {
+  if (order == Order::dag) {
+    std::vector<int> topo = plan::stage_topo_order(p);
     std::vector<std::vector<OpId>> o2;
     std::vector<int> d2;
     for (int k : topo) o2.push_back(ops[k]), d2.push_back(dp[k]);
     ops = std::move(o2);
     dp = std::move(d2);
+    make_stages(ident);
+  } else {
+    // A chain: the choices are already in pipeline order (first stage first).
+    for (const plan::Stage& s : p.stages)
+      for (int t : s.outputs_to) GP_ASSERT(t > s.id, "chain stage {} feeds earlier stage {}", s.id, t);
   }
-  make_stages(ident);
+  if (order == Order::chain_edges) {
+    // A sequential pipeline runs its stages one after the other: stage k -> k + 1 is declared even
+    // when no op tensor crosses it (the runtime then sends a token), so independent branches in
+    // different stages do not run concurrently and in-flight counts are the chain depth S - k.
+    for (size_t k = 0; k + 1 < p.stages.size(); ++k) {
+      auto& out = p.stages[k].outputs_to;
+      auto& in = p.stages[k + 1].inputs_from;
+      if (!std::binary_search(out.begin(), out.end(), static_cast<int>(k + 1)))
+        out.insert(std::upper_bound(out.begin(), out.end(), static_cast<int>(k + 1)), static_cast<int>(k + 1));
+      if (!std::binary_search(in.begin(), in.end(), static_cast<int>(k)))
+        in.insert(std::upper_bound(in.begin(), in.end(), static_cast<int>(k)), static_cast<int>(k));
+    }
+  }
 
   // Placement: largest degree first (stable in topological order), contiguous blocks. Power-of-two
   // blocks in descending size stay aligned, so a block no larger than a node never straddles one.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cost/cost_model.h"
+#include "plan/plan.h"
 
 namespace gp::planner::detail {
 
@@ -56,6 +57,18 @@ bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, 
                     int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline,
                     double time_limit_s, double tol, double* best_tps, std::vector<StageChoice>* best,
                     size_t* explored);
+
+/// How assemble() orders the stages and declares stage edges.
+enum class Order {
+  dag,          // a stage DAG: topological order, edges from op edges only (GraphPipe's SP plans)
+  chain,        // the choices' order (a linearisation), edges from op edges only
+  chain_edges,  // the choices' order plus declared edges k -> k+1: a sequential pipeline (baselines)
+};
+
+/// From the DP's stage choices (of one micro-batch size) to a placed, re-costed plan with its
+/// predictions (assemble.cpp).
+plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
+                    int mini_batch, double memory_limit, Order order, std::vector<std::string>* explain);
 
 /// Candidate device counts: all of 1..n for n <= 64, else powers of two and multiples of n/32.
 std::vector<int> device_candidates(int n);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "planner/engine.h"
 
@@ -52,12 +53,6 @@ struct Found {
 
 }  // namespace
 
-// Defined in assemble.cpp.
-namespace detail {
-plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& stages, int mbs,
-                    int mini_batch, double memory_limit, std::vector<std::string>* explain);
-}
-
 PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   const ir::Graph& g = cm.graph();
@@ -78,64 +73,95 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   std::vector<int> mbs_cands;
   for (int m = 1; m <= opt.mini_batch; m *= 2)
     if (opt.mini_batch % m == 0) mbs_cands.push_back(m);
+  if (opt.micro_batch > 0) {
+    GP_CHECK(opt.mini_batch % opt.micro_batch == 0, "micro-batch size {} does not divide the mini-batch {}",
+             opt.micro_batch, opt.mini_batch);
+    mbs_cands = {opt.micro_batch};
+  }
 
   PlanReport rep;
   detail::Structure sp, chain;
   if (opt.planner == "graphpipe") sp = detail::sp_structure(cm, &rep.sp_note);
   if (opt.planner != "piper") chain = detail::chain_structure(cm);
 
-  // GraphPipe keeps two candidates: the SP DP's plan and the best chain plan (sequential pipelines
-  // the SP DP cannot express, e.g. a stage cutting through a parallel block). The chain search is
-  // exactly PipeDream's, so after both are placed and re-costed GraphPipe is never predicted worse.
-  Found best, best_chain;
+  // Per micro-batch size each planner's DP minimises the bottleneck TPS; GraphPipe keeps two
+  // candidates: the SP DP's plan and the best chain plan (sequential pipelines the SP DP cannot
+  // express, e.g. a stage cutting through a parallel block; placed like PipeDream's but run as a
+  // DAG). Across micro-batch sizes (and GraphPipe's two candidates) every planner then picks the
+  // plan with the smallest predicted iteration time, (M - 1) x slowest stage + critical path, so
+  // pipeline fill counts: one micro-batch of B samples has no pipelining at all.
+  struct Cand {
+    int mbs = 0;
+    std::vector<StageChoice> stages;
+    detail::Order order = detail::Order::dag;
+    plan::Plan plan;
+  };
+  auto better = [](const plan::Plan& a, const plan::Plan& b) {
+    const double ta = a.predicted.iteration_time_s, tb = b.predicted.iteration_time_s;
+    if (ta < tb * (1 - 1e-9)) return true;
+    if (tb < ta * (1 - 1e-9)) return false;
+    return a.predicted.bottleneck_tps_s < b.predicted.bottleneck_tps_s * (1 - 1e-9);
+  };
+  const detail::Order chain_order =
+      opt.planner == "graphpipe" ? detail::Order::chain : detail::Order::chain_edges;
+  std::optional<Cand> best;
+  double chain_best = 0;  // graphpipe: iteration time of the best chain candidate
   size_t explored = 0;
   for (int mbs : mbs_cands) {
-    Found f, c;
-    f.mbs = c.mbs = mbs;
-    bool ok = false, cok = false;
+    std::vector<Cand> here;
+    auto add = [&](std::vector<StageChoice> st, detail::Order order) {
+      Cand c;
+      c.mbs = mbs;
+      c.plan = detail::assemble(cm, st, mbs, opt.mini_batch, limit, order, nullptr);
+      c.stages = std::move(st);
+      c.order = order;
+      here.push_back(std::move(c));
+    };
+    double tps = 0, search_tps = 0;
+    std::vector<StageChoice> st;
+    auto note = [&] { search_tps = search_tps == 0 ? tps : std::min(search_tps, tps); };
     if (opt.planner == "graphpipe") {
       detail::SeqDp dp(cm, sp, mbs, opt.mini_batch, limit, n, same_node);
-      ok = dp.minimise(kTol, 0, &f.tps, &f.stages);
+      if (dp.minimise(kTol, 0, &tps, &st)) note(), add(std::move(st), detail::Order::dag);
     }
     if (opt.planner != "piper") {
       detail::SeqDp cdp(cm, chain, mbs, opt.mini_batch, limit, n, same_node);
-      cok = cdp.minimise(kTol, 0, &c.tps, &c.stages);
+      if (cdp.minimise(kTol, 0, &tps, &st)) {
+        note();
+        add(std::move(st), chain_order);
+        if (opt.planner == "graphpipe" &&
+            (chain_best == 0 || here.back().plan.predicted.iteration_time_s < chain_best))
+          chain_best = here.back().plan.predicted.iteration_time_s;
+      }
     } else {
       size_t k = 0;
-      ok = detail::piper_minimise(cm, mbs, opt.mini_batch, limit, n, same_node, deadline,
-                                  opt.time_limit_s, kTol, &f.tps, &f.stages, &k);
+      if (detail::piper_minimise(cm, mbs, opt.mini_batch, limit, n, same_node, deadline,
+                                 opt.time_limit_s, kTol, &tps, &st, &k))
+        note(), add(std::move(st), detail::Order::chain_edges);
       explored = std::max(explored, k);
     }
-    if (opt.planner == "pipedream") std::swap(f, c), std::swap(ok, cok);
-    double shown = std::min(ok ? f.tps : 1e300, cok ? c.tps : 1e300);
-    int shown_stages = ok && (!cok || f.tps <= c.tps) ? static_cast<int>(f.stages.size())
-                                                      : static_cast<int>(c.stages.size());
-    rep.per_micro_batch.push_back({mbs, ok || cok ? shown : 0, ok || cok ? shown_stages : 0});
-    if (ok && f.tps < best.tps * (1 - 1e-9)) best = std::move(f);
-    if (cok && c.tps < best_chain.tps * (1 - 1e-9)) best_chain = std::move(c);
+    PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
+    const Cand* top = nullptr;
+    for (const Cand& c : here)
+      if (!top || better(c.plan, top->plan)) top = &c;
+    if (top) {
+      rc.bottleneck_tps_s = top->plan.predicted.bottleneck_tps_s;
+      rc.iteration_time_s = top->plan.predicted.iteration_time_s;
+      rc.num_stages = static_cast<int>(top->plan.stages.size());
+      if (!best || better(top->plan, best->plan)) best = *top;
+    }
+    rep.per_micro_batch.push_back(rc);
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (opt.progress && el > 1.0)
       std::fprintf(stderr, "%s: micro-batch %d done (%.1f s)\n", opt.planner.c_str(), mbs, el);
   }
-  if (best.stages.empty() && best_chain.stages.empty()) impossible(cm, n, limit);
+  if (!best) impossible(cm, n, limit);
 
   std::vector<std::string> explain;
-  double chain_best = 0;
-  if (!best.stages.empty())
-    rep.plan = detail::assemble(cm, best.stages, best.mbs, opt.mini_batch, limit,
-                                opt.explain ? &explain : nullptr);
-  if (!best_chain.stages.empty()) {
-    std::vector<std::string> cexplain;
-    plan::Plan cp = detail::assemble(cm, best_chain.stages, best_chain.mbs, opt.mini_batch, limit,
-                                     opt.explain ? &cexplain : nullptr);
-    chain_best = cp.predicted.bottleneck_tps_s;
-    if (best.stages.empty() || cp.predicted.bottleneck_tps_s < rep.plan.predicted.bottleneck_tps_s) {
-      rep.plan = std::move(cp);
-      explain = std::move(cexplain);
-      if (opt.planner == "graphpipe") explain.push_back("the best plan is a sequential pipeline");
-      best = best_chain;
-    }
-  }
+  rep.plan = detail::assemble(cm, best->stages, best->mbs, opt.mini_batch, limit, best->order,
+                              opt.explain ? &explain : nullptr);
+  if (opt.planner == "graphpipe" && best->order == detail::Order::chain)
+    explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;
   rep.plan.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -143,15 +169,16 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     rep.explain = std::move(explain);
     std::string alt;
     for (const auto& c : rep.per_micro_batch)
-      alt += c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample ({} stages);", c.micro_batch,
-                                                 c.bottleneck_tps_s * 1e3, c.num_stages)
+      alt += c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
+                                                 c.micro_batch, c.bottleneck_tps_s * 1e3,
+                                                 c.iteration_time_s * 1e3, c.num_stages)
                                     : fmt::format(" {}: does not fit memory;", c.micro_batch);
-    rep.explain.push_back(fmt::format("micro-batch {} chosen: best bottleneck per micro-batch size:{}",
-                                      best.mbs, alt));
+    rep.explain.push_back(fmt::format("micro-batch {} chosen (smallest predicted iteration time); "
+                                      "best plan per micro-batch size:{}", best->mbs, alt));
     if (opt.planner == "graphpipe") {
       rep.explain.push_back("graph: " + rep.sp_note);
       if (chain_best > 0)
-        rep.explain.push_back(fmt::format("best sequential (chain) plan in the same search: {:.4g} ms/sample",
+        rep.explain.push_back(fmt::format("best sequential (chain) plan in the same search: iteration {:.4g} ms",
                                           chain_best * 1e3));
     }
     if (opt.planner == "piper") rep.explain.push_back(fmt::format("piper explored {} downsets", explored));

@@ -11,6 +11,7 @@ namespace gp::planner {
 
 struct PlannerOptions {
   int mini_batch = 0;
+  int micro_batch = 0;                 // 0: search every power of two dividing mini_batch
   std::string planner = "graphpipe";   // graphpipe | pipedream | piper
   double memory_limit_bytes = 0;       // per device; 0 = the cluster's device memory
   double time_limit_s = 600;           // piper only: give up after this long
@@ -22,10 +23,12 @@ struct PlannerOptions {
 struct PlanReport {
   plan::Plan plan;
   std::vector<std::string> explain;    // one line per stage + alternatives (when asked)
-  struct Candidate {                   // best plan per micro-batch size tried
+  struct Candidate {                   // best plan per micro-batch size tried (placed, re-costed)
     int micro_batch = 0;
     double bottleneck_tps_s = 0;       // 0 when no plan fits memory at this micro-batch size
+    double iteration_time_s = 0;       // predicted; the planner picks the smallest over sizes
     int num_stages = 0;
+    double search_tps_s = 0;           // the DP's optimal bottleneck at this size (before placement)
   };
   std::vector<Candidate> per_micro_batch;
   std::string sp_note;                 // how the graph was made series-parallel (graphpipe)

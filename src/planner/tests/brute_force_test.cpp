@@ -117,7 +117,11 @@ TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
       PlannerOptions o;
       o.mini_batch = 8;
       o.memory_limit_bytes = 1e18;
-      double got = run_planner(cm, o).predicted.bottleneck_tps_s;
+      // The search's optimum bottleneck over micro-batch sizes (the plan itself is then chosen by
+      // predicted iteration time, which may trade some bottleneck for pipeline fill).
+      double got = 1e300;
+      for (const auto& c : run_planner_report(cm, o).per_micro_batch)
+        if (c.search_tps_s > 0) got = std::min(got, c.search_tps_s);
       double want = brute_force(cm, n, 8);
       EXPECT_NEAR(got, want, 2e-3 * want) << "seed " << seed << " n " << n << " ops " << g.num_ops();
     }
@@ -147,8 +151,17 @@ RC_GTEST_PROP(Property, RandomSpGraphsGiveValidPlans, ()) {
   }
   RC_ASSERT(p.predicted.bottleneck_tps_s >= work / n * (1 - 1e-9));
   o.planner = "pipedream";
-  double pd = run_planner(cm, o).predicted.bottleneck_tps_s;
-  RC_ASSERT(p.predicted.bottleneck_tps_s <= pd * (1 + 1e-9));
+  // GraphPipe's chain candidate is PipeDream's plan at every micro-batch size, placed the same
+  // way but without the ordering edges, so its predicted iteration time is never worse.
+  plan::Plan pdp = run_planner(cm, o);
+  RC_ASSERT(p.predicted.iteration_time_s <= pdp.predicted.iteration_time_s * (1 + 1e-9));
+  auto search_best = [&](const PlannerOptions& opts) {
+    double b = 1e300;
+    for (const auto& c : run_planner_report(cm, opts).per_micro_batch)
+      if (c.search_tps_s > 0) b = std::min(b, c.search_tps_s);
+    return b;
+  };
+  const double pd = search_best(o);
   // Single node only: across nodes each plan is re-costed with its placed links after the search,
   // so two searches over nested spaces can swap order by the placement effect.
   if (g.num_ops() <= 12 && n <= 4) {
@@ -158,7 +171,7 @@ RC_GTEST_PROP(Property, RandomSpGraphsGiveValidPlans, ()) {
     // one topological order). It is not contained in GraphPipe's: with ample memory a Piper chain
     // can cut a parallel block in ways neither the SP DP nor one linearisation can (see
     // docs/planner.md), so GraphPipe <= Piper is measured in the bench, not asserted here.
-    double pi = run_planner(cm, o).predicted.bottleneck_tps_s;
+    double pi = search_best(o);
     RC_ASSERT(pi <= pd * (1 + 1e-6));
   }
 }
