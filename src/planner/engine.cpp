@@ -9,6 +9,7 @@
 
 #include "graph/series_parallel.h"
 #include "plan/plan.h"
+#include "planner/range_cost.h"
 
 namespace gp::planner::detail {
 
@@ -100,7 +101,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, in
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      in_stage_(cm.graph().num_ops(), 0),
+      rc_(cm, st, micro_batch, mini_batch, same_node),
       dense_(st.seqs.size()) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   plogs_ = std::bit_width(static_cast<unsigned>(std::min(n_, mbs_)));
@@ -112,8 +113,8 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, in
   }
 }
 
-const SeqDp::StageCostLite& SeqDp::stage(int s, int i, int m, int plog) {
-  // Dense cache per sequence of moderate length; a hash map beyond (long chains).
+SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog) {
+  // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
   const int k = static_cast<int>(st_.seqs[s].items.size());
   StageCostLite* slot = nullptr;
   if (k <= kDenseItems) {
@@ -121,21 +122,11 @@ const SeqDp::StageCostLite& SeqDp::stage(int s, int i, int m, int plog) {
     if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
     slot = &tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
     if (slot->tps >= 0) return *slot;
-  } else {
-    uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
-    auto it = stage_cache_.find(key);
-    if (it != stage_cache_.end()) return it->second;
   }
-  scratch_.clear();
-  const Seq& q = st_.seqs[s];
-  for (int j = i; j < m; ++j) scratch_.insert(scratch_.end(), q.items[j].ops.begin(), q.items[j].ops.end());
-  for (OpId op : scratch_) in_stage_[op.v] = 1;
-  cost::StageCost c = cost::stage_cost(cm_, scratch_, in_stage_, 1 << plog, mbs_, mini_, same_node_);
-  for (OpId op : scratch_) in_stage_[op.v] = 0;
-  StageCostLite lite{c.tps_s, c.compute_s / mbs_, c.state_bytes, c.act_bytes_per_mb};
-  if (slot) return *slot = lite;
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(m) << 16) | uint64_t(plog);
-  return stage_cache_.emplace(key, lite).first->second;
+  const RangeCost::Cost c = rc_.cost(s, i, m, plog);
+  StageCostLite lite{c.tps, c.compute_tps, c.state, c.act};
+  if (slot) *slot = lite;
+  return lite;
 }
 
 bool SeqDp::fits(const StageCostLite& c, int depth) const {
@@ -146,25 +137,29 @@ bool SeqDp::fits(const StageCostLite& c, int depth) const {
 // [i, end) of sequence s on at most d devices, given `down` micro-batches in flight after it.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  const double tmax = target_ * (1 + 1e-12);
+  // Prune by the target: d devices cannot run more than d x T device-seconds per sample.
+  if (rc_.work_lower_bound(s, i, k) > d * tmax * (1 + 1e-9)) return -1;
   uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
   if (auto it = memo_.find(key); it != memo_.end()) return it->second.val;
   ++states_;
-  const Seq& q = st_.seqs[s];
-  const int k = static_cast<int>(q.items.size());
   Entry best;
-  const double tmax = target_ * (1 + 1e-12);
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   // Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
-  for (int m = i + 1; m <= k; ++m) {
-    if (stage(s, i, m, pcap).compute_tps > tmax) break;  // compute only grows with m
-    for (int plog = 0; plog <= pcap; ++plog) {
-      const int p = 1 << plog;
-      if (m < k && d - p < 1) break;
-      const StageCostLite& c = stage(s, i, m, plog);
+  // Per degree, m grows until the stage's compute alone exceeds the target (it only grows with m).
+  // No plan of the suffix is shallower than min(down + 1, M): stop when one reaches it.
+  const int floor_val = std::min(down + 1, num_micro_);
+  for (int plog = 0; plog <= pcap && best.val != floor_val; ++plog) {
+    const int p = 1 << plog;
+    for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
+      const StageCostLite c = stage(s, i, m, plog);
+      if (c.compute_tps > tmax) break;
       if (c.tps > tmax) continue;
       int val;
       if (q.parallel) {  // parallel case: a group of branches as one stage beside the rest
-        int self = std::min(down + 1, num_micro_);
+        int self = floor_val;
         if (!fits(c, self)) continue;
         int rest = m < k ? go(s, m, floor_cand(d - p), down) : 0;
         if (rest < 0) continue;
@@ -176,11 +171,14 @@ int SeqDp::go(int s, int i, int d, int down) {
         if (!fits(c, val)) continue;
       }
       if (best.val < 0 || val < best.val) best = {static_cast<int16_t>(val), 1, static_cast<int8_t>(plog), m};
+      if (best.val == floor_val) break;
     }
   }
   // Nested item: item i is itself a series/parallel subgraph, split recursively on d1 devices.
   if (int c = q.items[i].seq; c >= 0) {
-    if (i + 1 == k) {
+    if (best.val == floor_val) {
+      // already as shallow as any plan of this suffix can be
+    } else if (i + 1 == k) {
       int v = go(c, 0, d, down);
       if (v >= 0 && (best.val < 0 || v < best.val)) best = {static_cast<int16_t>(v), 2, 0, d};
     } else {
@@ -201,6 +199,7 @@ int SeqDp::go(int s, int i, int d, int down) {
           if (v < 0) continue;
         }
         if (best.val < 0 || v < best.val) best = {static_cast<int16_t>(v), 2, 0, d1};
+        if (best.val == floor_val) break;
       }
     }
   }

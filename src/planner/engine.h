@@ -10,6 +10,7 @@
 
 #include "cost/cost_model.h"
 #include "plan/plan.h"
+#include "planner/range_cost.h"
 
 namespace gp::planner::detail {
 
@@ -102,7 +103,7 @@ class SeqDp {
     int8_t plog = 0;
     int32_t arg = 0;    // m or d1
   };
-  const StageCostLite& stage(int s, int i, int m, int plog);
+  StageCostLite stage(int s, int i, int m, int plog);
   bool fits(const StageCostLite& c, int depth) const;
   int go(int s, int i, int d, int down);
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
@@ -115,11 +116,9 @@ class SeqDp {
   bool same_node_;
   std::vector<int> floor_cand_;  // largest candidate device count <= d
   double target_ = 0;
-  std::unordered_map<uint64_t, StageCostLite> stage_cache_;
   std::unordered_map<uint64_t, Entry> memo_;
-  std::vector<char> in_stage_;
+  RangeCost rc_;
   std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
-  std::vector<OpId> scratch_;
   size_t states_ = 0;
 };
 

@@ -108,6 +108,21 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   double chain_best = 0;  // graphpipe: iteration time of the best chain candidate
   size_t explored = 0;
   for (int mbs : mbs_cands) {
+    // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
+    // micro-batch time >= B x (the ops' cheapest device-seconds per sample) / N.
+    if (best) {
+      double work = 0;
+      for (size_t o = 0; o < g.num_ops(); ++o) {
+        double w = std::numeric_limits<double>::infinity();
+        for (int p = 1; p <= std::min(n, mbs); p *= 2)
+          w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), mbs / p) / mbs);
+        work += w;
+      }
+      if (opt.mini_batch * work / n >= best->plan.predicted.iteration_time_s) {
+        rep.per_micro_batch.push_back({mbs, 0, 0, 0, 0, true});
+        continue;
+      }
+    }
     std::vector<Cand> here;
     auto add = [&](std::vector<StageChoice> st, detail::Order order) {
       Cand c;
@@ -169,7 +184,8 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     rep.explain = std::move(explain);
     std::string alt;
     for (const auto& c : rep.per_micro_batch)
-      alt += c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
+      alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
+             c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
                                                  c.micro_batch, c.bottleneck_tps_s * 1e3,
                                                  c.iteration_time_s * 1e3, c.num_stages)
                                     : fmt::format(" {}: does not fit memory;", c.micro_batch);

@@ -29,6 +29,7 @@ struct PlanReport {
     double iteration_time_s = 0;       // predicted; the planner picks the smallest over sizes
     int num_stages = 0;
     double search_tps_s = 0;           // the DP's optimal bottleneck at this size (before placement)
+    bool pruned = false;               // not searched: no plan at this size can beat the best
   };
   std::vector<Candidate> per_micro_batch;
   std::string sp_note;                 // how the graph was made series-parallel (graphpipe)
