@@ -53,11 +53,28 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
                      double tol, double upper, double guess, double* best_tps,
                      std::vector<StageChoice>* best);
 
-/// Piper's DP over downsets for one micro-batch size; throws UserError past `deadline`.
-bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, double memory_limit,
-                    int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline,
-                    double time_limit_s, double tol, double* best_tps, std::vector<StageChoice>* best,
-                    size_t* explored);
+/// Piper's search space: downsets of a coarsened graph (maximal series-parallel subtrees of at
+/// most `threshold` ops contracted into nodes, the smallest power of two that keeps the space
+/// within the caps in piper.cpp) and, per downset, its splits into a first stage and the rest.
+struct PiperSpace {
+  struct Split {
+    int rest = 0;            // downset id of what runs after the stage (0 = empty)
+    std::vector<OpId> ops;   // the stage, sorted
+  };
+  std::vector<std::vector<OpId>> nodes;      // coarse nodes, topologically ordered
+  std::vector<std::vector<Split>> splits;    // per downset id (0 = the empty downset)
+  int full = 0;                              // id of the whole graph
+  int threshold = 1;
+  size_t num_downsets = 0, num_splits = 0;
+};
+/// Builds the space; throws UserError past `deadline`.
+PiperSpace piper_space(const cost::CostModel& cm, std::chrono::steady_clock::time_point deadline,
+                       double time_limit_s);
+/// Piper's DP for one micro-batch size with a binary search on the target TPS.
+bool piper_minimise(const cost::CostModel& cm, const PiperSpace& space, int micro_batch,
+                    int mini_batch, double memory_limit, int num_devices, bool same_node,
+                    std::chrono::steady_clock::time_point deadline, double time_limit_s, double tol,
+                    double* best_tps, std::vector<StageChoice>* best);
 
 /// How assemble() orders the stages and declares stage edges.
 enum class Order {

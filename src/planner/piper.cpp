@@ -1,18 +1,25 @@
 // Piper baseline (Tarnawski et al., NeurIPS 2021, without tensor parallelism): a DP over downsets
-// (op sets closed under successors). A downset D splits into a stage S = D \ D' and a smaller
-// downset D' that runs after it. Exact for chains; the number of downsets grows exponentially
-// with the number of parallel branches, hence the time limit.
+// (node sets closed under successors) of a coarsened graph. A downset D splits into a stage
+// S = D \ D' and a smaller downset D' that runs after it. Exact for chains; the number of downsets
+// grows exponentially with the number of parallel branches, so, as Piper's paper does with its
+// layer graphs, the DP runs on a coarsened graph: maximal series-parallel subtrees of at most t
+// ops (and runs of consecutive series children of at most t ops) become single nodes, with t the smallest power of two whose graph has at most
+// kMaxDownsets downsets and kMaxSplits (downset, stage) pairs.
 #include <algorithm>
 #include <bit>
 #include <functional>
 #include <limits>
 #include <unordered_map>
 
+#include "graph/series_parallel.h"
 #include "planner/engine.h"
 
 namespace gp::planner::detail {
 
 namespace {
+
+constexpr size_t kMaxDownsets = 20000;
+constexpr size_t kMaxSplits = 200000;
 
 using Bits = std::vector<uint64_t>;
 
@@ -28,133 +35,267 @@ bool test(const Bits& b, int i) { return (b[i >> 6] >> (i & 63)) & 1; }
 void set(Bits& b, int i) { b[i >> 6] |= uint64_t{1} << (i & 63); }
 void reset(Bits& b, int i) { b[i >> 6] &= ~(uint64_t{1} << (i & 63)); }
 
-struct Split {
-  int rest = 0;                       // downset id of D' (0 = empty)
-  std::vector<OpId> ops;              // the stage S = D \ D'
-  std::vector<double> tps, state, act;  // per plog
-  std::vector<double> compute_tps;
-};
+// Groups of ops for threshold t: maximal SP subtrees with at most t leaves, and runs of consecutive
+// series children of at most t leaves in total; in topological order.
+std::vector<std::vector<OpId>> coarse_groups(const ir::Graph& g, const graph::SpTree& t, int limit) {
+  std::vector<int> size(t.nodes.size(), 0);
+  std::function<int(int)> count = [&](int v) {
+    const graph::SpNode& n = t.nodes[v];
+    if (n.kind == graph::SpNode::Kind::leaf) return size[v] = 1;
+    int s = 0;
+    for (int c : n.children) s += count(c);
+    return size[v] = s;
+  };
+  count(t.root);
+  std::vector<int> group(g.num_ops(), -1);
+  int ngroups = 0;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    for (int c : run)
+      for (int leaf : t.leaves(c)) group[leaf] = ngroups;
+    ++ngroups;
+    run.clear();
+  };
+  std::function<void(int)> cut = [&](int v) {
+    if (size[v] <= limit) {
+      run = {v};
+      flush();
+      return;
+    }
+    const graph::SpNode& n = t.nodes[v];
+    if (n.kind == graph::SpNode::Kind::parallel) {
+      for (int c : n.children) cut(c);
+      return;
+    }
+    // Series: consecutive children are packed into runs of at most `limit` ops (a run of a
+    // series composition is convex), larger children are cut recursively.
+    std::vector<int> mine;
+    int run_size = 0;
+    auto flush_mine = [&] {
+      run = mine;
+      flush();
+      mine.clear();
+      run_size = 0;
+    };
+    for (int c : n.children) {
+      if (size[c] > limit) {
+        flush_mine();
+        cut(c);
+      } else {
+        if (run_size + size[c] > limit) flush_mine();
+        mine.push_back(c);
+        run_size += size[c];
+      }
+    }
+    flush_mine();
+  };
+  cut(t.root);
+  // Quotient DAG, topologically sorted (Kahn, smallest first op first).
+  std::vector<std::vector<int>> succ(ngroups);
+  std::vector<int> indeg(ngroups, 0), first(ngroups, std::numeric_limits<int>::max());
+  for (size_t o = 0; o < g.num_ops(); ++o) {
+    GP_ASSERT(group[o] >= 0, "op {} in no coarse group", o);
+    first[group[o]] = std::min(first[group[o]], static_cast<int>(o));
+    for (OpId s : g.succs(OpId(static_cast<int32_t>(o))))
+      if (group[s.v] != group[o]) succ[group[o]].push_back(group[s.v]);
+  }
+  for (auto& s : succ) {
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+    for (int v : s) ++indeg[v];
+  }
+  auto later = [&](int a, int b) { return first[a] > first[b]; };
+  std::vector<int> ready, order;
+  for (int v = 0; v < ngroups; ++v)
+    if (indeg[v] == 0) ready.push_back(v);
+  std::make_heap(ready.begin(), ready.end(), later);
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), later);
+    int v = ready.back();
+    ready.pop_back();
+    order.push_back(v);
+    for (int s : succ[v])
+      if (--indeg[s] == 0) ready.push_back(s), std::push_heap(ready.begin(), ready.end(), later);
+  }
+  GP_ASSERT(static_cast<int>(order.size()) == ngroups, "coarse graph has a cycle");
+  std::vector<int> rank(ngroups);
+  for (int k = 0; k < ngroups; ++k) rank[order[k]] = k;
+  std::vector<std::vector<OpId>> out(ngroups);
+  for (size_t o = 0; o < g.num_ops(); ++o) out[rank[group[o]]].push_back(OpId(static_cast<int32_t>(o)));
+  return out;
+}
 
 }  // namespace
 
-bool piper_minimise(const cost::CostModel& cm, int micro_batch, int mini_batch, double memory_limit,
-                    int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline,
-                    double time_limit_s, double tol, double* best_tps, std::vector<StageChoice>* best,
-                    size_t* explored) {
+PiperSpace piper_space(const cost::CostModel& cm, std::chrono::steady_clock::time_point deadline,
+                       double time_limit_s) {
   const ir::Graph& g = cm.graph();
-  const int n = static_cast<int>(g.num_ops());
-  const int words = (n + 63) / 64;
-  const int num_micro = mini_batch / micro_batch;
-  std::vector<Bits> downsets{Bits(words, 0)};
-  std::unordered_map<Bits, int, BitsHash> index{{downsets[0], 0}};
+  graph::Dag dag = plan::op_dag(g);
+  graph::SpResult r = graph::sp_decompose(dag);
+  if (!r.tree) r = graph::sp_decompose(graph::sp_ize(dag));
+  GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
+  size_t explored = 0;
   auto check_time = [&] {
     if (std::chrono::steady_clock::now() > deadline)
       throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)",
-                                  time_limit_s, downsets.size()));
+                                  time_limit_s, explored));
   };
-  // Enumerate downsets breadth-first (so ids grow with size): add an op whose successors are in.
-  for (size_t k = 0; k < downsets.size(); ++k) {
-    if ((k & 255) == 0) check_time();
-    for (int x = 0; x < n; ++x) {
-      if (test(downsets[k], x)) continue;
-      bool ok = true;
-      for (OpId s : g.succs(OpId(x))) ok = ok && test(downsets[k], s.v);
-      if (!ok) continue;
-      Bits nb = downsets[k];
-      set(nb, x);
-      if (index.emplace(nb, static_cast<int>(downsets.size())).second) downsets.push_back(std::move(nb));
+  for (int limit = 1;; limit *= 2) {
+    PiperSpace sp;
+    sp.threshold = limit;
+    sp.nodes = coarse_groups(g, *r.tree, limit);
+    const int n = static_cast<int>(sp.nodes.size());
+    const int words = (n + 63) / 64;
+    std::vector<int> where(g.num_ops());
+    for (int v = 0; v < n; ++v)
+      for (OpId o : sp.nodes[v]) where[o.v] = v;
+    std::vector<std::vector<int>> succ(n), pred(n);
+    for (size_t o = 0; o < g.num_ops(); ++o)
+      for (OpId s : g.succs(OpId(static_cast<int32_t>(o))))
+        if (where[s.v] != where[o]) succ[where[o]].push_back(where[s.v]), pred[where[s.v]].push_back(where[o]);
+    std::vector<Bits> downsets{Bits(words, 0)};
+    std::unordered_map<Bits, int, BitsHash> index{{downsets[0], 0}};
+    bool too_big = false;
+    // Downsets breadth-first (ids grow with size): add a node whose successors are all in.
+    for (size_t k = 0; k < downsets.size() && !too_big; ++k) {
+      if ((k & 255) == 0) check_time();
+      for (int x = 0; x < n; ++x) {
+        if (test(downsets[k], x)) continue;
+        bool ok = true;
+        for (int s : succ[x]) ok = ok && test(downsets[k], s);
+        if (!ok) continue;
+        Bits nb = downsets[k];
+        set(nb, x);
+        if (index.emplace(nb, static_cast<int>(downsets.size())).second) downsets.push_back(std::move(nb));
+      }
+      explored = std::max(explored, downsets.size());
+      too_big = downsets.size() > kMaxDownsets;
     }
-  }
-  *explored = downsets.size();
-  const int pcap = std::bit_width(static_cast<unsigned>(std::min(num_devices, micro_batch))) - 1;
-  // Splits of each downset: S closed under predecessors within D (so D \ S is a downset).
-  std::vector<std::vector<Split>> splits(downsets.size());
-  std::vector<char> in_stage(n, 0);
-  size_t work = 0;
-  for (size_t k = 1; k < downsets.size(); ++k) {
-    const Bits& D = downsets[k];
-    std::vector<int> members;
-    for (int x = 0; x < n; ++x)
-      if (test(D, x)) members.push_back(x);  // OpId order is topological
-    Bits S(words, 0);
-    std::function<void(size_t)> rec = [&](size_t pos) {
-      if ((++work & 1023) == 0) check_time();
-      if (pos == members.size()) {
-        Split sp;
-        for (int x : members)
-          if (test(S, x)) sp.ops.push_back(OpId(x));
-        if (sp.ops.empty()) return;
-        Bits rest = D;
-        for (OpId o : sp.ops) reset(rest, o.v);
-        sp.rest = index.at(rest);
-        for (OpId o : sp.ops) in_stage[o.v] = 1;
-        for (int plog = 0; plog <= pcap; ++plog) {
-          cost::StageCost c = cost::stage_cost(cm, sp.ops, in_stage, 1 << plog, micro_batch, mini_batch, same_node);
-          sp.tps.push_back(c.tps_s);
-          sp.compute_tps.push_back(c.compute_s / micro_batch);
-          sp.state.push_back(c.state_bytes);
-          sp.act.push_back(c.act_bytes_per_mb);
+    if (too_big) continue;
+    // Splits of each downset: S closed under predecessors within D (so D \ S is a downset).
+    sp.splits.assign(downsets.size(), {});
+    size_t total = 0;
+    for (size_t k = 1; k < downsets.size() && !too_big; ++k) {
+      const Bits& D = downsets[k];
+      std::vector<int> members;
+      for (int x = 0; x < n; ++x)
+        if (test(D, x)) members.push_back(x);  // node order is topological
+      Bits S(words, 0);
+      std::function<void(size_t)> rec = [&](size_t pos) {
+        if (too_big) return;
+        if (pos == members.size()) {
+          PiperSpace::Split s;
+          Bits rest = D;
+          for (int x : members)
+            if (test(S, x)) {
+              s.ops.insert(s.ops.end(), sp.nodes[x].begin(), sp.nodes[x].end());
+              reset(rest, x);
+            }
+          if (s.ops.empty()) return;
+          std::sort(s.ops.begin(), s.ops.end());
+          s.rest = index.at(rest);
+          sp.splits[k].push_back(std::move(s));
+          if (++total > kMaxSplits) too_big = true;
+          if ((total & 1023) == 0) check_time();
+          return;
         }
-        for (OpId o : sp.ops) in_stage[o.v] = 0;
-        splits[k].push_back(std::move(sp));
-        return;
-      }
-      int x = members[pos];
-      rec(pos + 1);  // x not in S
-      bool ok = true;
-      for (OpId p : g.preds(OpId(x))) ok = ok && (!test(D, p.v) || test(S, p.v));
-      if (ok) {
-        set(S, x);
-        rec(pos + 1);
-        reset(S, x);
-      }
-    };
-    rec(0);
+        int x = members[pos];
+        rec(pos + 1);  // x not in S
+        bool ok = true;
+        for (int p : pred[x]) ok = ok && (!test(D, p) || test(S, p));
+        if (ok) {
+          set(S, x);
+          rec(pos + 1);
+          reset(S, x);
+        }
+      };
+      rec(0);
+    }
+    if (too_big) continue;
+    sp.full = static_cast<int>(downsets.size()) - 1;  // breadth-first: the full set comes last
+    GP_ASSERT(downsets[sp.full] == [&] {
+      Bits b(words, 0);
+      for (int x = 0; x < n; ++x) set(b, x);
+      return b;
+    }(), "the last downset is not the whole graph");
+    sp.num_downsets = downsets.size();
+    sp.num_splits = total;
+    return sp;
   }
-  const int full = index.at([&] {
-    Bits b(words, 0);
-    for (int x = 0; x < n; ++x) set(b, x);
-    return b;
-  }());
+}
+
+bool piper_minimise(const cost::CostModel& cm, const PiperSpace& space, int micro_batch,
+                    int mini_batch, double memory_limit, int num_devices, bool same_node,
+                    std::chrono::steady_clock::time_point deadline, double time_limit_s, double tol,
+                    double* best_tps, std::vector<StageChoice>* best) {
+  const ir::Graph& g = cm.graph();
+  const int num_micro = mini_batch / micro_batch;
+  auto check_time = [&] {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)",
+                                  time_limit_s, space.num_downsets));
+  };
+  const int pcap = std::bit_width(static_cast<unsigned>(std::min(num_devices, micro_batch))) - 1;
+  const int P = pcap + 1;
+  // Per split and degree: TPS, state and activation bytes (stage_cost on the split's ops).
+  std::vector<size_t> first(space.splits.size() + 1, 0);
+  for (size_t k = 0; k < space.splits.size(); ++k) first[k + 1] = first[k] + space.splits[k].size();
+  std::vector<double> tps(first.back() * P), state(first.back() * P), act(first.back() * P);
+  std::vector<char> in_stage(g.num_ops(), 0);
+  for (size_t k = 0; k < space.splits.size(); ++k)
+    for (size_t si = 0; si < space.splits[k].size(); ++si) {
+      const auto& ops = space.splits[k][si].ops;
+      for (OpId o : ops) in_stage[o.v] = 1;
+      for (int plog = 0; plog <= pcap; ++plog) {
+        cost::StageCost c = cost::stage_cost(cm, ops, in_stage, 1 << plog, micro_batch, mini_batch, same_node);
+        const size_t at = (first[k] + si) * P + plog;
+        tps[at] = c.tps_s, state[at] = c.state_bytes, act[at] = c.act_bytes_per_mb;
+      }
+      for (OpId o : ops) in_stage[o.v] = 0;
+      if (((first[k] + si) & 1023) == 0) check_time();
+    }
   // F[k][d]: min depth of downset k on at most d devices; choice for reconstruction.
   const int N = num_devices;
-  std::vector<int> F((downsets.size()) * (N + 1));
+  const size_t ND = space.splits.size();
+  std::vector<int> F(ND * (N + 1));
   std::vector<std::pair<int, int>> choice(F.size());
   auto solve = [&](double target, std::vector<StageChoice>* out) -> int {
     check_time();
     const double tmax = target * (1 + 1e-12);
     for (int d = 0; d <= N; ++d) F[d] = 0;
-    for (size_t k = 1; k < downsets.size(); ++k) {
+    for (size_t k = 1; k < ND; ++k) {
       for (int d = 0; d <= N; ++d) {
-        int best = -1;
+        int bestv = -1;
         std::pair<int, int> ch{-1, -1};
-        for (size_t si = 0; si < splits[k].size() && d >= 1; ++si) {
-          const Split& sp = splits[k][si];
+        for (size_t si = 0; si < space.splits[k].size() && d >= 1; ++si) {
+          const auto& sp = space.splits[k][si];
           for (int plog = 0; plog <= pcap && (1 << plog) <= d; ++plog) {
-            if (sp.tps[plog] > tmax) continue;
+            const size_t at = (first[k] + si) * P + plog;
+            if (tps[at] > tmax) continue;
             int rd = d - (1 << plog);
             int rest = sp.rest == 0 ? 0 : (rd >= 1 ? F[sp.rest * (N + 1) + rd] : -1);
             if (rest < 0) continue;
             int val = std::min(rest + 1, num_micro);
-            if (sp.state[plog] + static_cast<double>(val) * sp.act[plog] > memory_limit) continue;
-            if (best < 0 || val < best) {
-              best = val;
+            if (state[at] + static_cast<double>(val) * act[at] > memory_limit) continue;
+            if (bestv < 0 || val < bestv) {
+              bestv = val;
               ch = {static_cast<int>(si), plog};
             }
           }
         }
-        F[k * (N + 1) + d] = best;
+        F[k * (N + 1) + d] = bestv;
         choice[k * (N + 1) + d] = ch;
       }
     }
-    int v = F[full * (N + 1) + N];
+    int v = F[space.full * (N + 1) + N];
     if (v >= 0 && out) {
       out->clear();
-      int k = full, d = N;
+      int k = space.full, d = N;
       while (k != 0) {
         auto [si, plog] = choice[k * (N + 1) + d];
-        const Split& sp = splits[k][si];
-        out->push_back({sp.ops, 1 << plog, sp.tps[plog]});
+        const auto& sp = space.splits[k][si];
+        out->push_back({sp.ops, 1 << plog, tps[(first[k] + si) * P + plog]});
         k = sp.rest;
         d -= 1 << plog;
       }

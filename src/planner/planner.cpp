@@ -83,6 +83,8 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   detail::Structure sp, chain;
   if (opt.planner == "graphpipe") sp = detail::sp_structure(cm, &rep.sp_note);
   if (opt.planner != "piper") chain = detail::chain_structure(cm);
+  detail::PiperSpace piper;
+  if (opt.planner == "piper") piper = detail::piper_space(cm, deadline, opt.time_limit_s);
 
   // Per micro-batch size each planner's DP minimises the bottleneck TPS; GraphPipe keeps two
   // candidates: the SP DP's plan and the best chain plan (sequential pipelines the SP DP cannot
@@ -106,7 +108,6 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
       opt.planner == "graphpipe" ? detail::Order::chain : detail::Order::chain_edges;
   std::optional<Cand> best;
   double chain_best = 0;  // graphpipe: iteration time of the best chain candidate
-  size_t explored = 0;
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
     // micro-batch time >= B x (the ops' cheapest device-seconds per sample) / N.
@@ -149,11 +150,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
           chain_best = here.back().plan.predicted.iteration_time_s;
       }
     } else {
-      size_t k = 0;
-      if (detail::piper_minimise(cm, mbs, opt.mini_batch, limit, n, same_node, deadline,
-                                 opt.time_limit_s, kTol, &tps, &st, &k))
+      if (detail::piper_minimise(cm, piper, mbs, opt.mini_batch, limit, n, same_node, deadline,
+                                 opt.time_limit_s, kTol, &tps, &st))
         note(), add(std::move(st), detail::Order::chain_edges);
-      explored = std::max(explored, k);
     }
     PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
     const Cand* top = nullptr;
@@ -197,7 +196,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
         rep.explain.push_back(fmt::format("best sequential (chain) plan in the same search: iteration {:.4g} ms",
                                           chain_best * 1e3));
     }
-    if (opt.planner == "piper") rep.explain.push_back(fmt::format("piper explored {} downsets", explored));
+    if (opt.planner == "piper")
+      rep.explain.push_back(fmt::format(
+          "piper: DP over {} downsets ({} stage splits) of a graph coarsened to {} nodes (series-parallel "
+          "subtrees of <= {} ops contracted)", piper.num_downsets, piper.num_splits, piper.nodes.size(),
+          piper.threshold));
   }
   (void)g;
   return rep;

@@ -38,7 +38,7 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
                  Case{"candle-uno:branches=3,layers=2,hidden=256", 4}}) {
     ir::Graph g = importers::load_graph(c.spec);
     cost::CostModel cm(g, cost::load_cluster("summit", c.devices));
-    for (std::string name : {"graphpipe", "pipedream"}) {
+    for (std::string name : planner_names()) {
       PlannerOptions o;
       o.mini_batch = 64;
       o.planner = name;
