@@ -303,6 +303,10 @@ Net load_net(const std::string& path) {
            path, net.opset);
 
   onnx::GraphProto& g = *model.mutable_graph();
+  // Every operator we read produces at least one output; a node without one (a corrupt file, found by
+  // fuzz/fuzz_onnx) would otherwise be indexed at output(0) further down.
+  for (const auto& n : g.node())
+    GP_CHECK(n.output_size() > 0, "{}: corrupt ONNX file (node {} has no outputs)", path, node_label(n));
   std::unordered_set<std::string> sources, initializers;
   for (const auto& init : g.initializer()) {
     sources.insert(init.name());
