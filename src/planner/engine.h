@@ -60,6 +60,7 @@ struct PiperSpace {
   struct Split {
     int rest = 0;            // downset id of what runs after the stage (0 = empty)
     std::vector<OpId> ops;   // the stage, sorted
+    std::vector<int> nodes;  // the stage's coarse nodes
   };
   std::vector<std::vector<OpId>> nodes;      // coarse nodes, topologically ordered
   std::vector<std::vector<Split>> splits;    // per downset id (0 = the empty downset)

@@ -190,6 +190,7 @@ PiperSpace piper_space(const cost::CostModel& cm, std::chrono::steady_clock::tim
           for (int x : members)
             if (test(S, x)) {
               s.ops.insert(s.ops.end(), sp.nodes[x].begin(), sp.nodes[x].end());
+              s.nodes.push_back(x);
               reset(rest, x);
             }
           if (s.ops.empty()) return;
@@ -238,22 +239,72 @@ bool piper_minimise(const cost::CostModel& cm, const PiperSpace& space, int micr
   };
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(num_devices, micro_batch))) - 1;
   const int P = pcap + 1;
-  // Per split and degree: TPS, state and activation bytes (stage_cost on the split's ops).
+  // Per split and degree: TPS, state and activation bytes, summed over the split's coarse nodes
+  // (per-node sums, and the op tensors crossing node boundaries for the cut edges): the same
+  // quantities as cost::stage_cost on the split's ops, without walking them.
+  const int nn = static_cast<int>(space.nodes.size());
+  std::vector<int> node_of(g.num_ops());
+  for (int x = 0; x < nn; ++x)
+    for (OpId o : space.nodes[x]) node_of[o.v] = x;
+  std::vector<double> ncomp(static_cast<size_t>(nn) * P, 0), nact(static_cast<size_t>(nn) * P, 0),
+      nstate(nn, 0), nparam(nn, 0);
+  std::vector<std::vector<OpId>> inbound(nn);                 // producers outside the node
+  std::vector<std::vector<std::pair<OpId, std::vector<int>>>> outbound(nn);  // op, reader nodes
+  for (int x = 0; x < nn; ++x) {
+    for (OpId o : space.nodes[x]) {
+      for (int plog = 0; plog <= pcap; ++plog) {
+        ncomp[x * P + plog] += cm.op_step_time(o, micro_batch >> plog);
+        nact[x * P + plog] += cm.saved_bytes(o, micro_batch >> plog);
+      }
+      nstate[x] += cm.state_bytes(o);
+      nparam[x] += static_cast<double>(g.costs(o).param_bytes);
+      for (OpId p : g.preds(o))
+        if (node_of[p.v] != x) inbound[x].push_back(p);
+      std::vector<int> readers;
+      for (OpId c : g.succs(o))
+        if (node_of[c.v] != x) readers.push_back(node_of[c.v]);
+      if (!readers.empty()) outbound[x].push_back({o, std::move(readers)});
+    }
+    std::sort(inbound[x].begin(), inbound[x].end());
+    inbound[x].erase(std::unique(inbound[x].begin(), inbound[x].end()), inbound[x].end());
+  }
   std::vector<size_t> first(space.splits.size() + 1, 0);
   for (size_t k = 0; k < space.splits.size(); ++k) first[k + 1] = first[k] + space.splits[k].size();
   std::vector<double> tps(first.back() * P), state(first.back() * P), act(first.back() * P);
-  std::vector<char> in_stage(g.num_ops(), 0);
+  std::vector<char> in_split(nn, 0);
+  std::vector<int> seen(g.num_ops(), -1);
+  std::vector<double> cut_bytes;
   for (size_t k = 0; k < space.splits.size(); ++k)
     for (size_t si = 0; si < space.splits[k].size(); ++si) {
-      const auto& ops = space.splits[k][si].ops;
-      for (OpId o : ops) in_stage[o.v] = 1;
-      for (int plog = 0; plog <= pcap; ++plog) {
-        cost::StageCost c = cost::stage_cost(cm, ops, in_stage, 1 << plog, micro_batch, mini_batch, same_node);
-        const size_t at = (first[k] + si) * P + plog;
-        tps[at] = c.tps_s, state[at] = c.state_bytes, act[at] = c.act_bytes_per_mb;
+      const auto& nodes = space.splits[k][si].nodes;
+      const int stamp = static_cast<int>(first[k] + si);
+      for (int x : nodes) in_split[x] = 1;
+      cut_bytes.clear();
+      double st = 0, param = 0;
+      for (int x : nodes) {
+        st += nstate[x];
+        param += nparam[x];
+        for (OpId p : inbound[x])
+          if (!in_split[node_of[p.v]] && seen[p.v] != stamp) {
+            seen[p.v] = stamp;
+            cut_bytes.push_back(g.costs(p).output_bytes);
+          }
+        for (const auto& [o, readers] : outbound[x])
+          if (std::any_of(readers.begin(), readers.end(), [&](int r) { return !in_split[r]; }))
+            cut_bytes.push_back(g.costs(o).output_bytes);
       }
-      for (OpId o : ops) in_stage[o.v] = 0;
-      if (((first[k] + si) & 1023) == 0) check_time();
+      for (int plog = 0; plog <= pcap; ++plog) {
+        const double b = static_cast<double>(micro_batch >> plog);
+        double comp = 0, a = 0, comm = 0;
+        for (int x : nodes) comp += ncomp[x * P + plog], a += nact[x * P + plog];
+        for (double bytes : cut_bytes) comm += 2 * cm.p2p_time(same_node, bytes * b);
+        const size_t at = (first[k] + si) * P + plog;
+        tps[at] = (comp + comm) / micro_batch + cm.allreduce_time(1 << plog, same_node, param) / mini_batch;
+        state[at] = st;
+        act[at] = a;
+      }
+      for (int x : nodes) in_split[x] = 0;
+      if ((stamp & 1023) == 0) check_time();
     }
   // F[k][d]: min depth of downset k on at most d devices; choice for reconstruction.
   const int N = num_devices;
