@@ -182,6 +182,10 @@ class StageRunner {
       Range part = intersect(intersect(range, mine), replica_share(peer, static_cast<int>(i), range.begin));
       if (part.count == 0) continue;
       int peer_rank = peer.devices[i];
+      if (names.empty()) {  // a pure ordering edge: no op tensor crosses it
+        token(grad, send, part, peer_rank);
+        continue;
+      }
       auto& ms = mbs_[mb];
       std::vector<torch::Tensor> received;
       for (size_t t = 0; t < names.size(); ++t) {
@@ -209,6 +213,22 @@ class StageRunner {
     }
   }
 
+  // A declared stage edge that no op tensor crosses (baselines chain their stages) still orders
+  // the stages as the simulator models it: each transfer piece moves a one-float token holding
+  // the piece's sample count, in both directions.
+  void token(bool grad, bool send, Range part, int peer_rank) {
+    int tag = transfer_tag(grad, part.begin, 0, step_);
+    if (send) {
+      sends_.push_back(world_.send(torch::full({1}, static_cast<float>(part.count)), peer_rank, tag));
+      return;
+    }
+    torch::Tensor t = torch::empty({1});
+    world_.recv(t, peer_rank, tag);
+    GP_ASSERT(t.item<float>() == static_cast<float>(part.count),
+              "stage {}: ordering token from rank {} for samples [{}, {}) carries {}", st_.id, peer_rank,
+              part.begin, part.end(), t.item<float>());
+  }
+
   void forward(int mb) {
     MicroBatchInfo mi = info(mb);
     Range mine{mi.sample_begin, mi.count};
@@ -216,6 +236,7 @@ class StageRunner {
     auto& ms = mbs_[mb];
     for (int u : st_.inputs_from) {
       const auto& names = edge(u, st_.id);
+      if (names.empty()) continue;  // ordering-only edge: its tokens were received already
       auto& pieces = pieces_[u];
       std::vector<std::vector<torch::Tensor>> parts(names.size());
       int64_t got = 0;

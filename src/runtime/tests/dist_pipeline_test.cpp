@@ -1,7 +1,6 @@
 // Pipeline equivalence: every rank of a plan runs as a thread in one process (HashStore rendezvous);
 // per-step losses and final weights must equal the single-process reference.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -15,70 +14,11 @@
 namespace gp::runtime {
 namespace {
 
+using testing::expect_equivalent;
 using testing::make_plan;
+using testing::options;
+using testing::run_threads;
 using testing::StageSpec;
-using namespace std::chrono_literals;
-
-/// Runs every rank of `run` on its own thread; fails (and detaches) when one exceeds 60 s.
-std::vector<WorkerResult> run_threads(const PreparedRun& run, const TrainOptions& opt) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  int world = run.plan.num_devices;
-  std::vector<std::future<WorkerResult>> fs;
-  for (int r = 0; r < world; ++r)
-    fs.push_back(std::async(std::launch::async, [&, r] {
-      WorkerIo io;
-      io.rank = r;
-      io.world = world;
-      io.store = store;
-      io.print = false;
-      return execute_worker(opt, run, io);
-    }));
-  std::vector<WorkerResult> out;
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  for (auto& f : fs) {
-    if (f.wait_until(deadline) != std::future_status::ready) {
-      ADD_FAILURE() << "a rank thread hung";
-      std::abort();  // the hung threads cannot be joined
-    }
-    out.push_back(f.get());
-  }
-  return out;
-}
-
-TrainOptions options(int steps, const std::string& optimizer, double lr) {
-  TrainOptions o;
-  o.steps = steps;
-  o.optimizer = optimizer;
-  o.lr = lr;
-  o.timeout_s = 30;
-  return o;
-}
-
-/// Trains `p` with every rank as a thread and compares with the single-process reference.
-void expect_equivalent(const plan::Plan& p, int steps, const std::string& optimizer = "adam", double lr = 1e-2) {
-  PreparedRun run = prepare_run(p, "1f1b");
-  auto results = run_threads(run, options(steps, optimizer, lr));
-  auto ref = testing::single_reference(p.model_spec, p.mini_batch_size, steps, optimizer, lr);
-  for (size_t r = 0; r < results.size(); ++r) {
-    ASSERT_EQ(results[r].step_losses.size(), size_t(steps)) << "rank " << r;
-    for (int s = 0; s < steps; ++s)
-      EXPECT_NEAR(results[r].step_losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s]))
-          << "rank " << r << " step " << s;
-  }
-  // Every parameter is held by the replicas of exactly one stage, all with the reference value.
-  std::map<std::string, int> seen;
-  for (size_t r = 0; r < results.size(); ++r)
-    for (auto& [n, t] : results[r].final_params) {
-      ++seen[n];
-      auto it = std::find_if(ref.params.begin(), ref.params.end(), [&](auto& kv) { return kv.first == n; });
-      ASSERT_NE(it, ref.params.end()) << n;
-      double diff = (t - it->second).abs().max().item<double>();
-      EXPECT_LT(diff, 1e-5) << n << " on rank " << r;
-    }
-  for (auto& [n, t] : ref.params) {
-    EXPECT_GE(seen[n], 1) << n << " held by no rank";
-  }
-}
 
 const char* kMmt = "mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64";
 const char* kGpt = "gpt:layers=2,seq=8,hidden=32,heads=2,ffn=64,vocab=16";
@@ -102,6 +42,29 @@ TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {
   auto p = make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}});
   ASSERT_EQ(p.stages[0].outputs_to, (std::vector<int>{1, 2}));
   expect_equivalent(p, 3, "sgd", 0.05);
+}
+
+/// Adds the stage edge from -> to (no op tensor crosses it) and recomputes in-flight counts.
+plan::Plan with_ordering_edge(plan::Plan p, int from, int to) {
+  auto add = [](std::vector<int>& v, int x) {
+    v.push_back(x);
+    std::sort(v.begin(), v.end());
+  };
+  add(p.stages[from].outputs_to, to);
+  add(p.stages[to].inputs_from, from);
+  plan::assign_min_in_flight(p);
+  return p;
+}
+
+TEST(DistPipeline, OrderingEdgeWithoutTensorsChainsParallelBranches) {
+  // The two branches are independent; the declared edge s0 -> s1 makes them a chain (as the
+  // PipeDream/Piper baselines declare), carried by tokens, with replicas and regrouping on s1.
+  auto p = with_ordering_edge(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{"m1."}, {1, 2}, 4}, {{}, {3}, 2}}), 0, 1);
+  ASSERT_EQ(p.stages[1].inputs_from, (std::vector<int>{0}));
+  expect_equivalent(p, 3, "sgd", 0.05);
+  // Different micro-batch sizes across the token edge (tokens per regrouped piece), Adam.
+  expect_equivalent(
+      with_ordering_edge(make_plan(kUno, 8, {{{"tower0."}, {0}, 2}, {{"tower1."}, {1}, 4}, {{}, {2}, 8}}), 0, 1), 2);
 }
 
 TEST(DistPipeline, DlrmEmbeddingBranchesAndReplicatedTop) {

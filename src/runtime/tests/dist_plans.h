@@ -1,7 +1,15 @@
-// Hand-built plans and the single-process reference for the pipeline runtime tests.
+// Hand-built plans, the single-process reference, and the threads-as-ranks equivalence check
+// shared by the pipeline runtime tests.
 #pragma once
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +18,7 @@
 #include "plan/plan.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
+#include "runtime/detail/pipeline.h"
 
 namespace gp::runtime::testing {
 
@@ -80,6 +89,67 @@ inline Reference single_reference(const std::string& spec, int batch, int steps,
   }
   for (auto& [n, t] : m.named_parameters()) r.params.emplace_back(n, t.detach().clone());
   return r;
+}
+
+/// Runs every rank of `run` on its own thread; fails (and aborts) when one exceeds 60 s.
+inline std::vector<WorkerResult> run_threads(const PreparedRun& run, const TrainOptions& opt) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  int world = run.plan.num_devices;
+  std::vector<std::future<WorkerResult>> fs;
+  for (int r = 0; r < world; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      WorkerIo io;
+      io.rank = r;
+      io.world = world;
+      io.store = store;
+      io.print = false;
+      return execute_worker(opt, run, io);
+    }));
+  std::vector<WorkerResult> out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& f : fs) {
+    if (f.wait_until(deadline) != std::future_status::ready) {
+      ADD_FAILURE() << "a rank thread hung";
+      std::abort();  // the hung threads cannot be joined
+    }
+    out.push_back(f.get());
+  }
+  return out;
+}
+
+inline TrainOptions options(int steps, const std::string& optimizer, double lr) {
+  TrainOptions o;
+  o.steps = steps;
+  o.optimizer = optimizer;
+  o.lr = lr;
+  o.timeout_s = 30;
+  return o;
+}
+
+/// Trains `p` with every rank as a thread and compares with the single-process reference:
+/// per-step losses within 1e-5 relative, every final weight within 1e-5.
+inline void expect_equivalent(const plan::Plan& p, int steps, const std::string& optimizer = "adam",
+                              double lr = 1e-2) {
+  PreparedRun run = prepare_run(p, "1f1b");
+  auto results = run_threads(run, options(steps, optimizer, lr));
+  auto ref = single_reference(p.model_spec, p.mini_batch_size, steps, optimizer, lr);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_EQ(results[r].step_losses.size(), size_t(steps)) << "rank " << r;
+    for (int s = 0; s < steps; ++s)
+      EXPECT_NEAR(results[r].step_losses[s], ref.losses[s], 1e-5 * std::abs(ref.losses[s]))
+          << "rank " << r << " step " << s;
+  }
+  // Every parameter is held by the replicas of exactly one stage, all with the reference value.
+  std::map<std::string, int> seen;
+  for (size_t r = 0; r < results.size(); ++r)
+    for (auto& [n, t] : results[r].final_params) {
+      ++seen[n];
+      auto it = std::find_if(ref.params.begin(), ref.params.end(), [&](auto& kv) { return kv.first == n; });
+      ASSERT_NE(it, ref.params.end()) << n;
+      double diff = (t - it->second).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-5) << n << " on rank " << r;
+    }
+  for (auto& [n, t] : ref.params) EXPECT_GE(seen[n], 1) << n << " held by no rank";
 }
 
 }  // namespace gp::runtime::testing
