@@ -1,6 +1,9 @@
-// `graphpipe profile`: measure each distinct op of a model with LibTorch on this machine and write
-// graphpipe.profile/1 for `--cluster cpu --profile F` in plan/simulate.
+// `graphpipe profile`: measure each distinct op of a model with LibTorch on this machine (and with
+// --links the p2p / all-reduce links between local worker processes) and write graphpipe.profile/1
+// for `--cluster cpu --profile F` in plan/simulate. Also the hidden `link-worker` subcommand.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -9,51 +12,97 @@
 #include "cost/profile.h"
 #include "importers/resolve.h"
 #include "profiler/profiler.h"
+#include "runtime/link_bench.h"
 #include "support/error.h"
 
 namespace gp::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string spec, out = "profile.json", batches = "1,2,4,8";
+  std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes;
   int warmup = 2, repeats = 5, threads = 1;
-  bool json = false;
+  bool json = false, links = false;
 };
 
 void run(const ProfileArgs& a) {
-  ir::Graph g = importers::load_graph(a.spec);
-  profiler::ProfileOptions opt;
-  opt.batches = profiler::parse_batches(a.batches, "--batches");
+  GP_CHECK(!a.spec.empty() || a.links, "profile: needs --model SPEC, --links, or both");
   GP_CHECK(a.repeats >= 1, "--repeats must be >= 1, found {}", a.repeats);
   GP_CHECK(a.warmup >= 0, "--warmup must be >= 0, found {}", a.warmup);
-  opt.warmup = a.warmup;
-  opt.repeats = a.repeats;
-  opt.threads = a.threads;
   auto t0 = std::chrono::steady_clock::now();
-  cost::Profile p = profiler::profile_graph(g, opt, &std::cerr);
+  cost::Profile p;
+  std::string model = "-";
+  if (!a.spec.empty()) {
+    ir::Graph g = importers::load_graph(a.spec);
+    model = g.name();
+    profiler::ProfileOptions opt;
+    opt.batches = profiler::parse_batches(a.batches, "--batches");
+    opt.warmup = a.warmup;
+    opt.repeats = a.repeats;
+    opt.threads = a.threads;
+    p = profiler::profile_graph(g, opt, &std::cerr);
+  } else {
+    p.device = profiler::describe_device(a.threads);
+  }
+  if (a.links) {
+    profiler::LinkOptions lo;
+    if (!a.link_sizes.empty()) lo.sizes_bytes = profiler::parse_batches(a.link_sizes, "--link-sizes");
+    lo.warmup = a.warmup;
+    lo.repeats = std::max(a.repeats, 3);
+    profiler::profile_links(p, lo, &std::cerr);
+  }
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cost::save_profile(a.out, p);
   if (a.json) {
-    Json out = {{"format", "graphpipe.profile_run/1"}, {"out", a.out}, {"model", g.name()},
+    Json out = {{"format", "graphpipe.profile_run/1"}, {"out", a.out}, {"model", model},
                 {"device", p.device}, {"signatures", p.ops.size()}, {"seconds", dt}};
+    if (p.p2p) out["p2p"] = {{"latency_s", p.p2p->latency_s}, {"bandwidth_Bps", p.p2p->bandwidth_Bps}};
+    if (p.allreduce)
+      out["allreduce"] = {{"latency_s", p.allreduce->latency_s}, {"bandwidth_Bps", p.allreduce->bandwidth_Bps}};
     std::printf("%s\n", out.dump(1).c_str());
-  } else {
-    std::printf("wrote %s: %zu op signatures of %s at batches %s on %s (%.1f s)\n", a.out.c_str(), p.ops.size(),
-                g.name().c_str(), a.batches.c_str(), p.device.c_str(), dt);
+    return;
   }
+  if (!a.spec.empty())
+    std::printf("wrote %s: %zu op signatures of %s at batches %s on %s (%.1f s)\n", a.out.c_str(), p.ops.size(),
+                model.c_str(), a.batches.c_str(), p.device.c_str(), dt);
+  else
+    std::printf("wrote %s: links only, on %s (%.1f s)\n", a.out.c_str(), p.device.c_str(), dt);
+  if (p.p2p)
+    std::printf("links: p2p latency %.1f us, bandwidth %.3f GB/s; all-reduce (2 ranks) latency %.1f us, "
+                "bandwidth %.3f GB/s\n",
+                p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
+                p.allreduce->bandwidth_Bps / 1e9);
 }
 
 Registrar reg(70, [](CLI::App& root) {
   auto a = std::make_shared<ProfileArgs>();
   auto* c = root.add_subcommand("profile", "Measure operator costs on this machine with LibTorch (graphpipe.profile/1)");
-  c->add_option("--model", a->spec, "Model spec or file")->required();
+  c->add_option("--model", a->spec, "Model spec or file (optional with --links)");
   c->add_option("--out", a->out, "Output profile file")->capture_default_str();
   c->add_option("--batches", a->batches, "Per-device batch sizes to measure")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Untimed calls before measuring")->capture_default_str();
   c->add_option("--repeats", a->repeats, "Timed calls; the median is recorded")->capture_default_str();
   c->add_option("--threads", a->threads, "LibTorch intra-op threads")->capture_default_str();
   c->add_flag("--json", a->json, "Print a machine-readable summary");
+  c->add_flag("--links", a->links,
+              "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "
+              "fitted latency + bandwidth (p2p, allreduce)");
+  c->add_option("--link-sizes", a->link_sizes,
+                "Message sizes in bytes for --links (default 4096,65536,262144,1048576,4194304,16777216)");
   c->callback([a] { run(*a); });
+
+  auto lo = std::make_shared<runtime::LinkBenchOptions>();
+  auto sizes = std::make_shared<std::string>();
+  auto* w = root.add_subcommand("link-worker", "");  // hidden: one of the two --links processes
+  w->group("");
+  w->add_option("--sizes", *sizes)->required();
+  w->add_option("--warmup", lo->warmup);
+  w->add_option("--repeats", lo->repeats);
+  w->add_option("--timeout", lo->timeout_s);
+  w->callback([lo, sizes] {
+    lo->sizes_bytes = profiler::parse_batches(*sizes, "--sizes");
+    int code = runtime::run_link_worker(*lo);
+    if (code != 0) std::exit(code);
+  });
 });
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/link_bench.h"
 #include "runtime/op_timing.h"
 #include "support/error.h"
 
@@ -92,6 +93,52 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
     p.ops.emplace(sig, std::move(m));
   }
   return p;
+}
+
+cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& pts, const std::string& what) {
+  std::set<double> sizes;
+  for (auto& [x, y] : pts) sizes.insert(x);
+  GP_CHECK(sizes.size() >= 2, "{}: need measurements at two or more message sizes to fit, found {}", what,
+           sizes.size());
+  // Weighted by 1/seconds^2 (least squares on relative error): sizes span 4 orders of magnitude,
+  // and plain least squares would let the largest message decide the latency.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto& [x, y] : pts) {
+    GP_CHECK(y > 0, "{}: measured time {} s at {} bytes is not positive", what, y, x);
+    double w = 1 / (y * y);
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+  }
+  double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  double intercept = (sy - slope * sx) / sw;
+  if (intercept < 0) {  // through the origin
+    intercept = 0;
+    slope = sxy / sxx;
+  }
+  GP_CHECK(slope > 0, "{}: time does not grow with message size (slope {:.3g} s/byte); measure larger sizes",
+           what, slope);
+  return {intercept, 1.0 / slope};
+}
+
+void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progress) {
+  runtime::LinkBenchOptions bo;
+  bo.sizes_bytes = o.sizes_bytes;
+  bo.warmup = o.warmup;
+  bo.repeats = o.repeats;
+  bo.timeout_s = o.timeout_s;
+  std::vector<runtime::LinkSample> samples = runtime::run_link_bench(bo, progress);
+  std::vector<std::pair<double, double>> p2p, ar;
+  for (const auto& s : samples) {
+    p2p.emplace_back(static_cast<double>(s.bytes), s.p2p_s);
+    ar.emplace_back(static_cast<double>(s.bytes), s.allreduce_s);
+  }
+  p.p2p = fit_link(p2p, "profile --links (p2p)");
+  p.allreduce = fit_link(ar, "profile --links (all-reduce)");
+  if (progress)
+    *progress << fmt::format("[links] fit: p2p latency {:.1f} us, bandwidth {:.2f} GB/s; all-reduce (2 ranks) "
+                             "latency {:.1f} us, bandwidth {:.2f} GB/s\n",
+                             p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
+                             p.allreduce->bandwidth_Bps / 1e9)
+              << std::flush;
 }
 
 }  // namespace gp::profiler

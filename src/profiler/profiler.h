@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cost/profile.h"
@@ -27,6 +28,25 @@ std::string describe_device(int threads);
 /// Profiles each distinct cost::op_signature once (the first op with it), at every batch size.
 /// Writes "[k/n] <op> b=<b> fwd .. bwd .." progress lines to `progress` when it is not null.
 cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress);
+
+/// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) points, on
+/// relative error (weights 1/seconds^2), so small messages fix the latency. When
+/// the intercept comes out negative (noise at small sizes) the line is refitted through the origin
+/// (latency 0). UserError naming `what` when there are fewer than two sizes or the slope is not
+/// positive (time does not grow with size: the measurement is useless).
+cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& bytes_seconds, const std::string& what);
+
+struct LinkOptions {
+  std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};
+  int warmup = 2;
+  int repeats = 7;
+  double timeout_s = 60;
+};
+
+/// Measures p2p and 2-rank all-reduce over c10d Gloo between two spawned local processes (the
+/// executable's hidden `link-worker` subcommand) and sets p.p2p and p.allreduce to the fits.
+/// Progress lines go to `progress` (and the workers' own lines to stderr).
+void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progress);
 
 /// Parses "1,2,4,8" (positive integers); UserError naming `flag` otherwise.
 std::vector<int64_t> parse_batches(const std::string& text, const std::string& flag);

@@ -70,11 +70,14 @@ std::string exe_path() {
   return p.string();
 }
 
-/// Spawns the workers in one new process group; returns their pids (index = rank).
-std::vector<pid_t> spawn_workers(const TrainOptions& opt, int world, int port, const fs::path& status_dir) {
+}  // namespace
+
+std::vector<int> spawn_local_workers(const std::vector<std::string>& sub_args, int world, int port,
+                                     const std::string& status_dir_name) {
+  fs::path status_dir(status_dir_name);
   std::string exe = exe_path();
-  std::vector<std::string> args = {exe, "worker"};
-  for (auto& a : worker_args(opt)) args.push_back(a);
+  std::vector<std::string> args = {exe};
+  args.insert(args.end(), sub_args.begin(), sub_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -115,6 +118,8 @@ std::vector<pid_t> spawn_workers(const TrainOptions& opt, int world, int port, c
   }
   return pids;
 }
+
+namespace {
 
 std::string describe_exit(const Exit& e) {
   if (!e.signaled) return fmt::format("exited with code {}", e.value);
@@ -195,7 +200,9 @@ int run_pipeline(const TrainOptions& opt) {
     }
   } cleanup{status_dir};
 
-  std::vector<pid_t> pids = spawn_workers(opt, world, store->getPort(), status_dir);
+  std::vector<std::string> args = {"worker"};
+  for (auto& a : worker_args(opt)) args.push_back(a);
+  std::vector<pid_t> pids = spawn_local_workers(args, world, store->getPort(), status_dir.string());
   std::map<pid_t, int> rank_of;
   for (int r = 0; r < world; ++r) rank_of[pids[r]] = r;
   std::vector<bool> running(world, true);

@@ -29,6 +29,13 @@ std::optional<LaunchEnv> launch_env_from_environment();
 /// (without the program name and the subcommand).
 std::vector<std::string> worker_args(const TrainOptions& opt);
 
+/// Spawns `world` processes of this executable running `args` (subcommand first) in one new
+/// process group (posix_spawn, never fork), with torchrun-style RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR=127.0.0.1, MASTER_PORT=`port`, GP_AGENT_STORE=1, GP_STATUS_FILE=`status_dir`/rank<r>
+/// and GP_LAUNCHER_PID. Returns their pids (index = rank); RuntimeFailure when one cannot start.
+std::vector<int> spawn_local_workers(const std::vector<std::string>& args, int world, int port,
+                                     const std::string& status_dir);
+
 /// Runs this process as one worker of the plan (rank and rendezvous from the environment).
 /// Returns the exit code: 0 done, 1 own failure, 2 bad input, 3 a peer failed or timed out.
 int run_worker(const TrainOptions& opt);

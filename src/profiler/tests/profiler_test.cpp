@@ -20,6 +20,28 @@ ir::Graph two_layer(int64_t seq, int64_t hidden, int64_t out) {
   return ir::Graph::build(b.build());
 }
 
+TEST(Profiler, FitLinkRecoversExactLineAndRejectsUselessData) {
+  // t = 50 us + bytes / 2 GB/s, exactly.
+  std::vector<std::pair<double, double>> pts;
+  for (double b : {4096.0, 65536.0, 1048576.0, 16777216.0}) pts.emplace_back(b, 50e-6 + b / 2e9);
+  cost::LinkFit f = fit_link(pts, "test");
+  EXPECT_NEAR(f.latency_s, 50e-6, 1e-12);
+  EXPECT_NEAR(f.bandwidth_Bps, 2e9, 1e-3);
+  // Relative weighting: a 10% error at the largest size barely moves the latency.
+  pts.back().second *= 1.1;
+  EXPECT_NEAR(fit_link(pts, "test").latency_s, 50e-6, 5e-6);
+  // A negative intercept refits through the origin: t = bytes / 1 GB/s at 1000 and 2000 bytes, with
+  // the small one measured low -> latency 0, bandwidth from sum(w x y) / sum(w x^2).
+  std::vector<std::pair<double, double>> low{{1000, 0.5e-6}, {2000, 2e-6}};
+  cost::LinkFit o = fit_link(low, "test");
+  EXPECT_EQ(o.latency_s, 0);
+  double sxy = 1000 * 0.5e-6 / (0.5e-6 * 0.5e-6) + 2000 * 2e-6 / (2e-6 * 2e-6);
+  double sxx = 1000.0 * 1000 / (0.5e-6 * 0.5e-6) + 2000.0 * 2000 / (2e-6 * 2e-6);
+  EXPECT_NEAR(o.bandwidth_Bps, sxx / sxy, 1e-6 * sxx / sxy);
+  EXPECT_THROW(fit_link({{4096, 1e-3}, {4096, 2e-3}}, "test"), UserError);  // one size only
+  EXPECT_THROW(fit_link({{4096, 2e-3}, {65536, 1e-3}}, "test"), UserError);  // shrinking time
+}
+
 TEST(Profiler, ParseBatches) {
   EXPECT_EQ(parse_batches("1,2,4,8", "--batches"), (std::vector<int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(parse_batches("16", "--batches"), (std::vector<int64_t>{16}));

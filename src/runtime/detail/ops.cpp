@@ -190,8 +190,9 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::avgpool: {
       int64_t k = ir::attr_int(op, "kernel", std::nullopt, where), s = ir::attr_int(op, "stride", k, where);
       int64_t p = ir::attr_int(op, "padding", 0, where);
-      return op.kind == ir::OpKind::maxpool ? torch::max_pool2d(in[0], {k, k}, {s, s}, {p, p})
-                                            : torch::avg_pool2d(in[0], {k, k}, {s, s}, {p, p});
+      bool ceil = ir::attr_bool(op, "ceil_mode", false, where);  // ONNX imports (googlenet) set it
+      return op.kind == ir::OpKind::maxpool ? torch::max_pool2d(in[0], {k, k}, {s, s}, {p, p}, {1, 1}, ceil)
+                                            : torch::avg_pool2d(in[0], {k, k}, {s, s}, {p, p}, ceil);
     }
     case ir::OpKind::global_avgpool: return in[0].mean({2, 3});
     case ir::OpKind::flatten: return in[0].flatten(1);

@@ -106,6 +106,24 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   EXPECT_EQ(leftover_processes(), 0);
 }
 
+TEST_F(DistProcess, ProfileLinksFitsP2pAndAllReduceBetweenTwoProcesses) {
+  Proc r = graphpipe("profile --links --link-sizes 4096,262144,4194304 --repeats 3 --out links.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("[links] 262144 bytes: p2p"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[links] fit: p2p latency"), std::string::npos) << r.err;
+  Json p = read_json_file((dir_ / "links.json").string());
+  for (const char* k : {"p2p", "allreduce"}) {
+    ASSERT_TRUE(p.contains(k)) << k;
+    EXPECT_GE(p[k]["latency_s"].get<double>(), 0) << k;
+    EXPECT_LT(p[k]["latency_s"].get<double>(), 1.0) << k;
+    EXPECT_GT(p[k]["bandwidth_Bps"].get<double>(), 1e6) << k;  // loopback: far above 1 MB/s
+  }
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc bad = graphpipe("profile --links --link-sizes 4096,6 --out x.json");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("not a positive multiple of 4"), std::string::npos) << bad.err;
+}
+
 TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
   std::string plan = write_plan(two_stage_plan());
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);  // a free port for rank 0's store

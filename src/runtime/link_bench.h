@@ -1,0 +1,37 @@
+// Measuring the links between local worker processes for `graphpipe profile --links`: point-to-point
+// (ping-pong) and 2-rank all-reduce over c10d Gloo between two spawned processes. Torch-free.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace gp::runtime {
+
+struct LinkBenchOptions {
+  std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};  // multiples of 4
+  int warmup = 2;
+  int repeats = 7;         // per size; the median is kept
+  double timeout_s = 60;   // a worker that does not answer within this fails the measurement
+};
+
+/// One measured message size: one-way p2p time (half the median round trip) and the median
+/// 2-rank all-reduce time.
+struct LinkSample {
+  int64_t bytes = 0;
+  double p2p_s = 0;
+  double allreduce_s = 0;
+};
+
+/// Spawns two hidden `graphpipe link-worker` processes (posix_spawn of this executable, a TCPStore
+/// rendezvous on 127.0.0.1) and returns their measurements in the order of o.sizes_bytes. Writes
+/// one progress line per size to `progress` when not null. RuntimeFailure when a worker fails.
+std::vector<LinkSample> run_link_bench(const LinkBenchOptions& o, std::ostream* progress);
+
+/// The hidden subcommand's body: rank and store address from the environment the launcher sets.
+int run_link_worker(const LinkBenchOptions& o);
+
+/// The arguments of `graphpipe link-worker` that reproduce `o` (without program and subcommand).
+std::vector<std::string> link_worker_args(const LinkBenchOptions& o);
+
+}  // namespace gp::runtime
