@@ -203,26 +203,23 @@ const Input* Graph::find_input(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+template <class F>
+double sum_costs(const std::vector<OpCosts>& costs, F field) {
+  double s = 0;
+  for (const auto& c : costs) s += static_cast<double>(c.*field);
+  return s;
+}
+}  // namespace
+
 int64_t Graph::total_params() const {
   int64_t s = 0;
   for (const auto& c : costs_) s += c.params;
   return s;
 }
-double Graph::total_fwd_flops() const {
-  double s = 0;
-  for (const auto& c : costs_) s += c.fwd_flops;
-  return s;
-}
-double Graph::total_bwd_flops() const {
-  double s = 0;
-  for (const auto& c : costs_) s += c.bwd_flops;
-  return s;
-}
-double Graph::total_saved_bytes() const {
-  double s = 0;
-  for (const auto& c : costs_) s += c.saved_bytes;
-  return s;
-}
+double Graph::total_fwd_flops() const { return sum_costs(costs_, &OpCosts::fwd_flops); }
+double Graph::total_bwd_flops() const { return sum_costs(costs_, &OpCosts::bwd_flops); }
+double Graph::total_saved_bytes() const { return sum_costs(costs_, &OpCosts::saved_bytes); }
 
 std::string ModelBuilder::input(const std::string& name, Shape per_sample_shape, DType dt) {
   Shape s{kBatch};
