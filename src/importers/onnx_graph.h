@@ -37,14 +37,18 @@ struct Net {
   std::vector<std::string> data_inputs;  // graph inputs that are data (not parameters)
   std::vector<std::string> outputs;      // graph outputs
   std::vector<bool> folded;              // per node: computes shapes/constants only, no IR op
+  // Initializers and Constant-node values by tensor name, full size; filled only when load_net is
+  // asked to keep them (import_onnx_weights), never for planning.
+  std::unordered_map<std::string, onnx::TensorProto> values;
 
   const TensorInfo& at(const std::string& name) const;
   /// Concrete shape of a tensor; throws UserError naming the tensor when inference could not give one.
   const std::vector<int64_t>& shape(const std::string& name) const;
 };
 
-/// Reads, checks, sorts and shape-infers an ONNX file (errors name the file).
-Net load_net(const std::string& path);
+/// Reads, checks, sorts and shape-infers an ONNX file (errors name the file). With `keep_values`,
+/// Net::values holds every initializer and Constant value (for the weights).
+Net load_net(const std::string& path, bool keep_values = false);
 
 
 // Attribute helpers over NodeProto.

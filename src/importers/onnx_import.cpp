@@ -48,6 +48,19 @@ void Mapper::unsupported(const onnx::NodeProto& n, const std::string& why) {
   reasons.push_back(fmt::format("{}: {}", node_label(n), why));
 }
 
+void Mapper::add_param(const std::string& op, const std::string& param, const std::string& tensor,
+                       std::vector<int64_t> shape, bool transpose, int64_t part, int64_t parts) {
+  ParamSource ps;
+  ps.op = op;
+  ps.param = param;
+  ps.tensor = tensor;
+  ps.transpose = transpose;
+  ps.part = part;
+  ps.parts = parts;
+  ps.shape = std::move(shape);
+  param_sources.push_back(std::move(ps));
+}
+
 namespace {
 
 int64_t norm_axis(int64_t a, size_t rank) { return a < 0 ? a + static_cast<int64_t>(rank) : a; }
@@ -124,14 +137,22 @@ void Mapper::map_node(int i) {
     std::string why = window_attrs(n, {w.begin() + 2, w.end()}, attrs);
     if (!why.empty()) return unsupported(n, why);
     attrs["out_channels"] = w[0];
-    attrs["bias"] = n.input_size() > 2 && !n.input(2).empty();
-    return simple(ir::OpKind::conv2d, attrs);
+    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    attrs["bias"] = bias;
+    const int64_t k = attrs["kernel"].get<int64_t>(), ci = net.shape(x)[1];
+    const std::string name = emit(n.name(), ir::OpKind::conv2d, {x}, y, attrs);
+    add_param(name, "weight", n.input(1), {w[0], ci, k, k});
+    if (bias) add_param(name, "bias", n.input(2), {w[0]});
+    return;
   }
   if (op == "BatchNormalization") {
     for (int k = 1; k < n.output_size(); ++k)
       if (!unused(net, n.output(k))) return unsupported(n, "running statistics outputs are used by the graph");
     if (net.shape(x).size() != 4) return unsupported(n, "only 2-d batch norm ([B,C,H,W]) is supported");
-    return simple(ir::OpKind::batchnorm);
+    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y);
+    add_param(name, "weight", n.input(1), {net.shape(x)[1]});
+    add_param(name, "bias", n.input(2), {net.shape(x)[1]});
+    return;
   }
   if (op == "MaxPool" || op == "AveragePool") {
     if (n.output_size() > 1 && !unused(net, n.output(1))) return unsupported(n, "the indices output is used");
@@ -167,8 +188,12 @@ void Mapper::map_node(int i) {
     if (attr_i(n, "transA", 0) || attr_f(n, "alpha", 1) != 1.0f || attr_f(n, "beta", 1) != 1.0f || is_act(1) || is_act(2))
       return unsupported(n, "only Gemm(x, W, b) with transA=0, alpha=beta=1 and parameter W, b is supported");
     const auto& w = net.shape(n.input(1));
-    int64_t out = attr_i(n, "transB", 0) ? w[0] : w[1];
-    return simple(ir::OpKind::linear, Json{{"out_features", out}, {"bias", n.input_size() > 2 && !n.input(2).empty()}});
+    const bool trans_b = attr_i(n, "transB", 0) != 0, bias = n.input_size() > 2 && !n.input(2).empty();
+    int64_t out = trans_b ? w[0] : w[1];
+    const std::string name = emit(n.name(), ir::OpKind::linear, {x}, y, Json{{"out_features", out}, {"bias", bias}});
+    add_param(name, "weight", n.input(1), {out, net.shape(x).back()}, !trans_b);
+    if (bias) add_param(name, "bias", n.input(2), {out});
+    return;
   }
   if (op == "MatMul") {
     if (is_act(1)) {
@@ -178,7 +203,9 @@ void Mapper::map_node(int i) {
     }
     const auto& w = net.shape(n.input(1));
     if (w.size() != 2) return unsupported(n, "a parameter operand must be a 2-d weight");
-    return simple(ir::OpKind::linear, Json{{"out_features", w[1]}, {"bias", false}});
+    const std::string name = emit(n.name(), ir::OpKind::linear, {x}, y, Json{{"out_features", w[1]}, {"bias", false}});
+    add_param(name, "weight", n.input(1), {w[1], net.shape(x).back()}, true);
+    return;
   }
   if (op == "Flatten") {
     if (norm_axis(attr_i(n, "axis", 1), net.shape(x).size()) != 1) return unsupported(n, "only axis=1 is supported");
@@ -216,7 +243,10 @@ void Mapper::map_node(int i) {
       return unsupported(n, "normalization over more than the last axis");
     if (n.input_size() < 3 || n.input(2).empty() || is_act(1) || is_act(2))
       return unsupported(n, "needs parameter scale and bias");
-    return simple(ir::OpKind::layernorm, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
+    const std::string name = emit(n.name(), ir::OpKind::layernorm, {x}, y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
+    add_param(name, "weight", n.input(1), {net.shape(x).back()});
+    add_param(name, "bias", n.input(2), {net.shape(x).back()});
+    return;
   }
   if (op == "Split") {
     int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(x).size());
@@ -339,11 +369,8 @@ ir::Model Mapper::finish() {
   return model;
 }
 
-}  // namespace onnx_detail
-
-ir::Model import_onnx(const std::string& path) {
-  using namespace onnx_detail;
-  Net net = load_net(path);
+ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
+  const std::string& path = net.path;
   Mapper m{net};
   std::string stem = path.substr(path.find_last_of('/') + 1);
   m.model.name = stem.substr(0, stem.rfind(".onnx"));
@@ -362,7 +389,15 @@ ir::Model import_onnx(const std::string& path) {
   m.match_patterns(claimed);
   for (size_t i = 0; i < net.nodes.size(); ++i)
     if (!claimed[i]) m.map_node(static_cast<int>(i));
-  return m.finish();
+  ir::Model model = m.finish();
+  if (sources) *sources = std::move(m.param_sources);
+  return model;
+}
+
+}  // namespace onnx_detail
+
+ir::Model import_onnx(const std::string& path) {
+  return onnx_detail::map_net(onnx_detail::load_net(path), nullptr);
 }
 
 }  // namespace gp::importers

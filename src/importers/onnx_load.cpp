@@ -283,7 +283,7 @@ std::optional<std::vector<int64_t>> proto_shape(const onnx::TypeProto& tp) {
 
 }  // namespace
 
-Net load_net(const std::string& path) {
+Net load_net(const std::string& path, bool keep_values) {
   const std::string bytes = read_file(path);
   GP_CHECK(!bytes.empty(), "{}: the ONNX file is empty", path);
   GP_CHECK(plausible_model_header(bytes),
@@ -380,6 +380,7 @@ Net load_net(const std::string& path) {
     }
     tp.set_name(n.output(0));
     read_values(tp, net.t[n.output(0)]);
+    if (keep_values) net.values[tp.name()] = tp;
     *g.add_initializer() = tp;
   }
   net.nodes = std::move(kept);
@@ -447,6 +448,9 @@ Net load_net(const std::string& path) {
     }
     if (!progress || round > 4 * static_cast<int>(net.nodes.size())) break;
   }
+  if (keep_values)  // the file's initializers (the folded ones added above are integer shape values)
+    for (auto& init : *g.mutable_initializer())
+      if (initializers.count(init.name())) net.values[init.name()].Swap(&init);
   return net;
 }
 

@@ -9,6 +9,17 @@
 
 namespace gp::importers::onnx_detail {
 
+/// Where an IR parameter's value comes from, recorded while mapping (cheap: names only); read by
+/// import_onnx_weights, never while planning.
+struct ParamSource {
+  std::string op, param;       // IR op name and parameter name (runtime param_specs)
+  std::string tensor;          // ONNX tensor in the weight slot: an initializer, possibly behind Transpose
+  bool transpose = false;      // a 2-d [in, out] weight (MatMul, Gemm transB=0) -> [out, in]
+  int64_t part = 0, parts = 1; // rows [part*n/parts, (part+1)*n/parts) of dim 0 (packed Q/K/V in_proj)
+  std::vector<int64_t> shape;  // the IR parameter's shape
+  std::string error;           // set when the source is unknown; loading weights then fails with it
+};
+
 struct Mapper {
   const Net& net;
   ir::Model model;
@@ -18,6 +29,7 @@ struct Mapper {
   std::map<std::string, int> unsupported_ops;  // op type -> count
   std::vector<std::string> reasons;            // supported op types used in an unsupported way
   std::vector<std::string> shape_unknown;      // nodes whose output shape inference could not give
+  std::vector<ParamSource> param_sources;      // every IR parameter, in op order then param_specs order
 
   ir::Shape ir_shape(const std::string& tensor) const;
   /// True when the tensor's dim 0 is the batch and no other dim depends on the batch.
@@ -27,11 +39,18 @@ struct Mapper {
   std::string emit(const std::string& name_hint, ir::OpKind kind, std::vector<std::string> in_tensors,
                    const std::string& out_tensor, Json attrs = Json::object(), const ir::Shape* shape = nullptr);
   void unsupported(const onnx::NodeProto& n, const std::string& why);
+  void add_param(const std::string& op, const std::string& param, const std::string& tensor,
+                 std::vector<int64_t> shape, bool transpose = false, int64_t part = 0, int64_t parts = 1);
+  /// Q, K, V and output projections of an attention region (nodes), input x of width h.
+  void attention_params(const std::string& op, const std::vector<int>& nodes, int64_t h);
 
   void match_patterns(std::vector<bool>& claimed);
   void map_node(int i);
   void map_slice(int i);
   ir::Model finish();
 };
+
+/// Maps a loaded net to the IR (import_onnx); `sources`, when given, receives every IR parameter's source.
+ir::Model map_net(const Net& net, std::vector<ParamSource>* sources);
 
 }  // namespace gp::importers::onnx_detail

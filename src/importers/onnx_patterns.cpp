@@ -73,6 +73,108 @@ void param_roots(const Net& net, const std::string& t, std::set<std::string>& ou
 
 }  // namespace
 
+// The projections of an attention region: MatMul(x, W) [+ Add b] or Gemm(x, W, b) with a parameter W.
+// Those reading the Softmax's result are the output projection; the others are the input projections:
+// one packed [3h, h] (torch's in_proj_weight: rows Q, K, V) or three [h, h] told apart by where they go
+// (Q: left operand of the score MatMul, K: its right operand, V: the right operand of the context MatMul).
+void Mapper::attention_params(const std::string& op, const std::vector<int>& nodes, int64_t h) {
+  struct Proj {
+    std::string w, b, out;
+    bool transpose = false;
+    int64_t rows = 0;
+    bool after_softmax = false;
+  };
+  std::set<int> inside(nodes.begin(), nodes.end());
+  auto act = [&](const std::string& t) { return !t.empty() && net.at(t).activation; };
+  auto is_param = [&](const std::string& t) { return !t.empty() && !net.at(t).activation && net.at(t).param; };
+  std::set<std::string> after;  // tensors computed from the Softmax's result
+  int score_mm = -1, ctx_mm = -1;
+  std::vector<Proj> projs;
+  std::string any_param;
+  for (int i : nodes) {
+    const auto& nd = net.nodes[i];
+    bool downstream = nd.op_type() == "Softmax";
+    for (const auto& in : nd.input()) downstream = downstream || after.count(in);
+    if (downstream)
+      for (const auto& o : nd.output()) after.insert(o);
+    if (nd.op_type() == "MatMul" && act(nd.input(0)) && act(nd.input(1)))
+      (after.count(nd.input(0)) || after.count(nd.input(1)) ? ctx_mm : score_mm) = i;
+    Proj p;
+    if (nd.op_type() == "MatMul" && act(nd.input(0)) && is_param(nd.input(1)) && net.shape(nd.input(1)).size() == 2) {
+      p.w = nd.input(1);
+      p.transpose = true;
+      p.rows = net.shape(p.w)[1];
+      p.out = nd.output(0);
+      for (int c : net.at(p.out).consumers) {
+        const auto& cn = net.nodes[c];
+        if (!inside.count(c) || cn.op_type() != "Add" || cn.input_size() != 2) continue;
+        const std::string& o = cn.input(0) == p.out ? cn.input(1) : cn.input(0);
+        if (is_param(o)) p.b = o;
+      }
+    } else if (nd.op_type() == "Gemm" && act(nd.input(0)) && is_param(nd.input(1))) {
+      p.w = nd.input(1);
+      p.transpose = attr_i(nd, "transB", 0) == 0;
+      p.rows = net.shape(p.w)[p.transpose ? 1 : 0];
+      if (nd.input_size() > 2 && is_param(nd.input(2))) p.b = nd.input(2);
+      p.out = nd.output(0);
+    } else {
+      continue;
+    }
+    p.after_softmax = after.count(nd.input(0)) > 0;
+    any_param = p.w;
+    projs.push_back(p);
+  }
+  // Which projection reaches which tensor (forward through the region).
+  auto reaches = [&](const std::string& from, const std::string& to) {
+    std::set<std::string> r{from};
+    for (int i : nodes) {
+      const auto& nd = net.nodes[i];
+      bool hit = false;
+      for (const auto& in : nd.input()) hit = hit || r.count(in);
+      if (hit)
+        for (const auto& o : nd.output()) r.insert(o);
+    }
+    return r.count(to) > 0;
+  };
+  std::vector<const Proj*> in_projs, out_projs;
+  for (const auto& p : projs) (p.after_softmax ? out_projs : in_projs).push_back(&p);
+  auto fail = [&](const std::string& why) {
+    ParamSource ps;
+    ps.op = op;
+    ps.tensor = any_param;
+    ps.error = fmt::format("{}: cannot tell which initializers are the projections of attention op \"{}\": {}",
+                           net.path, op, why);
+    param_sources.push_back(std::move(ps));
+  };
+  for (const auto& p : projs)
+    if (p.b.empty()) return fail(fmt::format("the projection with weight \"{}\" has no bias", p.w));
+  if (out_projs.size() != 1 || out_projs[0]->rows != h)
+    return fail(fmt::format("{} output projection(s) after the Softmax, expected one [{}, {}]", out_projs.size(), h, h));
+  const Proj* qkv[3] = {nullptr, nullptr, nullptr};
+  if (in_projs.size() == 1 && in_projs[0]->rows == 3 * h) {
+    qkv[0] = qkv[1] = qkv[2] = in_projs[0];
+  } else if (in_projs.size() == 3 && score_mm >= 0 && ctx_mm >= 0) {
+    const auto &sn = net.nodes[score_mm], &cn = net.nodes[ctx_mm];
+    const std::string& v_in = after.count(cn.input(0)) ? cn.input(1) : cn.input(0);
+    for (const auto* p : in_projs) {
+      int k = reaches(p->out, sn.input(0)) ? 0 : reaches(p->out, sn.input(1)) ? 1 : reaches(p->out, v_in) ? 2 : -1;
+      if (k < 0 || qkv[k] || p->rows != h) return fail("an input projection feeds none or several of Q, K, V");
+      qkv[k] = p;
+    }
+  } else {
+    return fail(fmt::format("{} input projection(s), expected one packed [{}, {}] or three [{}, {}]", in_projs.size(),
+                            3 * h, h, h, h));
+  }
+  const char* names[3][2] = {{"wq", "bq"}, {"wk", "bk"}, {"wv", "bv"}};
+  for (int k = 0; k < 3; ++k) {
+    const bool packed = qkv[k]->rows == 3 * h;
+    add_param(op, names[k][0], qkv[k]->w, {h, h}, qkv[k]->transpose, packed ? k : 0, packed ? 3 : 1);
+    add_param(op, names[k][1], qkv[k]->b, {h}, false, packed ? k : 0, packed ? 3 : 1);
+  }
+  add_param(op, "wo", out_projs[0]->w, {h, h}, out_projs[0]->transpose);
+  add_param(op, "bo", out_projs[0]->b, {h});
+}
+
 void Mapper::match_patterns(std::vector<bool>& claimed) {
   Matcher m{net, claimed};
   const int n = static_cast<int>(net.nodes.size());
@@ -163,8 +265,9 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
                                     node_label(net.nodes[nodes.back()]), why));
       continue;
     }
-    emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*ext_in.begin()}, *outs.begin(),
-         Json{{"heads", heads}});
+    attention_params(emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*ext_in.begin()},
+                          *outs.begin(), Json{{"heads", heads}}),
+                     nodes, h);
   }
 
   for (int i = 0; i < n; ++i) {
@@ -199,7 +302,10 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
           goto not_ln;
         std::vector<int> group{i, sub, pw, r2, ad, sq, dv, mu, bi};
         claim(group);
-        emit(fused_name(net, group, "layernorm"), ir::OpKind::layernorm, {x}, m.node(bi).output(0), Json{{"eps", *eps}});
+        std::string ln = emit(fused_name(net, group, "layernorm"), ir::OpKind::layernorm, {x}, m.node(bi).output(0),
+                              Json{{"eps", *eps}});
+        add_param(ln, "weight", m.other(mu, m.node(dv).output(0)), {xs.back()});
+        add_param(ln, "bias", m.other(bi, m.node(mu).output(0)), {xs.back()});
         continue;
       }
     }
@@ -241,8 +347,10 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
       int ad = w.size() == 2 ? m.sole(nd.output(0), "Add") : -1;
       if (ad >= 0 && m.param_vec(m.other(ad, nd.output(0)), w[1])) {
         claim({i, ad});
-        emit(nd.name(), ir::OpKind::linear, {nd.input(0)}, m.node(ad).output(0),
-             Json{{"out_features", w[1]}, {"bias", true}});
+        std::string lin = emit(nd.name(), ir::OpKind::linear, {nd.input(0)}, m.node(ad).output(0),
+                               Json{{"out_features", w[1]}, {"bias", true}});
+        add_param(lin, "weight", nd.input(1), {w[1], w[0]}, true);
+        add_param(lin, "bias", m.other(ad, nd.output(0)), {w[1]});
         continue;
       }
     }

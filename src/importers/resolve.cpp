@@ -3,6 +3,7 @@
 
 #include "importers/model_json.h"
 #include "importers/onnx_import.h"
+#include "importers/weights.h"
 #include "models/zoo.h"
 #include "support/error.h"
 
@@ -23,5 +24,10 @@ ir::Model load_model(const std::string& spec) {
 }
 
 ir::Graph load_graph(const std::string& spec) { return ir::Graph::build(load_model(spec), spec); }
+
+ParamValues load_weights(const std::string& spec) {
+  if (ends_with(spec, ".onnx")) return import_onnx_weights(spec);
+  return {};
+}
 
 }  // namespace gp::importers

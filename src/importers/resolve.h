@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "importers/weights.h"
 #include "ir/model.h"
 
 namespace gp::importers {
@@ -11,5 +12,10 @@ ir::Model load_model(const std::string& spec);
 
 /// load_model + ir::Graph::build, with errors prefixed by the spec.
 ir::Graph load_graph(const std::string& spec);
+
+/// Initial parameter values stored in the model file: `*.onnx` -> import_onnx_weights (empty for a
+/// file exported without weights); builtins and JSON models carry none (empty). Only the runtime asks
+/// for them; planning never reads the weights.
+ParamValues load_weights(const std::string& spec);
 
 }  // namespace gp::importers
