@@ -27,7 +27,9 @@ PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const st
   plan::validate_plan(p, g, "plan");
   schedule::Schedule s = schedule::build_schedule(p, schedule_kind);
   schedule::check_schedule(s, p, "schedule");
-  return PreparedRun{std::move(p), std::move(g), std::move(s)};
+  importers::ParamValues w = importers::load_weights(spec);  // every rank starts from the same weights
+  check_initial_values(g, w);
+  return PreparedRun{std::move(p), std::move(g), std::move(s), std::move(w)};
 }
 
 PreparedRun prepare_run(const TrainOptions& opt) {
@@ -99,7 +101,7 @@ class StageRunner {
     std::vector<OpId> ops;
     for (size_t i = 0; i < g_.num_ops(); ++i)
       if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
-    module_ = std::make_unique<StageModule>(g_, ops, opt.seed);
+    module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
     // Tensors on each edge: ops of the source stage read by ops of the destination stage.
     for (size_t i = 0; i < g_.num_ops(); ++i)

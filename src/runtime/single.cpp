@@ -23,9 +23,12 @@ int run_single(const TrainOptions& opt) {
   torch::set_num_threads(opt.threads);
 
   ir::Graph g = importers::load_graph(opt.model_spec);
+  // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
+  const importers::ParamValues weights = importers::load_weights(opt.model_spec);
+  check_initial_values(g, weights);
   std::vector<OpId> all;
   for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
-  StageModule m(g, all, opt.seed);
+  StageModule m(g, all, opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);

@@ -55,7 +55,34 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   return torch::stack(rows);
 }
 
-StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed)
+namespace {
+
+torch::Tensor initial_value(const ir::Graph& g, OpId id, const std::string& param, const std::vector<int64_t>& shape,
+                            uint64_t seed, const importers::ParamValues& initial) {
+  auto it = initial.find(g.op(id).name + "/" + param);
+  if (it == initial.end()) return init_parameter(g, id, param, shape, seed);
+  const importers::ParamValue& v = it->second;
+  GP_CHECK(v.shape == shape, "{}: the initial value of parameter \"{}/{}\" has shape [{}], the op needs [{}]", g.name(),
+           g.op(id).name, param, fmt::join(v.shape, ", "), fmt::join(shape, ", "));
+  GP_CHECK(static_cast<int64_t>(v.data.size()) == c10::multiply_integers(shape),
+           "{}: the initial value of parameter \"{}/{}\" has {} values for shape [{}]", g.name(), g.op(id).name, param,
+           v.data.size(), fmt::join(shape, ", "));
+  return torch::tensor(v.data, torch::kFloat32).reshape(shape);
+}
+
+}  // namespace
+
+void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial) {
+  std::set<std::string> known;
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    for (const auto& [name, shape] : param_specs(g, OpId(static_cast<int32_t>(i))))
+      known.insert(g.op(OpId(static_cast<int32_t>(i))).name + "/" + name);
+  for (const auto& [key, v] : initial)
+    GP_CHECK(known.count(key), "{}: initial value for \"{}\", which is not a parameter of the model", g.name(), key);
+}
+
+StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
+                         const importers::ParamValues& initial)
     : g_(&g), ops_(std::move(ops)), seed_(seed) {
   std::sort(ops_.begin(), ops_.end());  // OpIds are a topological order
   ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
@@ -71,7 +98,7 @@ StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t see
     std::vector<torch::Tensor> ps;
     std::vector<std::string> names;
     for (auto& [name, shape] : param_specs(g, id)) {
-      ps.push_back(init_parameter(g, id, name, shape, seed).requires_grad_(true));
+      ps.push_back(initial_value(g, id, name, shape, seed, initial).requires_grad_(true));
       names.push_back(name);
     }
     params_.push_back(std::move(ps));

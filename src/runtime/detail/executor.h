@@ -3,7 +3,8 @@
 // Include only from runtime .cpp files (it pulls in <torch/torch.h>).
 //
 // Determinism / partition independence (see runtime_common design):
-//  - a parameter's initial value depends only on (seed, op name, parameter name);
+//  - a parameter's initial value is the model file's (an ONNX initializer, importers/weights.h) when
+//    the map given to StageModule has it, else depends only on (seed, op name, parameter name);
 //  - sample i of graph input X depends only on (seed, X, global sample index i, step);
 //  - a dropout mask row depends only on (seed, op name, global sample index, step).
 // So any plan and the single-process reference see identical weights, data and masks.
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "importers/weights.h"
 #include "ir/model.h"
 
 namespace gp::runtime {
@@ -63,8 +65,11 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
 /// The parameters + forward of a set of ops (a stage), built from an ir::Graph.
 class StageModule {
  public:
-  /// `ops` may be in any order; they are executed in the graph's topological order.
-  StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed);
+  /// `ops` may be in any order; they are executed in the graph's topological order. A parameter
+  /// "op/param" present in `initial` starts from that value (UserError naming the parameter when its
+  /// shape differs from param_specs), every other one from init_parameter(seed).
+  StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
+              const importers::ParamValues& initial = importers::ParamValues{});
 
   const ir::Graph& graph() const { return *g_; }
   const std::vector<OpId>& ops() const { return ops_; }
@@ -99,6 +104,9 @@ class StageModule {
   std::vector<std::string> external_;
   std::vector<std::string> losses_;
 };
+
+/// UserError when a key of `initial` names no parameter of the graph (e.g. values for another model).
+void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial);
 
 /// Graph inputs needed by a micro-batch of the given stage, generated synthetically.
 TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info);

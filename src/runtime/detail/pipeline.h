@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "importers/weights.h"
 #include "ir/model.h"
 #include "plan/plan.h"
 #include "runtime/train.h"
@@ -25,10 +26,12 @@ struct PreparedRun {
   plan::Plan plan;
   ir::Graph graph;
   schedule::Schedule schedule;
+  importers::ParamValues weights;  // initial values from the model file (ONNX initializers); may be empty
 };
 
 /// Loads the plan (opt.plan_path), the model from plan.model_spec (or opt.model_spec when given),
-/// validates the plan against it and builds + checks the schedule (opt.schedule).
+/// validates the plan against it, reads the file's weights (importers::load_weights) and builds + checks
+/// the schedule (opt.schedule).
 PreparedRun prepare_run(const TrainOptions& opt);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
 
