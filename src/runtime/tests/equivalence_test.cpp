@@ -118,9 +118,32 @@ TEST(PlannerEquivalence, MatrixCoveredDataParallelStageAndSkipEdge) {
   EXPECT_GE(c.skip, 1);
 }
 
-// Imported ONNX models: the imported ops run in LibTorch with seeded weights (the IR carries no
-// initializer values), and pipelined training equals --single like the builtins.
+// Imported ONNX models: the imported ops run in LibTorch starting from the file's initializers
+// (importers::load_weights, in PreparedRun and in the --single reference; seeded when the file has
+// none), and pipelined training equals --single like the builtins.
 std::string fixture(const std::string& name) { return std::string(GP_SOURCE_DIR) + "/tests/fixtures/onnx/" + name; }
+
+// The pipelined run really starts from the file's weights: its step-0 loss (before any update) equals
+// that of a module built from the initializers and differs from the seeded one.
+TEST(OnnxEquivalence, PipelinedRunStartsFromTheFileWeights) {
+  const std::string spec = fixture("two_branch.onnx");
+  plan::Plan p = testing::make_plan(spec, 8, {{{"/left/"}, {0}, 4}, {{"/right/"}, {1}, 8}, {{}, {2}, 4}});
+  PreparedRun run = prepare_run(p, "1f1b");
+  ir::Graph g = importers::load_graph(spec);
+  int64_t params = 0;
+  for (const auto& [key, v] : run.weights) params += static_cast<int64_t>(v.data.size());
+  EXPECT_EQ(params, g.total_params());  // every parameter comes from the file
+  auto results = testing::run_threads(run, testing::options(1, "sgd", 0.05));
+  auto ref = testing::single_reference(spec, 8, 1, "sgd", 0.05);
+  std::vector<OpId> all;
+  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
+  StageModule seeded(g, all, 1);
+  MicroBatchInfo info{0, 8, 8, 0};
+  double seeded_loss = seeded.scaled_loss(seeded.forward(synthetic_external_inputs(seeded, info), info), info).item<double>();
+  ASSERT_EQ(results[0].step_losses.size(), 1u);
+  EXPECT_NEAR(results[0].step_losses[0], ref.losses[0], 1e-5 * std::abs(ref.losses[0]));
+  EXPECT_GT(std::abs(results[0].step_losses[0] - seeded_loss), 1e-3) << "the pipelined run used seeded weights";
+}
 
 TEST(OnnxEquivalence, TwoBranchFixtureTrainsPipelinedLikeSingle) {
   Preset m{"", "adam", 1e-2};
@@ -143,7 +166,7 @@ TEST(OnnxEquivalence, TransformerEncoderFixtureTrainsPipelinedLikeSingle) {
 
 TEST(OnnxEquivalence, ImportedCnnForwardShapesMatchTheIr) {
   // googlenet: ceil_mode pooling, concat branches, batchnorm, dropout (weights seeded: exported
-  // without parameters). One sample keeps it fast.
+  // without parameters, load_weights gives none). One sample keeps it fast.
   for (const char* name : {"googlenet.onnx", "resnet18.onnx"}) {
     ir::Graph g = importers::load_graph(fixture(name));
     std::vector<OpId> all;

@@ -1,0 +1,157 @@
+// Imported ONNX models run with the file's weights: the imported ops, executed in LibTorch from the
+// initializers (importers::load_weights), give PyTorch's own eval-mode output (expected.json
+// "reference_output", written by export_fixtures.py --reference-outputs from the same committed
+// files); the weights really are the file's (not the seeded ones), in StageModule and in run_single;
+// mismatched initial values are errors naming the parameter.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "importers/resolve.h"
+#include "runtime/detail/executor.h"
+#include "runtime/train.h"
+#include "support/error.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+namespace {
+
+const std::string kDir = std::string(GP_SOURCE_DIR) + "/tests/fixtures/onnx";
+
+Json reference(const std::string& name) {
+  std::ifstream f(kDir + "/expected.json");
+  return Json::parse(f).at(name).at("reference_output");
+}
+
+std::vector<OpId> all_ops(const ir::Graph& g, bool with_loss) {
+  std::vector<OpId> ops;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    OpId id(static_cast<int32_t>(i));
+    if (with_loss || !ir::is_loss(g.op(id).kind)) ops.push_back(id);
+  }
+  return ops;
+}
+
+/// x[b, i] = sin(0.01 * i + b), i the flat index within sample b (export_fixtures.py reference_input).
+torch::Tensor reference_input(int64_t batch, const ir::Shape& shape) {
+  std::vector<int64_t> sizes{batch};
+  sizes.insert(sizes.end(), shape.begin() + 1, shape.end());
+  int64_t n = 1;
+  for (size_t d = 1; d < sizes.size(); ++d) n *= sizes[d];
+  torch::Tensor i = torch::arange(n, torch::kFloat64);
+  std::vector<torch::Tensor> rows;
+  for (int64_t b = 0; b < batch; ++b) rows.push_back(torch::sin(0.01 * i + static_cast<double>(b)));
+  return torch::stack(rows).reshape(sizes).to(torch::kFloat32);
+}
+
+struct Compared {
+  double max_abs = 0, max_rel = 0, scale = 0;
+};
+
+/// The imported graph (dropout p = 0: PyTorch ran in eval mode) with the file's weights, on the
+/// reference input; the op feeding the appended loss against PyTorch's output.
+Compared compare_with_pytorch(const std::string& name) {
+  const std::string path = kDir + "/" + name + ".onnx";
+  ir::Model model = importers::load_model(path);
+  int dropouts = 0;
+  for (auto& op : model.ops)
+    if (op.kind == ir::OpKind::dropout) op.attrs["p"] = 0.0, ++dropouts;
+  EXPECT_GT(dropouts, 0) << name;
+  ir::Graph g = ir::Graph::build(std::move(model), name);
+  importers::ParamValues w = importers::load_weights(path);
+  check_initial_values(g, w);
+  StageModule m(g, all_ops(g, /*with_loss=*/false), 1, w);
+  EXPECT_EQ(m.external_inputs(), std::vector<std::string>{"input"});
+  const std::string pred = g.op(g.find(g.model().outputs.at(0))).inputs.at(0);
+
+  Json ref = reference(name);
+  const int64_t batch = ref.at("batch").get<int64_t>();
+  torch::NoGradGuard no_grad;
+  MicroBatchInfo info{0, batch, batch, 0};
+  torch::Tensor y = m.forward({{"input", reference_input(batch, g.model().inputs.at(0).shape)}}, info).at(pred);
+  std::vector<float> want = ref.at("values").get<std::vector<float>>();
+  EXPECT_EQ(y.sizes().vec(), ref.at("shape").get<std::vector<int64_t>>());
+  torch::Tensor e = torch::tensor(want).reshape(y.sizes());
+  Compared c;
+  c.scale = e.abs().max().item<double>();
+  c.max_abs = (y - e).abs().max().item<double>();
+  c.max_rel = ((y - e).abs() / e.abs().clamp_min(1e-6)).max().item<double>();
+  std::printf("[onnx weights] %s: %lld outputs, max |y| %.4g, max abs error %.3g, max rel error %.3g\n", name.c_str(),
+              static_cast<long long>(y.numel()), c.scale, c.max_abs, c.max_rel);
+  // 1e-4 relative, per element and to the output's scale.
+  EXPECT_LT(c.max_rel, 1e-4) << name;
+  EXPECT_LT(c.max_abs, 1e-4 * c.scale) << name;
+  return c;
+}
+
+TEST(OnnxWeights, TwoBranchOutputEqualsPyTorch) { compare_with_pytorch("two_branch"); }
+TEST(OnnxWeights, EncoderOp13OutputEqualsPyTorch) { compare_with_pytorch("encoder_op13"); }
+TEST(OnnxWeights, EncoderOp17OutputEqualsPyTorch) { compare_with_pytorch("encoder_op17"); }
+
+TEST(OnnxWeights, StageModuleStartsFromTheFileNotTheSeed) {
+  const std::string path = kDir + "/two_branch.onnx";
+  ir::Graph g = importers::load_graph(path);
+  importers::ParamValues w = importers::load_weights(path);
+  StageModule file(g, all_ops(g, true), 1, w), seeded(g, all_ops(g, true), 1);
+  auto fp = file.named_parameters(), sp = seeded.named_parameters();
+  ASSERT_EQ(fp.size(), w.size());
+  for (size_t k = 0; k < fp.size(); ++k) {
+    const auto& v = w.at(fp[k].first);
+    EXPECT_TRUE(torch::equal(fp[k].second.detach(), torch::tensor(v.data).reshape(v.shape))) << fp[k].first;
+    EXPECT_FALSE(torch::allclose(fp[k].second, sp[k].second)) << fp[k].first;
+    EXPECT_TRUE(fp[k].second.requires_grad());
+  }
+  // A subset of the ops (a stage) takes just its own parameters from the map.
+  StageModule head(g, {g.find(fp.back().first.substr(0, fp.back().first.rfind('/')))}, 1, w);
+  ASSERT_EQ(head.named_parameters().size(), 1u + (fp.back().first.ends_with("/bias") ? 1u : 0u));
+  EXPECT_TRUE(torch::equal(head.named_parameters().back().second.detach(), fp.back().second.detach()));
+}
+
+TEST(OnnxWeights, RunSingleTrainsFromTheFileWeights) {
+  namespace fs = std::filesystem;
+  const std::string path = kDir + "/two_branch.onnx";
+  fs::path log = fs::temp_directory_path() / ("gp_onnx_weights_single_" + std::to_string(::getpid()) + ".jsonl");
+  TrainOptions o;
+  o.model_spec = path;
+  o.batch = 8;
+  o.steps = 1;
+  o.single = true;
+  o.log_path = log.string();
+  ASSERT_EQ(run_single(o), 0);
+  std::ifstream in(log);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  double logged = Json::parse(line).at("loss").get<double>();
+  fs::remove(log);
+  // The step-0 loss (before the update) of a module with the file's weights, and of a seeded one.
+  ir::Graph g = importers::load_graph(path);
+  auto loss_of = [&](const importers::ParamValues& w) {
+    StageModule m(g, all_ops(g, true), o.seed, w);
+    MicroBatchInfo info{0, o.batch, o.batch, 0};
+    return m.scaled_loss(m.forward(synthetic_external_inputs(m, info), info), info).item<double>();
+  };
+  double from_file = loss_of(importers::load_weights(path)), seeded = loss_of({});
+  EXPECT_NEAR(logged, from_file, 1e-6 * std::abs(from_file));
+  EXPECT_GT(std::abs(logged - seeded), 1e-3) << "run_single used seeded weights";
+}
+
+TEST(OnnxWeights, MismatchedInitialValuesNameTheParameter) {
+  ir::Graph g = importers::load_graph(kDir + "/two_branch.onnx");
+  importers::ParamValues w = importers::load_weights(kDir + "/two_branch.onnx");
+  std::string key = w.begin()->first;
+  w.begin()->second.shape.push_back(1);
+  try {
+    StageModule m(g, all_ops(g, true), 1, w);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter \"" + key + "\""), std::string::npos) << e.what();
+  }
+  importers::ParamValues stray{{"no_such_op/weight", {{2}, {1.0f, 2.0f}}}};
+  EXPECT_THROW(check_initial_values(g, stray), UserError);
+}
+
+}  // namespace
+}  // namespace gp::runtime
