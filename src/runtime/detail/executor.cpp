@@ -73,6 +73,7 @@ torch::Tensor initial_value(const ir::Graph& g, OpId id, const std::string& para
 }  // namespace
 
 void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial) {
+  if (initial.empty()) return;
   std::set<std::string> known;
   for (size_t i = 0; i < g.num_ops(); ++i)
     for (const auto& [name, shape] : param_specs(g, OpId(static_cast<int32_t>(i))))
