@@ -53,7 +53,13 @@ float bf16_to_float(uint16_t h) {
 ParamValue to_float(const Net& net, const onnx::TensorProto& tp, const std::string& what) {
   ParamValue v;
   v.shape.assign(tp.dims().begin(), tp.dims().end());
-  const int64_t n = numel(v.shape);
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  int64_t n = 1;
+  for (int64_t d : v.shape) {
+    GP_CHECK(d >= 0 && (d == 0 || n <= kMaxElems / d), "{}: {} has an invalid shape [{}]", net.path, what,
+             fmt::join(v.shape, ", "));
+    n *= d;
+  }
   GP_CHECK(tp.data_location() != onnx::TensorProto::EXTERNAL,
            "{}: {} is stored in external data, which the importer does not read", net.path, what);
   const std::string& raw = tp.raw_data();
@@ -169,7 +175,7 @@ ParamValues import_onnx_weights(const std::string& path) {
       *v = permute(*v, {1, 0});
     }
     if (ps.parts > 1) {
-      GP_CHECK(!v->shape.empty() && v->shape[0] % ps.parts == 0,
+      GP_CHECK(!v->shape.empty() && v->shape[0] > 0 && v->shape[0] % ps.parts == 0,
                "{} has shape [{}], expected dim 0 to split into {} equal parts", where, fmt::join(v->shape, ", "),
                ps.parts);
       const int64_t rows = v->shape[0] / ps.parts, row = numel(v->shape) / v->shape[0];
