@@ -96,6 +96,35 @@ void check_one_entry_per_param(const std::string& name) {
 TEST(OnnxWeights, TwoBranchOneEntryPerParameter) { check_one_entry_per_param("two_branch"); }
 TEST(OnnxWeights, EncoderOp13OneEntryPerParameter) { check_one_entry_per_param("encoder_op13"); }
 TEST(OnnxWeights, EncoderOp17OneEntryPerParameter) { check_one_entry_per_param("encoder_op17"); }
+TEST(OnnxWeights, SeparateQkvOneEntryPerParameter) { check_one_entry_per_param("attention_qkv"); }
+
+// Three [h, h] input projections (not torch's packed in_proj): Q, K and V told apart by data flow.
+TEST(OnnxWeights, SeparateQkvProjectionsByDataFlow) {
+  const std::string path = kDir + "/attention_qkv.onnx";
+  onnx::ModelProto m;
+  std::ifstream f(path, std::ios::binary);
+  ASSERT_TRUE(m.ParseFromIstream(&f));
+  auto values = [&](const std::string& name) {
+    for (const auto& t : m.graph().initializer())
+      if (t.name() == name) {
+        std::vector<float> v(t.raw_data().size() / sizeof(float));
+        std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+        return v;
+      }
+    ADD_FAILURE() << "no initializer " << name;
+    return std::vector<float>{};
+  };
+  ParamValues w = load_weights(path);
+  ir::Graph g = load_graph(path);
+  std::string att;
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    if (g.op(OpId(static_cast<int32_t>(i))).kind == ir::OpKind::attention) att = g.op(OpId(static_cast<int32_t>(i))).name;
+  ASSERT_FALSE(att.empty());
+  for (const char* p : {"q", "k", "v", "o"}) {
+    EXPECT_EQ(w.at(att + "/w" + p).data, values(std::string(p) + ".weight")) << p;
+    EXPECT_EQ(w.at(att + "/b" + p).data, values(std::string(p) + ".bias")) << p;
+  }
+}
 
 TEST(OnnxWeights, ExportedWithoutWeightsGivesNothing) {
   EXPECT_TRUE(load_weights(kDir + "/resnet18.onnx").empty());
