@@ -39,6 +39,7 @@ struct Status {
   long step = -1;
   std::string action;  // "" when the worker had not reached its first action
   int peer = -1;       // the rank a peer failure blames
+  bool rejected = false;  // this rank rejected a message from `peer` (wrong size or dtype)
   std::string error;
 };
 
@@ -54,9 +55,10 @@ Status read_status(const fs::path& file) {
   }
   if (all.size() > 256) {
     std::string tail = all.substr(256);
-    if (auto tab = tail.find('\t'); tab != std::string::npos) {
+    if (auto tab = tail.find('\t'), tab2 = tail.find('\t', tab + 1); tab2 != std::string::npos) {
       s.peer = std::atoi(tail.c_str());
-      s.error = tail.substr(tab + 1);
+      s.rejected = tail.compare(tab + 1, tab2 - tab - 1, "rejected") == 0;
+      s.error = tail.substr(tab2 + 1);
       while (!s.error.empty() && s.error.back() == '\n') s.error.pop_back();
     }
   }
@@ -140,6 +142,12 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
       what = describe_exit(e) + (s.error.empty() ? "" : ": " + s.error);
       *user_error = !e.signaled && e.value == 2;
       break;
+    }
+  for (const Exit& e : exits)  // a rank that sent a malformed message beats a silent one
+    if (Status s = status(e.rank); culprit < 0 && s.rejected && s.peer >= 0) {
+      culprit = s.peer;
+      what = fmt::format("sent a message that rank {} (stage {}) rejected at its action '{}' in step {}: {}", e.rank,
+                         role_of_rank(p, e.rank).stage, s.action, s.step, s.error);
     }
   if (culprit < 0) {  // only peer failures: blame the rank they waited on, preferring a live one
     std::map<int, int> votes;

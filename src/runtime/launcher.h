@@ -43,7 +43,9 @@ int run_worker(const TrainOptions& opt);
 /// Worker exit code when a peer failed or stopped responding (the launcher blames that peer).
 inline constexpr int kExitPeerFailure = 3;
 
-/// Parsed GP_FAULT ("rank=1,action=5,kind=crash|hang|error[,step=0]"): fault injection for tests.
+/// Parsed GP_FAULT ("rank=1,action=5,kind=crash|hang|error|size[,step=0]"): fault injection for
+/// tests. Before action `action` (index in the rank's stage schedule) of step `step`, rank `rank`
+/// crashes (SIGKILL), hangs, throws, or (size, a send action only) sends one element too many.
 struct FaultSpec {
   int rank = -1, action = -1;
   long step = 0;

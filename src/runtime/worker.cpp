@@ -33,7 +33,8 @@ int env_int(const char* name, const char* v) {
 }
 
 /// The status file: a fixed-size line with the current step and action at offset 0, and the
-/// failure ("peer<TAB>message") at kErrorOffset once the worker fails.
+/// failure ("peer<TAB>kind<TAB>message", kind "rejected" when this rank rejected a message the
+/// peer sent, "-" otherwise) at kErrorOffset once the worker fails.
 constexpr off_t kErrorOffset = 256;
 
 class StatusFile {
@@ -53,9 +54,9 @@ class StatusFile {
     buf[sizeof buf - 1] = '\n';
     (void)!::pwrite(fd_, buf, sizeof buf, 0);
   }
-  void failure(int peer, const std::string& msg) {
+  void failure(int peer, bool rejected, const std::string& msg) {
     if (fd_ < 0) return;
-    std::string s = std::to_string(peer) + "\t" + msg + "\n";
+    std::string s = std::to_string(peer) + (rejected ? "\trejected\t" : "\t-\t") + msg + "\n";
     (void)!::pwrite(fd_, s.data(), s.size(), kErrorOffset);
   }
 
@@ -84,8 +85,8 @@ std::optional<FaultSpec> parse_fault(const std::string& spec) {
     pos = comma + 1;
   }
   GP_CHECK(f.rank >= 0 && f.action >= 0, "GP_FAULT: needs rank= and action=");
-  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error",
-           "GP_FAULT: kind '{}' is not one of crash, hang, error", f.kind);
+  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size",
+           "GP_FAULT: kind '{}' is not one of crash, hang, error, size", f.kind);
   return f;
 }
 
@@ -153,6 +154,7 @@ int run_worker(const TrainOptions& opt) {
   if (const char* f = env("GP_FAULT")) fault = parse_fault(f);
 
   int peer = -1, code = 0, stage = -1;
+  bool rejected = false;
   std::string msg, current = "start-up";
   int64_t current_step = -1;
   try {
@@ -178,6 +180,12 @@ int run_worker(const TrainOptions& opt) {
         if (fault->kind == "crash") ::raise(SIGKILL);
         if (fault->kind == "error")
           throw RuntimeFailure(fmt::format("injected error (GP_FAULT) at stage {} action {}", role.stage, index));
+        if (fault->kind == "size") {
+          GP_CHECK(a.kind == schedule::ActionKind::send_act || a.kind == schedule::ActionKind::send_grad,
+                   "GP_FAULT kind=size needs a send action; action {} of stage {} is '{}'", index, role.stage, current);
+          detail::wrong_size_next_send() = true;
+          return;
+        }
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang
       }
     };
@@ -185,6 +193,7 @@ int run_worker(const TrainOptions& opt) {
     return 0;
   } catch (const detail::CommError& e) {
     peer = e.peer();
+    rejected = e.rejected();
     code = kExitPeerFailure;
     msg = e.what();
   } catch (const UserError& e) {
@@ -196,7 +205,7 @@ int run_worker(const TrainOptions& opt) {
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   }
   if (status.active()) {
-    status.failure(peer, msg);
+    status.failure(peer, rejected, msg);
   } else {
     std::string where = current_step < 0 ? "during start-up"
                                          : fmt::format("during step {} at action '{}'", current_step, current);

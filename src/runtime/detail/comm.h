@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -17,18 +18,20 @@ class Store;
 
 namespace gp::runtime::detail {
 
-/// A communication failure: a peer timed out or its connection closed. `peer` names the rank
-/// the operation waited on (-1 for collectives, where the culprit is unknown).
+/// A communication failure: a peer timed out, its connection closed, or it sent a message this
+/// rank rejected (wrong size or dtype). `peer` names the rank the operation waited on (-1 for
+/// collectives, where the culprit is unknown).
 class CommError : public RuntimeFailure {
  public:
-  CommError(const std::string& msg, int peer, bool timed_out)
-      : RuntimeFailure(msg), peer_(peer), timed_out_(timed_out) {}
+  CommError(const std::string& msg, int peer, bool timed_out, bool rejected = false)
+      : RuntimeFailure(msg), peer_(peer), timed_out_(timed_out), rejected_(rejected) {}
   int peer() const { return peer_; }
   bool timed_out() const { return timed_out_; }
+  bool rejected() const { return rejected_; }
 
  private:
   int peer_;
-  bool timed_out_;
+  bool timed_out_, rejected_;
 };
 
 /// A non-blocking operation in flight; wait() blocks (bounded by the communicator timeout)
@@ -71,6 +74,10 @@ struct CommOptions {
   std::string hostname = "127.0.0.1";  // address Gloo binds to; "" = interface/hostname default
   std::string interface;               // GLOO_SOCKET_IFNAME, takes precedence when set
 };
+
+/// Fault injection (GP_FAULT kind=size): when set, the next send of this process carries one
+/// element too many; the receiver must reject it by its size header. Reset by that send.
+std::atomic<bool>& wrong_size_next_send();
 
 /// A Gloo communicator (c10d::ProcessGroupGloo) over `store`; blocks until all `size` ranks join.
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,

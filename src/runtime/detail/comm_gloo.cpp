@@ -4,6 +4,7 @@
 #define USE_C10D_GLOO
 #endif
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -11,6 +12,13 @@
 
 namespace gp::runtime::detail {
 namespace {
+
+torch::Tensor header(const torch::Tensor& payload) {
+  auto h = torch::empty({2}, torch::kInt64);
+  h[0] = static_cast<int64_t>(payload.nbytes());
+  h[1] = static_cast<int64_t>(payload.scalar_type());
+  return h;
+}
 
 bool looks_like_timeout(const std::string& what) {
   return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
@@ -58,24 +66,46 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // Every p2p message is preceded by a 2 x int64 header (payload bytes, dtype) with the same tag,
+  // so a receiver can check the size before it posts the payload buffer: Gloo aborts the whole
+  // process when a message is longer than the posted buffer, and silently leaves part of a
+  // too-long buffer unwritten when it is shorter.
   Pending send(const torch::Tensor& t, int dst, int tag) override {
     GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
-    std::vector<torch::Tensor> v{t.contiguous()};
-    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor payload = t.contiguous();
+    if (wrong_size_next_send().exchange(false)) payload = torch::cat({payload.reshape({-1}), payload.reshape({-1}).narrow(0, 0, 1)});
+    std::vector<torch::Tensor> head{header(payload)}, v{payload};
+    c10::intrusive_ptr<c10d::Work> work_head, work;
     std::string op = fmt::format("send to rank {} (tag {})", dst, tag);
-    guarded(op, dst, [&] { work = pg_->send(v, dst, tag); });
+    guarded(op, dst, [&] {
+      work_head = pg_->send(head, dst, tag);
+      work = pg_->send(v, dst, tag);
+    });
     auto timeout = o_.timeout;
-    return Pending([work, v, op, dst, timeout] { guarded(op, dst, [&] { work->wait(timeout); }); });
+    return Pending([work_head, work, head, v, op, dst, timeout] {
+      guarded(op, dst, [&] {
+        work_head->wait(timeout);
+        work->wait(timeout);
+      });
+    });
   }
 
   void recv(torch::Tensor& t, int src, int tag) override {
     GP_ASSERT(src >= 0 && src < size_ && src != rank_, "bad recv peer {}", src);
     GP_ASSERT(t.is_contiguous(), "recv buffer must be contiguous");
+    std::string op = fmt::format("recv from rank {} (tag {})", src, tag);
+    std::vector<torch::Tensor> head{torch::empty({2}, torch::kInt64)};
+    guarded(op, src, [&] { pg_->recv(head, src, tag)->wait(o_.timeout); });
+    int64_t bytes = head[0][0].item<int64_t>(), dtype = head[0][1].item<int64_t>();
+    int64_t want = static_cast<int64_t>(t.nbytes());
+    if (bytes != want || dtype != static_cast<int64_t>(t.scalar_type()))
+      throw CommError(fmt::format("{}: the peer sent {} bytes of dtype code {}, expected {} bytes of {} (shape [{}]); "
+                                  "the ranks disagree on the plan or the peer is faulty",
+                                  op, bytes, dtype, want, std::string(c10::toString(t.scalar_type())),
+                                  fmt::join(t.sizes(), ", ")),
+                      src, false, /*rejected=*/true);
     std::vector<torch::Tensor> v{t};
-    guarded(fmt::format("recv from rank {} (tag {})", src, tag), src, [&] {
-      auto work = pg_->recv(v, src, tag);
-      work->wait(o_.timeout);
-    });
+    guarded(op, src, [&] { pg_->recv(v, src, tag)->wait(o_.timeout); });
   }
 
   Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) override {
@@ -119,6 +149,11 @@ class GlooCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+std::atomic<bool>& wrong_size_next_send() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
 
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      int rank, int size, const CommOptions& o) {

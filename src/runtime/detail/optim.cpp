@@ -1,8 +1,14 @@
 // Optimizer construction and atomic checkpoint save/load.
 #include "runtime/detail/optim.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "support/error.h"
 
@@ -24,8 +30,32 @@ std::string checkpoint_path(const std::string& dir, int stage, int rank) {
   return (std::filesystem::path(dir) / fmt::format("stage{}-rank{}.pt", stage, rank)).string();
 }
 
+namespace {
+
+// LibTorch's archives go through TorchScript's serializer, whose type-name mangler is shared
+// process-wide without a lock (ThreadSanitizer found the race when ranks run as threads of one
+// process, as in the tests): one archive at a time per process.
+std::mutex& archive_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Flushes a written file (or directory) to disk, so a checkpoint renamed into place survives a
+// machine crash, not only a process crash.
+void sync_path(const std::filesystem::path& p, bool directory) {
+  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open to sync: {}", p.string(), std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw RuntimeFailure(fmt::format("{}: fsync failed: {}", p.string(), std::strerror(err)));
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
                      int64_t steps_done) {
+  std::lock_guard<std::mutex> lock(archive_mutex());
   std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   torch::serialize::OutputArchive ar;
@@ -42,14 +72,17 @@ void save_checkpoint(const std::string& path, const StageModule& m, torch::optim
   ar.write("optimizer", opt_ar);
   std::string tmp = path + ".tmp";
   ar.save_to(tmp);
+  sync_path(tmp, false);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw RuntimeFailure(fmt::format("{}: cannot rename checkpoint into place: {}", path, ec.message()));
+  sync_path(p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), true);
 }
 
 int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::Optimizer& opt) {
   GP_CHECK(std::filesystem::exists(path), "{}: checkpoint not found (--resume needs a checkpoint written by "
            "--checkpoint-dir)", path);
+  std::lock_guard<std::mutex> lock(archive_mutex());
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path);

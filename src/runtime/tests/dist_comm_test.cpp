@@ -121,5 +121,34 @@ TEST(DistComm, RecvFromSilentPeerTimesOutNamingThePeer) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
 }
 
+// A message of the wrong size (a bug or a corrupted peer) must fail the receiver cleanly: a
+// CommError naming the peer and both sizes, never a crash or a silently short/long tensor.
+TEST(DistComm, WrongSizedMessageFailsTheReceiverNamingBothSizes) {
+  for (int64_t sent : {10, 6}) {
+    run_ranks(2, 3s, [=](int r, Communicator& c) {
+      if (r == 0) {
+        try {
+          c.send(torch::arange(sent, torch::kFloat32), 1, 4).wait();
+        } catch (const CommError&) {  // the receiver may drop the connection first
+        }
+      } else {
+        auto t = torch::zeros({8});
+        try {
+          c.recv(t, 0, 4);
+          ADD_FAILURE() << "recv of " << sent << " floats into 8 returned " << t;
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.peer(), 0);
+          EXPECT_TRUE(e.rejected());
+          EXPECT_FALSE(e.timed_out());
+          std::string what = e.what();
+          EXPECT_NE(what.find("recv from rank 0"), std::string::npos) << what;
+          EXPECT_NE(what.find(std::to_string(sent * 4) + " bytes"), std::string::npos) << what;
+          EXPECT_NE(what.find("expected 32 bytes"), std::string::npos) << what;
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace gp::runtime::detail

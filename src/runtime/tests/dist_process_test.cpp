@@ -180,5 +180,55 @@ TEST_F(DistProcess, BadPlanExitsTwoBeforeStartingWorkers) {
   EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
 }
 
+// A rank that sends a tensor of the wrong size: the receiver rejects it by its size header (Gloo
+// itself would abort the receiving process), and the launcher names the sender, the receiver and
+// both actions.
+TEST_F(DistProcess, WrongSizedTensorIsRejectedNamingSenderAndReceiver) {
+  std::string plan = write_plan(two_stage_plan());
+  Proc r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=0,action=1,step=1,kind=size");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("worker rank 0 (stage 0, replica 0) sent a message that rank 1 (stage 1) rejected at its "
+                       "action 'recv_act"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("in step 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("expected"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("enforce fail"), std::string::npos) << r.err;  // no Gloo abort
+  EXPECT_LT(r.seconds, 15);
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc not_send = graphpipe("train --plan " + plan + " --steps 1 --timeout 10", "GP_FAULT=rank=0,action=0,kind=size");
+  EXPECT_EQ(not_send.code, 2) << not_send.err;
+  EXPECT_NE(not_send.err.find("kind=size needs a send action"), std::string::npos) << not_send.err;
+}
+
+// A crash after the checkpoint of step 4: the checkpoints of the last completed save are intact,
+// and resuming from them ends with the losses of an uninterrupted run.
+TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) {
+  std::string plan = write_plan(two_stage_plan());
+  std::string common = "train --plan " + plan + " --steps 6 --lr 0.01 --optimizer adam --timeout 10";
+  Proc full = graphpipe(common + " --log full.jsonl");
+  ASSERT_EQ(full.code, 0) << full.err;
+  Proc crashed = graphpipe(common + " --checkpoint-dir ck --checkpoint-every 2 --log crashed.jsonl",
+                           "GP_FAULT=rank=1,action=2,step=5,kind=crash");
+  EXPECT_EQ(crashed.code, 1) << crashed.err;
+  EXPECT_NE(crashed.err.find("worker rank 1 (stage 1, replica 0) was killed by signal 9"), std::string::npos)
+      << crashed.err;
+  EXPECT_EQ(leftover_processes(), 0);
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir_ / "ck")) {
+    EXPECT_EQ(e.path().extension(), ".pt") << "left-over temporary file " << e.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 2);  // one per rank, no partial writes
+  Proc resumed = graphpipe(common + " --checkpoint-dir ck --resume --log resumed.jsonl");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("after 4 steps"), std::string::npos) << resumed.out;
+  auto a = losses(dir_ / "full.jsonl"), b = losses(dir_ / "resumed.jsonl");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(a[4], b[0]);
+  EXPECT_EQ(a[5], b[1]);
+}
+
 }  // namespace
 }  // namespace gp::runtime
