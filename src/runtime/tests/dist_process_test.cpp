@@ -206,7 +206,7 @@ TEST_F(DistProcess, WrongSizedTensorIsRejectedNamingSenderAndReceiver) {
 TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) {
   std::string plan = write_plan(two_stage_plan());
   std::string common = "train --plan " + plan + " --steps 6 --lr 0.01 --optimizer adam --timeout 10";
-  Proc full = graphpipe(common + " --log full.jsonl");
+  Proc full = graphpipe(common + " --log full.jsonl --checkpoint-dir full");
   ASSERT_EQ(full.code, 0) << full.err;
   Proc crashed = graphpipe(common + " --checkpoint-dir ck --checkpoint-every 2 --log crashed.jsonl",
                            "GP_FAULT=rank=1,action=2,step=5,kind=crash");
@@ -228,6 +228,17 @@ TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) 
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(a[4], b[0]);
   EXPECT_EQ(a[5], b[1]);
+  Proc same = graphpipe("checkpoint diff full ck");
+  EXPECT_EQ(same.code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("identical: 2 file(s)"), std::string::npos) << same.out;
+  Proc other_seed = graphpipe(common + " --seed 5 --checkpoint-dir seed5");
+  ASSERT_EQ(other_seed.code, 0) << other_seed.err;
+  Proc differ = graphpipe("checkpoint diff full seed5");
+  EXPECT_EQ(differ.code, 1) << differ.out << differ.err;
+  EXPECT_NE(differ.out.find("DIFFERENT"), std::string::npos) << differ.out;
+  Proc show = graphpipe("checkpoint show ck");
+  EXPECT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("6 steps done"), std::string::npos) << show.out;
 }
 
 }  // namespace

@@ -1,0 +1,110 @@
+// `graphpipe checkpoint show|diff`: reads checkpoints written by --checkpoint-dir without a plan or
+// model (parameter names, shapes, values and the step count stored in each file).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "runtime/checkpoint_tool.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Loaded {
+  int64_t steps = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> params;  // file order
+};
+
+Loaded load(const std::string& path) {
+  GP_CHECK(fs::is_regular_file(path), "{}: no such checkpoint file", path);
+  torch::serialize::InputArchive ar;
+  try {
+    ar.load_from(path);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, what));
+  }
+  c10::IValue names, steps;
+  GP_CHECK(ar.try_read("names", names) && names.isList(), "{}: not a graphpipe checkpoint (no parameter names)", path);
+  GP_CHECK(ar.try_read("steps_done", steps) && steps.isInt(), "{}: checkpoint has no step count", path);
+  Loaded l;
+  l.steps = steps.toInt();
+  auto list = names.toList();
+  for (size_t i = 0; i < list.size(); ++i) {
+    torch::Tensor t;
+    GP_CHECK(ar.try_read(fmt::format("p{}", i), t, /*is_buffer=*/true), "{}: parameter {} (\"{}\") is missing", path,
+             i, list.get(i).toStringRef());
+    l.params.emplace_back(list.get(i).toStringRef(), t);
+  }
+  return l;
+}
+
+std::vector<std::string> files_of(const std::string& path) {
+  GP_CHECK(fs::exists(path), "{}: no such checkpoint file or directory", path);
+  if (!fs::is_directory(path)) return {path};
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(path))
+    if (e.path().extension() == ".pt") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  GP_CHECK(!out.empty(), "{}: directory holds no checkpoint (*.pt) files", path);
+  return out;
+}
+
+}  // namespace
+
+std::string describe_checkpoints(const std::string& path) {
+  std::string out;
+  for (const auto& f : files_of(path)) {
+    Loaded l = load(f);
+    int64_t total = 0;
+    for (auto& [n, t] : l.params) total += t.numel();
+    out += fmt::format("{}: {} steps done, {} parameter tensors, {} values\n", f, l.steps, l.params.size(), total);
+    for (auto& [n, t] : l.params)
+      out += fmt::format("  {:<40} [{}]  norm {:.6g}\n", n, fmt::join(t.sizes(), ", "), t.norm().item<double>());
+  }
+  return out;
+}
+
+CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
+  CheckpointDiff d;
+  std::vector<std::string> fa = files_of(a), fb = files_of(b);
+  std::map<std::string, std::string> by_name_b;
+  for (auto& f : fb) by_name_b[fs::path(f).filename().string()] = f;
+  GP_CHECK(fa.size() == fb.size(), "checkpoint diff: {} holds {} files, {} holds {}", a, fa.size(), b, fb.size());
+  for (const auto& f : fa) {
+    std::string other = fa.size() == 1 && !fs::is_directory(a) ? fb.front() : by_name_b[fs::path(f).filename().string()];
+    GP_CHECK(!other.empty(), "checkpoint diff: {} has no counterpart named {} in {}", f,
+             fs::path(f).filename().string(), b);
+    Loaded x = load(f), y = load(other);
+    ++d.files;
+    if (x.steps != y.steps) d.report += fmt::format("{}: {} steps done vs {} in {}\n", f, x.steps, y.steps, other);
+    GP_CHECK(x.params.size() == y.params.size(), "checkpoint diff: {} holds {} parameters, {} holds {}", f,
+             x.params.size(), other, y.params.size());
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      const auto& [nx, tx] = x.params[i];
+      const auto& [ny, ty] = y.params[i];
+      GP_CHECK(nx == ny && tx.sizes() == ty.sizes(), "checkpoint diff: parameter {} is {} [{}] in {} but {} [{}] in {}",
+               i, nx, fmt::join(tx.sizes(), ","), f, ny, fmt::join(ty.sizes(), ","), other);
+      ++d.tensors;
+      d.values += tx.numel();
+      int64_t differ = tx.ne(ty).sum().item<int64_t>();
+      if (differ == 0) continue;
+      double max_abs = (tx - ty).abs().max().item<double>();
+      d.differing_values += differ;
+      d.max_abs = std::max(d.max_abs, max_abs);
+      d.report += fmt::format("{} {}: {} of {} values differ, max |a-b| {:.3g}\n", fs::path(f).filename().string(), nx,
+                              differ, tx.numel(), max_abs);
+    }
+  }
+  return d;
+}
+
+}  // namespace gp::runtime
