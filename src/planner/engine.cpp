@@ -111,6 +111,53 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, in
     while (c + 1 < static_cast<int>(cands.size()) && cands[c + 1] <= d) ++c;
     floor_cand_[d] = cands[c];
   }
+  // Device counts a state can have: the candidates and n itself (the root's).
+  cidx_.assign(n_ + 1, -1);
+  for (int d : cands) cidx_[d] = ncounts_++;
+  if (cidx_[n_] < 0) cidx_[n_] = ncounts_++;
+  seq_base_.resize(st.seqs.size());
+  size_t total = 0;
+  for (size_t q = 0; q < st.seqs.size(); ++q) {
+    seq_base_[q] = total;
+    total += st.seqs[q].items.size() * static_cast<size_t>(ncounts_);
+  }
+  slots_.resize(total);
+}
+
+const SeqDp::Entry* SeqDp::find(int s, int i, int d, int down) const {
+  GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
+  const Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  if (sl.gen != gen_) return nullptr;
+  if (sl.down == down) return &sl.e;
+  if (overflow_.empty()) return nullptr;
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  auto it = overflow_.find(key);
+  return it == overflow_.end() ? nullptr : &it->second;
+}
+
+void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
+  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  if (sl.gen != gen_) {
+    sl.gen = gen_;
+    sl.down = down;
+    sl.e = e;
+    return;
+  }
+  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  overflow_[key] = e;
+}
+
+SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog) {
+  if (static_cast<int>(st_.seqs[s].items.size()) <= kDenseItems) return stage(s, i, m, plog);
+  const RangeCost::Cost c = rc_.cheap(s, i, m, plog);
+  return {-1, c.compute_tps, c.state, c.act};
+}
+
+void SeqDp::complete(int s, int i, int m, int plog, StageCostLite* c) {
+  if (c->tps >= 0) return;
+  RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
+  rc_.finish(s, i, m, plog, &rc);
+  c->tps = rc.tps;
 }
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog) {
@@ -141,10 +188,21 @@ int SeqDp::go(int s, int i, int d, int down) {
   const int k = static_cast<int>(q.items.size());
   const double tmax = target_ * (1 + 1e-12);
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample.
-  if (rc_.work_lower_bound(s, i, k) > d * tmax * (1 + 1e-9)) return -1;
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
-  if (auto it = memo_.find(key); it != memo_.end()) return it->second.val;
+  if (rc_.work_lower_bound(s, i, k) > d * tmax * (1 + 1e-9)) {
+    target_hit_ = true;
+    return -1;
+  }
+  Slot& slot = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  if (slot.never_down == down) return -1;  // infeasible at every target (see below)
+  if (const Entry* e = find(s, i, d, down)) {
+    target_hit_ = target_hit_ || e->dep;
+    return e->val;
+  }
   ++states_;
+  // Whether this state's answer depends on the target: some stage or suffix in its subtree was
+  // rejected for its time (target_hit_ collects it from the children, memoised ones included).
+  const bool outer_hit = target_hit_;
+  target_hit_ = false;
   Entry best;
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   // Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
@@ -154,9 +212,18 @@ int SeqDp::go(int s, int i, int d, int down) {
   for (int plog = 0; plog <= pcap && best.val != floor_val; ++plog) {
     const int p = 1 << plog;
     for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
-      const StageCostLite c = stage(s, i, m, plog);
-      if (c.compute_tps > tmax) break;
-      if (c.tps > tmax) continue;
+      StageCostLite c = stage_head(s, i, m, plog);
+      if (c.compute_tps > tmax) {
+        target_hit_ = true;
+        break;
+      }
+      // Memory only grows with m too, and no choice here is shallower than floor_val.
+      if (!fits(c, floor_val)) break;
+      complete(s, i, m, plog, &c);
+      if (c.tps > tmax) {
+        target_hit_ = true;
+        continue;
+      }
       int val;
       if (q.parallel) {  // parallel case: a group of branches as one stage beside the rest
         int self = floor_val;
@@ -203,15 +270,20 @@ int SeqDp::go(int s, int i, int d, int down) {
       }
     }
   }
-  memo_[key] = best;
+  best.dep = target_hit_;
+  // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
+  // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
+  // solves, for the first `down` seen in this slot.
+  if (best.val < 0 && !best.dep && slot.never_down < 0) slot.never_down = down;
+  target_hit_ = outer_hit || target_hit_;
+  store(s, i, d, down, best);
   return best.val;
 }
 
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
-  auto it = memo_.find(key);
-  GP_ASSERT(it != memo_.end() && it->second.val >= 0, "collect on an unsolved state");
-  const Entry e = it->second;
+  const Entry* found = find(s, i, d, down);
+  GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
+  const Entry e = *found;
   const Seq& q = st_.seqs[s];
   const int k = static_cast<int>(q.items.size());
   if (e.kind == 1) {
@@ -239,9 +311,15 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
 }
 
 int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
-  memo_.clear();
+  overflow_.clear();
+  ++gen_;
+  ++solves_;
   target_ = target_tps;
+  target_hit_ = false;
   int v = go(st_.root, 0, n_, 0);
+  // No stage or suffix was rejected for its time: the search failed on memory alone, and a larger
+  // target (which only admits more stages) fails the same way.
+  if (v < 0 && !target_hit_) return -2;
   if (v >= 0 && out) {
     out->clear();
     collect(st_.root, 0, n_, 0, out);
@@ -264,10 +342,12 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   // target lets the DP prune every stage slower than it (compute only grows with a stage).
   if (guess > 0) {
     for (double t = guess / n; t <= guess * 4; t *= 2) {
-      if (solve(t, &cur) >= 0) {
+      const int r = solve(t, &cur);
+      if (r >= 0) {
         found = true;
         break;
       }
+      if (r == -2) return false;  // infeasible at every target
       lo = t;
     }
   }

@@ -47,7 +47,7 @@ struct StageChoice {
 };
 
 /// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
-/// a plan with every stage TPS <= T or -1. Finds the smallest feasible target within relative
+/// a plan with every stage TPS <= T, -1, or -2 (no plan at any target: stop). Finds the smallest feasible target within relative
 /// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
                      double tol, double upper, double guess, double* best_tps,
@@ -99,8 +99,9 @@ class SeqDp {
   SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
         double memory_limit, int num_devices, bool same_node);
 
-  /// Min pipeline depth (in micro-batches) with every stage's TPS <= target, or -1 when infeasible.
-  /// On success `out` (if given) receives the stages.
+  /// Min pipeline depth (in micro-batches) with every stage's TPS <= target, -1 when infeasible,
+  /// -2 when infeasible without any stage being rejected for its time (memory alone: infeasible at
+  /// every target). On success `out` (if given) receives the stages.
   int solve(double target_tps, std::vector<StageChoice>* out);
   /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
@@ -108,6 +109,7 @@ class SeqDp {
   bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best);
 
   size_t states_explored() const { return states_; }
+  size_t solves() const { return solves_; }
 
  private:
   struct StageCostLite {
@@ -120,8 +122,17 @@ class SeqDp {
     int8_t kind = 0;    // 1: stage [i, m) on p; 2: nested item i with d1 devices
     int8_t plog = 0;
     int32_t arg = 0;    // m or d1
+    bool dep = false;   // the answer depends on the target (something was rejected for time)
   };
   StageCostLite stage(int s, int i, int m, int plog);
+  // stage() without the communication/all-reduce terms for long sequences (tps < 0 then);
+  // complete() fills them in. Dense sequences return the full (cached) cost.
+  StageCostLite stage_head(int s, int i, int m, int plog);
+  void complete(int s, int i, int m, int plog, StageCostLite* c);
+  // The memo: one dense slot per (sequence, item, device count) holding the first `down` stored
+  // in this solve (the common case), other `down` values in an overflow hash map.
+  const Entry* find(int s, int i, int d, int down) const;
+  void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth) const;
   int go(int s, int i, int d, int down);
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
@@ -134,10 +145,22 @@ class SeqDp {
   bool same_node_;
   std::vector<int> floor_cand_;  // largest candidate device count <= d
   double target_ = 0;
-  std::unordered_map<uint64_t, Entry> memo_;
+  struct Slot {
+    uint32_t gen = 0;  // the solve that filled it (0: never)
+    int32_t down = 0;
+    int32_t never_down = -1;  // infeasible at every target with this `down` (kept across solves)
+    Entry e;
+  };
+  std::vector<int> cidx_;          // per device count 0..n: index among the memo's counts, or -1
+  int ncounts_ = 0;
+  std::vector<size_t> seq_base_;   // first slot of each sequence
+  std::vector<Slot> slots_;
+  uint32_t gen_ = 0;
+  std::unordered_map<uint64_t, Entry> overflow_;
   RangeCost rc_;
   std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
-  size_t states_ = 0;
+  size_t states_ = 0, solves_ = 0;
+  bool target_hit_ = false;  // this solve rejected something for its time
 };
 
 }  // namespace gp::planner::detail

@@ -86,8 +86,24 @@ void RangeCost::prepare(int s) {
 }
 
 RangeCost::Cost RangeCost::cost(int s, int i, int m, int plog) {
+  Cost c = cheap(s, i, m, plog);
+  finish(s, i, m, plog, &c);
+  return c;
+}
+
+RangeCost::Cost RangeCost::cheap(int s, int i, int m, int plog) {
   SeqData& d = seq_[s];
   if (!d.ready) prepare(s);
+  const int a = d.off[i], z = d.off[m];
+  Cost c;
+  c.compute_tps = static_cast<double>(d.compute[plog][z] - d.compute[plog][a]) / mbs_;
+  c.state = static_cast<double>(d.state[z] - d.state[a]);
+  c.act = static_cast<double>(d.act[plog][z] - d.act[plog][a]);
+  return c;
+}
+
+void RangeCost::finish(int s, int i, int m, int plog, Cost* c) {
+  SeqData& d = seq_[s];
   const int a = d.off[i], z = d.off[m];
   const int64_t b = mbs_ >> plog;
   const double compute = static_cast<double>(d.compute[plog][z] - d.compute[plog][a]);
@@ -97,12 +113,7 @@ RangeCost::Cost RangeCost::cost(int s, int i, int m, int plog) {
   for (const Live& l : d.live[m])  // ops inside [i, m) read after it
     if (l.item >= i) comm += 2 * cm_.p2p_time(same_node_, l.bytes * static_cast<double>(b));
   const double param = static_cast<double>(d.param[z] - d.param[a]);
-  Cost c;
-  c.compute_tps = compute / mbs_;
-  c.tps = (compute + comm) / mbs_ + cm_.allreduce_time(1 << plog, same_node_, param) / mini_;
-  c.state = static_cast<double>(d.state[z] - d.state[a]);
-  c.act = static_cast<double>(d.act[plog][z] - d.act[plog][a]);
-  return c;
+  c->tps = (compute + comm) / mbs_ + cm_.allreduce_time(1 << plog, same_node_, param) / mini_;
 }
 
 double RangeCost::work_lower_bound(int s, int i, int m) {

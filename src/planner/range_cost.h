@@ -21,6 +21,10 @@ class RangeCost {
   RangeCost(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
             bool same_node);
   Cost cost(int s, int i, int m, int plog);
+  /// The O(1) part of cost(): compute_tps, state and act (tps left at 0).
+  Cost cheap(int s, int i, int m, int plog);
+  /// Completes cheap()'s result with the communication and all-reduce terms (tps).
+  void finish(int s, int i, int m, int plog, Cost* c);
   /// Lower bound on the device-seconds per sample of items [i, m): every op at its cheapest
   /// power-of-two replication (p x its time at micro_batch / p). A plan of these items on d devices
   /// with every stage's TPS <= T exists only if this <= d x T.
