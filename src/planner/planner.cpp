@@ -167,7 +167,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     rep.per_micro_batch.push_back(rc);
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (opt.progress && el > 1.0)
-      std::fprintf(stderr, "%s: micro-batch %d done (%.1f s)\n", opt.planner.c_str(), mbs, el);
+      std::fprintf(stderr, "%s: micro-batch %d done (%zu of %zu sizes, %.1f s)%s\n", opt.planner.c_str(), mbs,
+                   rep.per_micro_batch.size(), mbs_cands.size(), el,
+                   top ? "" : ", no plan fits memory at this size");
   }
   if (!best) impossible(cm, n, limit);
 

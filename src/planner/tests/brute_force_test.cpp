@@ -12,6 +12,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <functional>
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "planner/engine.h"
@@ -105,6 +107,96 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
     }
   }
   return best;
+}
+
+// The chain DP (one series sequence in OpId order) under a binding memory limit, against every
+// partition into contiguous ranges x power-of-two degrees (dividing the micro-batch, summing to
+// <= n): stage k of S holds min(S - k, M) micro-batches in flight and must fit
+// state + in_flight x activations <= limit. Exercises the DP's memory-monotone break and the
+// memory-only infeasibility shortcut (minimise returns false without exhausting the targets).
+double chain_brute_force_with_memory(const cost::CostModel& cm, int n, int mbs, int mini, double limit) {
+  const int ops = static_cast<int>(cm.graph().num_ops());
+  const int M = mini / mbs;
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> cuts;  // stage starts
+  std::function<void(int)> part = [&](int start) {
+    if (start == ops) {
+      const int S = static_cast<int>(cuts.size());
+      std::vector<std::vector<std::pair<double, bool>>> opt(S);  // per stage, per plog: tps, fits
+      for (int k = 0; k < S; ++k) {
+        const int a = cuts[k], z = k + 1 < S ? cuts[k + 1] : ops;
+        std::vector<OpId> so;
+        std::vector<char> in(ops, 0);
+        for (int o = a; o < z; ++o) so.push_back(OpId(o)), in[o] = 1;
+        for (int p = 1; p <= std::min(n, mbs); p *= 2) {
+          cost::StageCost c = cost::stage_cost(cm, so, in, p, mbs, mini, true);
+          opt[k].push_back({c.tps_s, c.state_bytes + std::min(S - k, M) * c.act_bytes_per_mb <= limit});
+        }
+      }
+      std::function<void(int, int, double)> assign = [&](int k, int left, double worst) {
+        if (worst >= best) return;
+        if (k == S) {
+          best = worst;
+          return;
+        }
+        for (size_t pl = 0; pl < opt[k].size() && (1 << pl) <= left; ++pl)
+          if (opt[k][pl].second) assign(k + 1, left - (1 << pl), std::max(worst, opt[k][pl].first));
+      };
+      assign(0, n, 0);
+      return;
+    }
+    for (int z = start + 1; z <= ops; ++z) {
+      cuts.push_back(start);
+      part(z);
+      cuts.pop_back();
+    }
+  };
+  part(0);
+  return best;
+}
+
+TEST(BruteForce, ChainDpMatchesExhaustiveSearchUnderMemoryLimits) {
+  int compared = 0, infeasible = 0;
+  for (uint32_t seed = 1; compared < 60; ++seed) {
+    ir::Graph g = random_sp_model(seed, 3 + seed % 6);
+    if (g.num_ops() > 8) continue;
+    for (int n : {1, 2, 4}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure chain = detail::chain_structure(cm);
+      const int mini = 16;
+      for (int mbs : {1, 4, 16}) {
+        // A limit between the largest single op's need and the whole model's (state + one
+        // micro-batch of activations): binding, sometimes infeasible.
+        double total = 0, worst = 0;
+        for (size_t o = 0; o < g.num_ops(); ++o) {
+          const double need = cm.state_bytes(OpId(static_cast<int32_t>(o))) +
+                              cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
+          total += need;
+          worst = std::max(worst, need);
+        }
+        const double frac = 0.15 + 0.1 * static_cast<double>((seed + n + mbs) % 8);
+        const double limit = worst * 0.9 + frac * (total - worst * 0.9);
+        const double want = chain_brute_force_with_memory(cm, n, mbs, mini, limit);
+        detail::SeqDp dp(cm, chain, mbs, mini, limit, n, true);
+        double got = 0;
+        std::vector<detail::StageChoice> st;
+        const bool ok = dp.minimise(1e-4, 0, &got, &st);
+        SCOPED_TRACE(fmt::format("seed {} ops {} n {} mbs {} limit {:.4g} of {:.4g}", seed, g.num_ops(), n,
+                                 mbs, limit, total));
+        if (!std::isfinite(want)) {
+          EXPECT_FALSE(ok) << "the DP found " << got << " where no plan fits memory";
+          ++infeasible;
+        } else {
+          ASSERT_TRUE(ok) << "the DP found nothing; the optimum is " << want;
+          EXPECT_LE(got, want * (1 + 2e-3));
+          EXPECT_GE(got, want * (1 - 1e-9));
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(infeasible, 3);             // the limits do rule out some sizes
+  EXPECT_LT(infeasible, compared / 2);  // and leave most feasible
 }
 
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
