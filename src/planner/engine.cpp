@@ -147,8 +147,16 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
   overflow_[key] = e;
 }
 
-SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog) {
-  if (static_cast<int>(st_.seqs[s].items.size()) <= kDenseItems) return stage(s, i, m, plog);
+inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog) {
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
+    const auto& tab = dense_[s];
+    if (!tab.empty()) {
+      const StageCostLite& e = tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+      if (e.tps >= 0) return e;
+    }
+    return stage(s, i, m, plog);
+  }
   const RangeCost::Cost c = rc_.cheap(s, i, m, plog);
   return {-1, c.compute_tps, c.state, c.act};
 }
