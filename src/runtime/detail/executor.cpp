@@ -2,6 +2,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "runtime/detail/executor.h"
@@ -33,12 +34,24 @@ int64_t index_range(const ir::Graph& g, int input_index) {
   return range;
 }
 
-torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
-                              uint64_t seed, int64_t step) {
-  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+namespace {
+
+/// The loss op reading graph input `name` as its target (input 1), or nullptr.
+const ir::Op* target_of(const ir::Graph& g, const std::string& name) {
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    if ((op.kind == ir::OpKind::cross_entropy || op.kind == ir::OpKind::mse_loss) && op.inputs.size() == 2 &&
+        op.inputs[1] == name)
+      return &op;
+  }
+  return nullptr;
+}
+
+/// Pure random samples of one input: normal(0, 1) or uniform integers in [0, range).
+torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_begin, int64_t count, uint64_t seed,
+                          int64_t step) {
   std::vector<int64_t> per_sample(input.shape.begin() + 1, input.shape.end());
   bool is_index = input.dtype == ir::DType::i64;
-  int64_t range = is_index ? index_range(g, input_index) : 0;
   uint64_t base = stable_hash({"input", input.name}, seed);
   std::vector<torch::Tensor> rows;
   rows.reserve(static_cast<size_t>(count));
@@ -53,6 +66,49 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
     return torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
   }
   return torch::stack(rows);
+}
+
+constexpr int64_t kTeacherInputs = 256;  // feature values a target depends on
+constexpr int64_t kTeacherOutputs = 64;  // distinct values of an mse target, tiled to its size
+
+}  // namespace
+
+int teacher_source(const ir::Graph& g) {
+  const auto& inputs = g.model().inputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].dtype != ir::DType::i64 && !target_of(g, inputs[i].name)) return static_cast<int>(i);
+  return -1;
+}
+
+torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
+                              uint64_t seed, int64_t step) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  bool is_index = input.dtype == ir::DType::i64;
+  int64_t range = is_index ? index_range(g, input_index) : 0;
+  const ir::Op* loss = target_of(g, input.name);
+  int source = teacher_source(g);
+  if (!loss || source < 0) return random_rows(input, range, sample_begin, count, seed, step);
+
+  // A target: a fixed random function (the "teacher", depending on seed and the input's name) of
+  // the same samples' first feature input, so there is something to learn: the class with the
+  // largest teacher logit, or tanh of teacher outputs. The teacher reads a summary a typical
+  // model can represent: sequences are averaged over positions, images over space, and at most
+  // the first kTeacherInputs values are used.
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = synthetic_input(g, source, sample_begin, count, seed, step);
+  if (x.dim() == 3) x = x.mean(1);  // [B, seq, hidden]: per-feature mean over the sequence
+  if (x.dim() == 4) x = x.mean({2, 3});  // [B, C, H, W]: per-channel mean
+  x = x.reshape({count, -1});
+  x = x.narrow(1, 0, std::min<int64_t>(x.size(1), kTeacherInputs));
+  int64_t per_sample = ir::per_sample_elems(input.shape);
+  int64_t outs = is_index ? range : std::min(per_sample, kTeacherOutputs);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"teacher", input.name}, seed));
+  torch::Tensor w = torch::randn({x.size(1), outs}, gen, torch::kFloat32) / std::sqrt(static_cast<double>(x.size(1)));
+  torch::Tensor y = torch::matmul(x, w);  // [count, outs]
+  std::vector<int64_t> shape{count};
+  shape.insert(shape.end(), input.shape.begin() + 1, input.shape.end());
+  if (is_index) return y.argmax(1).to(torch::kLong).reshape(shape);
+  return torch::tanh(y).repeat({1, (per_sample + outs - 1) / outs}).narrow(1, 0, per_sample).reshape(shape).contiguous();
 }
 
 namespace {

@@ -58,7 +58,16 @@ torch::Tensor run_op(const ir::Graph& g, OpId op, const std::vector<torch::Tenso
 int64_t index_range(const ir::Graph& g, int input_index);
 
 /// Samples [sample_begin, sample_begin + count) of graph input `input_index` at `step`.
-/// f32: normal(0, 1); i64: uniform integers in [0, index_range).
+/// Features: f32 normal(0, 1); i64 (embedding indices) uniform integers in [0, index_range).
+/// Targets (input 1 of a cross_entropy or mse_loss) are a learnable function of the same samples'
+/// features (teacher_source): the argmax class of a fixed random linear map of a summary of them
+/// (sequences averaged over positions, images over space, at most 256 values), or tanh of such a
+/// map (64 values, tiled to the target's size). Each sample depends only on
+/// (seed, input, sample index, step), so every partition of the mini-batch sees the same data.
+/// The graph input the synthetic targets are computed from: the first f32 input that is not itself
+/// a target; -1 when there is none (targets are then random).
+int teacher_source(const ir::Graph& g);
+
 torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
                               uint64_t seed, int64_t step);
 

@@ -66,6 +66,20 @@ TEST(Synthetic, SampleRangesConcatenateAndDependOnStep) {
   EXPECT_EQ(lab.max().item<int64_t>(), 4);
 }
 
+TEST(Synthetic, TargetsAreAFunctionOfTheFeatures) {
+  ir::Graph g = ir::Graph::build(testing::all_kinds_model());
+  int source = teacher_source(g);
+  ASSERT_GE(source, 0);
+  EXPECT_EQ(g.model().inputs[static_cast<size_t>(source)].dtype, ir::DType::f32);
+  // Labels (input 2, 5 classes): spread over the classes, and equal for equal features: the same
+  // sample at another step has other features and (mostly) another label.
+  torch::Tensor lab = synthetic_input(g, 2, 0, 256, 5, 0);
+  EXPECT_GE(std::get<0>(at::_unique(lab)).numel(), 4);
+  torch::Tensor again = synthetic_input(g, 2, 0, 256, 5, 0), other = synthetic_input(g, 2, 0, 256, 5, 1);
+  EXPECT_TRUE(torch::equal(lab, again));
+  EXPECT_GT(lab.ne(other).sum().item<int64_t>(), 100);
+}
+
 TEST(StageModule, MicroBatchSplitGivesSameOutputsAndAccumulatedGradients) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model(/*with_batchnorm=*/false));
   StageModule whole(g, all_ops(g), 3), split(g, all_ops(g), 3);
