@@ -28,7 +28,9 @@ t0=$(now)
 "$GP" train --plan "$T/plan.json" --steps "$STEPS" --lr 0.001 --optimizer adam --seed 11 \
   --checkpoint-dir "$T/full" --log "$T/full.jsonl" --timeout 30 > "$T/full.out"
 t1=$(now)
-echo "uninterrupted: $STEPS steps in $(secs "$t0" "$t1") s; $(grep -m1 'iteration time' "$T/full.out" || true)"
+first_loss=$(head -1 "$T/full.jsonl" | sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/')
+last_loss=$(tail -1 "$T/full.jsonl" | sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/')
+echo "uninterrupted: $STEPS steps in $(secs "$t0" "$t1") s, loss $first_loss -> $last_loss; $(grep -m1 'iteration time' "$T/full.out" || true)"
 
 set +e
 GP_FAULT="rank=$CRASH_RANK,action=0,step=$CRASH_STEP,kind=crash" \
