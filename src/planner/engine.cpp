@@ -220,6 +220,11 @@ int SeqDp::go(int s, int i, int d, int down) {
   for (int plog = 0; plog <= pcap && best.val != floor_val; ++plog) {
     const int p = 1 << plog;
     for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
+      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
+      if (aborted_) {
+        target_hit_ = true;  // an unfinished answer: never recorded as memory-only
+        break;
+      }
       StageCostLite c = stage_head(s, i, m, plog);
       if (c.compute_tps > tmax) {
         target_hit_ = true;
@@ -324,7 +329,11 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   ++solves_;
   target_ = target_tps;
   target_hit_ = false;
+  aborted_ = false;
+  solve_start_ = evals_;
   int v = go(st_.root, 0, n_, 0);
+  if (budget_ == 0) max_solve_evals_ = std::max(max_solve_evals_, evals_ - solve_start_);
+  if (aborted_) return -1;
   // No stage or suffix was rejected for its time: the search failed on memory alone, and a larger
   // target (which only admits more stages) fails the same way.
   if (v < 0 && !target_hit_) return -2;
@@ -337,7 +346,7 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
 
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
                      double tol, double upper, double guess, double* best_tps,
-                     std::vector<StageChoice>* best) {
+                     std::vector<StageChoice>* best, const std::function<bool()>& never_feasible) {
   auto bottleneck = [](const std::vector<StageChoice>& p) {
     double b = 0;
     for (const auto& s : p) b = std::max(b, s.tps_s);
@@ -357,6 +366,9 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
       }
       if (r == -2) return false;  // infeasible at every target
       lo = t;
+      // Two targets failed: maybe no plan fits memory at all. A bounded probe can prove it (and
+      // save the rest of the doubling); it never changes the search's trajectory otherwise.
+      if (t > guess / n * 1.5 && t < guess / n * 3 && never_feasible && never_feasible()) return false;
     }
   }
   if (!found && solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
@@ -391,7 +403,18 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0).tps;
   return minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); },
-                         n_, tol, upper, guess, best_tps, best);
+                         n_, tol, upper, guess, best_tps, best, [this] { return memory_probe(); });
+}
+
+bool SeqDp::memory_probe() {
+  // An infinite target with a work budget of 4x the largest solve so far: without the target's
+  // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
+  budget_ = std::max<size_t>(4 * max_solve_evals_, 100000);
+  const int v = solve(std::numeric_limits<double>::infinity(), nullptr);
+  budget_ = 0;
+  ++probes_;
+  if (aborted_) ++probes_aborted_;
+  return !aborted_ && v < 0;
 }
 
 }  // namespace gp::planner::detail

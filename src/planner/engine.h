@@ -47,11 +47,13 @@ struct StageChoice {
 };
 
 /// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
-/// a plan with every stage TPS <= T, -1, or -2 (no plan at any target: stop). Finds the smallest feasible target within relative
+/// a plan with every stage TPS <= T, -1, or -2 (no plan at any target: stop). `never_feasible`
+/// (optional) is asked once, after the second failed target, whether no plan fits at any target. Finds the smallest feasible target within relative
 /// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
                      double tol, double upper, double guess, double* best_tps,
-                     std::vector<StageChoice>* best);
+                     std::vector<StageChoice>* best,
+                     const std::function<bool()>& never_feasible = {});
 
 /// Piper's search space: downsets of a coarsened graph (maximal series-parallel subtrees of at
 /// most `threshold` ops contracted into nodes, the smallest power of two that keeps the space
@@ -110,6 +112,9 @@ class SeqDp {
 
   size_t states_explored() const { return states_; }
   size_t solves() const { return solves_; }
+  /// memory_probe calls, and how many of them ran out of budget.
+  size_t probes() const { return probes_; }
+  size_t probes_aborted() const { return probes_aborted_; }
 
  private:
   struct StageCostLite {
@@ -159,7 +164,15 @@ class SeqDp {
   std::unordered_map<uint64_t, Entry> overflow_;
   RangeCost rc_;
   std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
+  // One solve at an infinite target within a work budget: true when it proves that no plan fits
+  // memory at any target; false when a plan exists or the budget ran out.
+  bool memory_probe();
   size_t states_ = 0, solves_ = 0;
+  // Stage evaluations (all solves), at the current solve's start, the largest per solve, and the
+  // current solve's budget (0: unbounded); aborted_: the budget ran out.
+  size_t evals_ = 0, solve_start_ = 0, max_solve_evals_ = 0, budget_ = 0;
+  size_t probes_ = 0, probes_aborted_ = 0;
+  bool aborted_ = false;
   bool target_hit_ = false;  // this solve rejected something for its time
 };
 

@@ -199,6 +199,65 @@ TEST(BruteForce, ChainDpMatchesExhaustiveSearchUnderMemoryLimits) {
   EXPECT_LT(infeasible, compared / 2);  // and leave most feasible
 }
 
+// The memory probe (an infinite-target solve within a work budget, asked after two failed
+// targets) must not change the search: when it runs out of budget (memory not binding, a long
+// chain) and when it proves infeasibility, the result equals the plain binary search's.
+TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
+  // 300 small linears with one wide pair in the middle: at micro-batch 1 (one replica per stage)
+  // the pair bounds the bottleneck far above total work / n, so the first targets fail and the
+  // probe runs on a long chain where memory does not bind (it must give up).
+  ir::ModelBuilder b("wide_middle");
+  std::string h = b.input("x", {256});
+  auto y = b.input("y", {256});
+  for (int i = 0; i < 300; ++i) {
+    if (i == 150) h = b.linear("wide_in", h, 8192), h = b.linear("wide_out", h, 256);
+    h = b.linear("l" + std::to_string(i), h, 256);
+  }
+  b.output(b.op("loss", ir::OpKind::mse_loss, {h, y}));
+  ir::Graph g = ir::Graph::build(b.build(), "wide_middle");
+  bool saw_abort = false, saw_proof = false;
+  for (double limit : {1e18, 2e7, 2e5}) {
+    for (int n : {8, 64}) {
+      cost::CostModel cm(g, test::round_cluster(n, 8));
+      const detail::Structure chain = detail::chain_structure(cm);
+      for (int mbs : {1, 16}) {
+        SCOPED_TRACE(fmt::format("limit {} n {} mbs {}", limit, n, mbs));
+        detail::SeqDp with(cm, chain, mbs, 64, limit, n, true);
+        double t1 = 0;
+        std::vector<detail::StageChoice> s1;
+        const bool ok1 = with.minimise(1e-3, 0, &t1, &s1);
+        detail::SeqDp plain(cm, chain, mbs, 64, limit, n, true);
+        const double guess = cost::stage_cost(cm, [&] {
+          std::vector<OpId> all;
+          for (size_t o = 0; o < g.num_ops(); ++o) all.push_back(OpId(static_cast<int32_t>(o)));
+          return all;
+        }(), std::vector<char>(g.num_ops(), 1), 1, mbs, 64, true).tps_s;
+        double t2 = 0;
+        std::vector<detail::StageChoice> s2;
+        const bool ok2 = detail::minimise_target(
+            [&](double t, std::vector<detail::StageChoice>* out) {
+              const int r = plain.solve(t, out);
+              return r < -1 ? -1 : r;  // no shortcuts at all
+            },
+            n, 1e-3, 0, guess, &t2, &s2);
+        ASSERT_EQ(ok1, ok2);
+        if (ok1) {
+          EXPECT_EQ(t1, t2);
+          ASSERT_EQ(s1.size(), s2.size());
+          for (size_t k = 0; k < s1.size(); ++k) {
+            EXPECT_EQ(s1[k].ops, s2[k].ops);
+            EXPECT_EQ(s1[k].dp, s2[k].dp);
+          }
+        }
+        saw_abort = saw_abort || with.probes_aborted() > 0;
+        saw_proof = saw_proof || (with.probes() > with.probes_aborted() && !ok1);
+      }
+    }
+  }
+  EXPECT_TRUE(saw_abort) << "no probe ran out of budget: the test does not cover that path";
+  EXPECT_TRUE(saw_proof) << "no probe proved infeasibility: the test does not cover that path";
+}
+
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
   int compared = 0;
   for (uint32_t seed = 1; compared < 40; ++seed) {
