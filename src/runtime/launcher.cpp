@@ -134,7 +134,7 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
                             const fs::path& status_dir, double timeout_s, int* user_error) {
   auto status = [&](int r) { return read_status(status_dir / fmt::format("rank{}", r)); };
   int culprit = -1;
-  std::string what;
+  std::string what, detail;
   for (const Exit& e : exits)  // a crash, kill or own error beats the peers that noticed it
     if (e.signaled || (e.value != 0 && e.value != kExitPeerFailure)) {
       culprit = e.rank;
@@ -146,8 +146,10 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
   for (const Exit& e : exits)  // a rank that sent a malformed message beats a silent one
     if (Status s = status(e.rank); culprit < 0 && s.rejected && s.peer >= 0) {
       culprit = s.peer;
-      what = fmt::format("sent a message that rank {} (stage {}) rejected at its action '{}' in step {}: {}", e.rank,
-                         role_of_rank(p, e.rank).stage, s.action, s.step, s.error);
+      what = fmt::format("sent a message that rank {} (stage {}) rejected", e.rank, role_of_rank(p, e.rank).stage);
+      detail = fmt::format(" (the sender's current action; sends complete asynchronously). Rank {} rejected it at "
+                           "its action '{}' in step {}: {}",
+                           e.rank, s.action, s.step, s.error);
     }
   if (culprit < 0) {  // only peer failures: blame the rank they waited on, preferring a live one
     std::map<int, int> votes;
@@ -172,8 +174,8 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
   Status s = status(culprit);
   std::string where = s.action.empty() ? "before its first action"
                                        : fmt::format("during step {} at action '{}'", s.step, s.action);
-  return fmt::format("worker rank {} (stage {}, replica {}) {} {}; stopped all {} workers", culprit, role.stage,
-                     role.replica, what, where, running.size());
+  return fmt::format("worker rank {} (stage {}, replica {}) {} {}{}; stopped all {} workers", culprit, role.stage,
+                     role.replica, what, where, detail, running.size());
 }
 
 }  // namespace

@@ -15,9 +15,14 @@ namespace {
 
 torch::Tensor header(const torch::Tensor& payload) {
   auto h = torch::empty({2}, torch::kInt64);
-  h[0] = static_cast<int64_t>(payload.nbytes());
-  h[1] = static_cast<int64_t>(payload.scalar_type());
+  h.data_ptr<int64_t>()[0] = static_cast<int64_t>(payload.nbytes());
+  h.data_ptr<int64_t>()[1] = static_cast<int64_t>(payload.scalar_type());
   return h;
+}
+
+std::string dtype_name(int64_t code) {
+  if (code < 0 || code >= static_cast<int64_t>(c10::ScalarType::NumOptions)) return fmt::format("dtype code {}", code);
+  return c10::toString(static_cast<c10::ScalarType>(code));
 }
 
 bool looks_like_timeout(const std::string& what) {
@@ -68,12 +73,15 @@ class GlooCommunicator final : public Communicator {
 
   // Every p2p message is preceded by a 2 x int64 header (payload bytes, dtype) with the same tag,
   // so a receiver can check the size before it posts the payload buffer: Gloo aborts the whole
-  // process when a message is longer than the posted buffer, and silently leaves part of a
-  // too-long buffer unwritten when it is shorter.
+  // process when a message is longer than the posted buffer, and leaves the rest of the buffer
+  // silently unwritten when it is shorter.
   Pending send(const torch::Tensor& t, int dst, int tag) override {
     GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
     torch::Tensor payload = t.contiguous();
-    if (wrong_size_next_send().exchange(false)) payload = torch::cat({payload.reshape({-1}), payload.reshape({-1}).narrow(0, 0, 1)});
+    if (wrong_size_next_send().exchange(false)) {  // GP_FAULT kind=size: one element too many
+      torch::Tensor flat = payload.reshape({-1});
+      payload = torch::cat({flat, flat.narrow(0, 0, 1)});
+    }
     std::vector<torch::Tensor> head{header(payload)}, v{payload};
     c10::intrusive_ptr<c10d::Work> work_head, work;
     std::string op = fmt::format("send to rank {} (tag {})", dst, tag);
@@ -96,12 +104,12 @@ class GlooCommunicator final : public Communicator {
     std::string op = fmt::format("recv from rank {} (tag {})", src, tag);
     std::vector<torch::Tensor> head{torch::empty({2}, torch::kInt64)};
     guarded(op, src, [&] { pg_->recv(head, src, tag)->wait(o_.timeout); });
-    int64_t bytes = head[0][0].item<int64_t>(), dtype = head[0][1].item<int64_t>();
+    int64_t bytes = head[0].data_ptr<int64_t>()[0], dtype = head[0].data_ptr<int64_t>()[1];
     int64_t want = static_cast<int64_t>(t.nbytes());
     if (bytes != want || dtype != static_cast<int64_t>(t.scalar_type()))
-      throw CommError(fmt::format("{}: the peer sent {} bytes of dtype code {}, expected {} bytes of {} (shape [{}]); "
+      throw CommError(fmt::format("{}: the peer sent {} bytes of {}, expected {} bytes of {} (shape [{}]); "
                                   "the ranks disagree on the plan or the peer is faulty",
-                                  op, bytes, dtype, want, std::string(c10::toString(t.scalar_type())),
+                                  op, bytes, dtype_name(dtype), want, dtype_name(static_cast<int64_t>(t.scalar_type())),
                                   fmt::join(t.sizes(), ", ")),
                       src, false, /*rejected=*/true);
     std::vector<torch::Tensor> v{t};
