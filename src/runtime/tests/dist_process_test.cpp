@@ -168,6 +168,18 @@ TEST_F(DistProcess, HungWorkerIsNamedAfterTheTimeout) {
   EXPECT_EQ(leftover_processes(), 0);
 }
 
+TEST_F(DistProcess, FailingWorkerIsNamedWithItsError) {
+  std::string plan = write_plan(two_stage_plan());
+  Proc r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=1,action=2,step=2,kind=error");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("worker rank 1 (stage 1, replica 0) exited with code 1: injected error (GP_FAULT) at stage 1 "
+                       "action 2 during step 2 at action"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 15);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
 TEST_F(DistProcess, BadPlanExitsTwoBeforeStartingWorkers) {
   auto p = two_stage_plan();
   p.stages[1].ops.push_back(p.stages[0].ops[0]);  // one op in two stages
