@@ -404,6 +404,23 @@ Net load_net(const std::string& path, bool keep_values) {
     net.folded[i] = !act;
   }
 
+  // ONNX's own shape inference divides by strides, dilations and group without checking them
+  // (a stride of 0 is a SIGFPE inside libonnx, found by fuzz_onnx): reject such nodes first.
+  static const std::unordered_set<std::string> kWindowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool",
+                                                             "LpPool", "MaxUnpool"};
+  for (const auto& n : net.nodes) {
+    if (!kWindowed.count(n.op_type())) continue;
+    for (const char* name : {"strides", "dilations", "kernel_shape", "pads", "group"}) {
+      const onnx::AttributeProto* a = find_attr(n, name);
+      if (!a) continue;
+      bool pads = std::string(name) == "pads";
+      std::vector<int64_t> v = a->ints_size() > 0 ? attr_ints(n, name) : std::vector<int64_t>{a->i()};
+      for (int64_t x : v)
+        GP_CHECK(pads ? x >= 0 : x > 0, "{}: corrupt ONNX file (node {}: attribute {} must be {}, found [{}])", path,
+                 node_label(n), name, pads ? "non-negative" : "positive", fmt::join(v, ", "));
+    }
+  }
+
   // Inference with the batch fixed to kProbeBatch; fold shape computations; repeat until stable.
   for (auto& in : *g.mutable_input()) {
     if (!net.t[in.name()].activation) continue;

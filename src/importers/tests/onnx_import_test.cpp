@@ -2,6 +2,7 @@
 // op counts and parameter counts PyTorch recorded in expected.json; malformed files give precise errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <chrono>
 #include <filesystem>
@@ -206,6 +207,57 @@ TEST(OnnxImportErrors, NonSquareKernelNamesTheNode) {
 
 // Regression (fuzz/fuzz_onnx, hardening): a node with no outputs was indexed at output(0), UB in
 // protobuf's RepeatedPtrField. It must be a UserError naming the file.
+// fuzz_onnx (with the weight decoding added) found a SIGFPE inside libonnx's own shape inference:
+// a Conv stride of 0 (resnet18 with one bit flipped). Zero strides, dilations, kernel sizes and
+// groups, and negative pads, of windowed ops are now rejected before ONNX shape inference runs.
+TEST(OnnxImportFuzzRegression, ZeroStrideOrGroupIsAUserErrorNotACrash) {
+  struct Case {
+    const char* op;
+    const char* attr;
+    std::vector<int64_t> ints;  // empty: an INT attribute set to 0
+  };
+  for (const Case& c : {Case{"Conv", "strides", {1, 0}}, Case{"Conv", "dilations", {0, 1}},
+                        Case{"Conv", "group", {}}, Case{"MaxPool", "kernel_shape", {0, 0}},
+                        Case{"Conv", "pads", {1, 1, -1, 1}}}) {
+    onnx::ModelProto m;
+    {
+      std::ifstream f(std::string(GP_ONNX_FIXTURES) + "/resnet18.onnx", std::ios::binary);
+      ASSERT_TRUE(m.ParseFromIstream(&f));
+    }
+    onnx::NodeProto* node = nullptr;
+    for (auto& n : *m.mutable_graph()->mutable_node())
+      if (n.op_type() == c.op) {
+        node = &n;
+        break;
+      }
+    ASSERT_NE(node, nullptr) << c.op;
+    onnx::AttributeProto* a = nullptr;
+    for (auto& x : *node->mutable_attribute())
+      if (x.name() == c.attr) a = &x;
+    if (!a) {
+      a = node->add_attribute();
+      a->set_name(c.attr);
+      a->set_type(c.ints.empty() ? onnx::AttributeProto::INT : onnx::AttributeProto::INTS);
+    }
+    a->clear_ints();
+    if (c.ints.empty()) a->set_i(0);
+    for (int64_t v : c.ints) a->add_ints(v);
+    std::string path = ::testing::TempDir() + "/gp_bad_" + c.attr + ".onnx";
+    {
+      std::ofstream out(path, std::ios::binary);
+      ASSERT_TRUE(m.SerializeToOstream(&out));
+    }
+    try {
+      gp::importers::import_onnx(path);
+      ADD_FAILURE() << c.attr << ": expected a UserError";
+    } catch (const gp::UserError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(std::string("attribute ") + c.attr + " must be"), std::string::npos) << what;
+      EXPECT_NE(what.find(path), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(OnnxImportFuzzRegression, NodeWithoutOutputsIsAUserError) {
   static const unsigned char kBytes[] = {
     0x08, 0x08, 0x3a, 0xb1, 0x01, 0x0a, 0x1b, 0x0a, 0x05, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x12, 0x01,
