@@ -406,10 +406,33 @@ Net load_net(const std::string& path, bool keep_values) {
 
   // ONNX's own shape inference divides by strides, dilations and group without checking them
   // (a stride of 0 is a SIGFPE inside libonnx, found by fuzz_onnx): reject such nodes first.
+  // It also indexes past its arrays when a Conv without kernel_shape has a weight whose rank differs
+  // from the input's (a SEGV, found by fuzz_onnx); with kernel_shape present it checks the rank and
+  // fails cleanly, so a Conv gets kernel_shape = the weight's spatial dims when they are known.
+  std::map<std::string, std::vector<int64_t>> static_dims;
+  for (const auto& init : g.initializer()) static_dims[init.name()] = {init.dims().begin(), init.dims().end()};
+  for (const auto& in : g.input()) {
+    std::vector<int64_t> d;
+    for (const auto& x : in.type().tensor_type().shape().dim()) d.push_back(x.has_dim_value() ? x.dim_value() : -1);
+    if (!static_dims.count(in.name()) && std::find(d.begin(), d.end(), -1) == d.end()) static_dims[in.name()] = d;
+  }
   static const std::unordered_set<std::string> kWindowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool",
                                                              "LpPool", "MaxUnpool"};
-  for (const auto& n : net.nodes) {
+  for (auto& n : net.nodes) {
     if (!kWindowed.count(n.op_type())) continue;
+    if ((n.op_type() == "Conv" || n.op_type() == "ConvTranspose") && !find_attr(n, "kernel_shape") &&
+        n.input_size() > 1) {
+      auto w = static_dims.find(n.input(1));
+      GP_CHECK(w == static_dims.end() || w->second.size() >= 3,
+               "{}: corrupt ONNX file (node {}: weight \"{}\" has rank {}, expected at least 3)", path, node_label(n),
+               n.input(1), w == static_dims.end() ? 0 : w->second.size());
+      if (w != static_dims.end()) {
+        onnx::AttributeProto* k = n.add_attribute();
+        k->set_name("kernel_shape");
+        k->set_type(onnx::AttributeProto::INTS);
+        for (size_t i = 2; i < w->second.size(); ++i) k->add_ints(w->second[i]);
+      }
+    }
     for (const char* name : {"strides", "dilations", "kernel_shape", "pads", "group"}) {
       const onnx::AttributeProto* a = find_attr(n, name);
       if (!a) continue;
