@@ -10,6 +10,7 @@
 #include <map>
 
 #include "importers/onnx_import.h"
+#include "importers/tests/onnx_fixtures.h"
 #include "importers/resolve.h"
 #include "support/error.h"
 
@@ -17,12 +18,8 @@ namespace gp::importers {
 namespace {
 
 using ::testing::HasSubstr;
-const std::string kDir = GP_ONNX_FIXTURES;
-
-Json expected() {
-  std::ifstream f(kDir + "/expected.json");
-  return Json::parse(f);
-}
+using testing::expected;
+using testing::kDir;
 
 std::map<std::string, int> kind_counts(const ir::Model& m) {
   std::map<std::string, int> c;
@@ -207,102 +204,6 @@ TEST(OnnxImportErrors, NonSquareKernelNamesTheNode) {
 
 // Regression (fuzz/fuzz_onnx, hardening): a node with no outputs was indexed at output(0), UB in
 // protobuf's RepeatedPtrField. It must be a UserError naming the file.
-// fuzz_onnx (with the weight decoding added) found a SIGFPE inside libonnx's own shape inference:
-// a Conv stride of 0 (resnet18 with one bit flipped). Zero strides, dilations, kernel sizes and
-// groups, and negative pads, of windowed ops are now rejected before ONNX shape inference runs.
-TEST(OnnxImportFuzzRegression, ZeroStrideOrGroupIsAUserErrorNotACrash) {
-  struct Case {
-    const char* op;
-    const char* attr;
-    std::vector<int64_t> ints;  // empty: an INT attribute set to 0
-  };
-  for (const Case& c : {Case{"Conv", "strides", {1, 0}}, Case{"Conv", "dilations", {0, 1}},
-                        Case{"Conv", "group", {}}, Case{"MaxPool", "kernel_shape", {0, 0}},
-                        Case{"Conv", "pads", {1, 1, -1, 1}}}) {
-    onnx::ModelProto m;
-    {
-      std::ifstream f(std::string(GP_ONNX_FIXTURES) + "/resnet18.onnx", std::ios::binary);
-      ASSERT_TRUE(m.ParseFromIstream(&f));
-    }
-    onnx::NodeProto* node = nullptr;
-    for (auto& n : *m.mutable_graph()->mutable_node())
-      if (n.op_type() == c.op) {
-        node = &n;
-        break;
-      }
-    ASSERT_NE(node, nullptr) << c.op;
-    onnx::AttributeProto* a = nullptr;
-    for (auto& x : *node->mutable_attribute())
-      if (x.name() == c.attr) a = &x;
-    if (!a) {
-      a = node->add_attribute();
-      a->set_name(c.attr);
-      a->set_type(c.ints.empty() ? onnx::AttributeProto::INT : onnx::AttributeProto::INTS);
-    }
-    a->clear_ints();
-    if (c.ints.empty()) a->set_i(0);
-    for (int64_t v : c.ints) a->add_ints(v);
-    std::string path = ::testing::TempDir() + "/gp_bad_" + c.attr + ".onnx";
-    {
-      std::ofstream out(path, std::ios::binary);
-      ASSERT_TRUE(m.SerializeToOstream(&out));
-    }
-    try {
-      gp::importers::import_onnx(path);
-      ADD_FAILURE() << c.attr << ": expected a UserError";
-    } catch (const gp::UserError& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find(std::string("attribute ") + c.attr + " must be"), std::string::npos) << what;
-      EXPECT_NE(what.find(path), std::string::npos) << what;
-    }
-  }
-}
-
-// The second fuzz_onnx finding: a Conv without kernel_shape whose input rank (2) differs from its
-// weight's (4) made libonnx's shape inference read past its arrays (SEGV). The importer now gives
-// such a Conv kernel_shape from the weight, so ONNX's own rank check fails cleanly.
-TEST(OnnxImportFuzzRegression, ConvInputRankUnlikeItsWeightIsAUserErrorNotACrash) {
-  onnx::ModelProto m;
-  {
-    std::ifstream f(std::string(GP_ONNX_FIXTURES) + "/nonsquare_conv.onnx", std::ios::binary);
-    ASSERT_TRUE(m.ParseFromIstream(&f));
-  }
-  auto* conv = m.mutable_graph()->mutable_node(0);
-  ASSERT_EQ(conv->op_type(), "Conv");
-  conv->clear_attribute();  // no kernel_shape: ONNX takes it from the weight
-  auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
-  while (shape->dim_size() > 2) shape->mutable_dim()->RemoveLast();  // input [batch, 3], weight [4, 3, 3, 5]
-  std::string path = ::testing::TempDir() + "/gp_conv_rank.onnx";
-  {
-    std::ofstream out(path, std::ios::binary);
-    ASSERT_TRUE(m.SerializeToOstream(&out));
-  }
-  try {
-    gp::importers::import_onnx(path);
-    FAIL() << "expected a UserError";
-  } catch (const gp::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-  }
-  // The untouched fixture (kernel_shape present) and one without kernel_shape still import.
-  onnx::ModelProto ok;
-  {
-    std::ifstream f(std::string(GP_ONNX_FIXTURES) + "/nonsquare_conv.onnx", std::ios::binary);
-    ASSERT_TRUE(ok.ParseFromIstream(&f));
-  }
-  ok.mutable_graph()->mutable_node(0)->clear_attribute();
-  std::string ok_path = ::testing::TempDir() + "/gp_conv_no_kernel_shape.onnx";
-  {
-    std::ofstream out(ok_path, std::ios::binary);
-    ASSERT_TRUE(ok.SerializeToOstream(&out));
-  }
-  try {
-    gp::importers::import_onnx(ok_path);
-  } catch (const gp::UserError& e) {
-    // nonsquare kernels are unsupported by the mapper; what matters is that it is not a shape-inference failure
-    EXPECT_EQ(std::string(e.what()).find("shape inference failed"), std::string::npos) << e.what();
-  }
-}
-
 TEST(OnnxImportFuzzRegression, NodeWithoutOutputsIsAUserError) {
   static const unsigned char kBytes[] = {
     0x08, 0x08, 0x3a, 0xb1, 0x01, 0x0a, 0x1b, 0x0a, 0x05, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x12, 0x01,
@@ -329,5 +230,79 @@ TEST(OnnxImportFuzzRegression, NodeWithoutOutputsIsAUserError) {
   } catch (const gp::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("has no outputs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+namespace fx = gp::importers::testing;
+
+// fuzz_onnx (with the weight decoding added) found a SIGFPE inside libonnx's own shape inference:
+// a Conv stride of 0 (resnet18 with one bit flipped). Zero strides, dilations, kernel sizes and
+// groups, and negative pads, of windowed ops are now rejected before ONNX shape inference runs.
+TEST(OnnxImportFuzzRegression, ZeroStrideOrGroupIsAUserErrorNotACrash) {
+  struct Case {
+    const char* op;
+    const char* attr;
+    std::vector<int64_t> ints;  // empty: an INT attribute set to 0
+  };
+  for (const Case& c : {Case{"Conv", "strides", {1, 0}}, Case{"Conv", "dilations", {0, 1}},
+                        Case{"Conv", "group", {}}, Case{"MaxPool", "kernel_shape", {0, 0}},
+                        Case{"Conv", "pads", {1, 1, -1, 1}}}) {
+    onnx::ModelProto m = fx::load_proto(fx::kDir + "/resnet18.onnx");
+    onnx::NodeProto* node = nullptr;
+    for (auto& n : *m.mutable_graph()->mutable_node())
+      if (n.op_type() == c.op) {
+        node = &n;
+        break;
+      }
+    ASSERT_NE(node, nullptr) << c.op;
+    onnx::AttributeProto* a = nullptr;
+    for (auto& x : *node->mutable_attribute())
+      if (x.name() == c.attr) a = &x;
+    if (!a) {
+      a = node->add_attribute();
+      a->set_name(c.attr);
+      a->set_type(c.ints.empty() ? onnx::AttributeProto::INT : onnx::AttributeProto::INTS);
+    }
+    a->clear_ints();
+    if (c.ints.empty()) a->set_i(0);
+    for (int64_t v : c.ints) a->add_ints(v);
+    std::string path = fx::save_temp(m, std::string("bad_") + c.attr);
+    try {
+      gp::importers::import_onnx(path);
+      ADD_FAILURE() << c.attr << ": expected a UserError";
+    } catch (const gp::UserError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(std::string("attribute ") + c.attr + " must be"), std::string::npos) << what;
+      EXPECT_NE(what.find(path), std::string::npos) << what;
+    }
+  }
+}
+
+// The second fuzz_onnx finding: a Conv without kernel_shape whose input rank (2) differs from its
+// weight's (4) made libonnx's shape inference read past its arrays (SEGV). The importer now gives
+// such a Conv kernel_shape from the weight, so ONNX's own rank check fails cleanly.
+TEST(OnnxImportFuzzRegression, ConvInputRankUnlikeItsWeightIsAUserErrorNotACrash) {
+  onnx::ModelProto m = fx::load_proto(fx::kDir + "/nonsquare_conv.onnx");
+  auto* conv = m.mutable_graph()->mutable_node(0);
+  ASSERT_EQ(conv->op_type(), "Conv");
+  conv->clear_attribute();  // no kernel_shape: ONNX takes it from the weight
+  auto* shape = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  while (shape->dim_size() > 2) shape->mutable_dim()->RemoveLast();  // input [batch, 3], weight [4, 3, 3, 5]
+  std::string path = fx::save_temp(m, "conv_rank");
+  try {
+    gp::importers::import_onnx(path);
+    FAIL() << "expected a UserError";
+  } catch (const gp::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  // The untouched fixture (kernel_shape present) and one without kernel_shape still import.
+  onnx::ModelProto ok = fx::load_proto(fx::kDir + "/nonsquare_conv.onnx");
+  ok.mutable_graph()->mutable_node(0)->clear_attribute();
+  std::string ok_path = fx::save_temp(ok, "conv_no_kernel_shape");
+  try {
+    gp::importers::import_onnx(ok_path);
+  } catch (const gp::UserError& e) {
+    // nonsquare kernels are unsupported by the mapper; what matters is that it is not a shape-inference failure
+    EXPECT_EQ(std::string(e.what()).find("shape inference failed"), std::string::npos) << e.what();
   }
 }

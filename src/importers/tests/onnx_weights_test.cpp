@@ -14,6 +14,7 @@
 #include <map>
 
 #include "importers/onnx_import.h"
+#include "importers/tests/onnx_fixtures.h"
 #include "importers/resolve.h"
 #include "importers/weights.h"
 #include "ir/attrs.h"
@@ -23,12 +24,10 @@ namespace gp::importers {
 namespace {
 
 using ::testing::HasSubstr;
-const std::string kDir = GP_ONNX_FIXTURES;
-
-Json expected() {
-  std::ifstream f(kDir + "/expected.json");
-  return Json::parse(f);
-}
+using testing::expected;
+using testing::kDir;
+using testing::load_proto;
+using testing::save_temp;
 
 /// The runtime's parameter names and shapes (runtime/detail/ops.cpp param_specs), written out again
 /// here without LibTorch for the kinds the importer produces.
@@ -130,20 +129,6 @@ TEST(OnnxWeights, ExportedWithoutWeightsGivesNothing) {
   EXPECT_TRUE(load_weights(kDir + "/resnet18.onnx").empty());
   EXPECT_TRUE(load_weights(kDir + "/googlenet.onnx").empty());
   EXPECT_TRUE(load_weights("mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32").empty());
-}
-
-onnx::ModelProto load_proto(const std::string& path) {
-  onnx::ModelProto m;
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(m.ParseFromIstream(&f)) << path;
-  return m;
-}
-
-std::string save_temp(const onnx::ModelProto& m, const std::string& name) {
-  std::string path = (std::filesystem::temp_directory_path() / ("gp_onnx_weights_" + name + ".onnx")).string();
-  std::ofstream f(path, std::ios::binary);
-  m.SerializeToOstream(&f);
-  return path;
 }
 
 onnx::TensorProto* initializer(onnx::ModelProto& m, const std::string& name) {
