@@ -10,6 +10,7 @@
 #include <map>
 
 #include "runtime/checkpoint_tool.h"
+#include "runtime/detail/optim.h"
 #include "support/error.h"
 
 namespace gp::runtime {
@@ -17,34 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Loaded {
-  int64_t steps = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> params;  // file order
-};
-
-Loaded load(const std::string& path) {
+CheckpointContents load(const std::string& path) {
   GP_CHECK(fs::is_regular_file(path), "{}: no such checkpoint file", path);
-  torch::serialize::InputArchive ar;
-  try {
-    ar.load_from(path);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, what));
-  }
-  c10::IValue names, steps;
-  GP_CHECK(ar.try_read("names", names) && names.isList(), "{}: not a graphpipe checkpoint (no parameter names)", path);
-  GP_CHECK(ar.try_read("steps_done", steps) && steps.isInt(), "{}: checkpoint has no step count", path);
-  Loaded l;
-  l.steps = steps.toInt();
-  auto list = names.toList();
-  for (size_t i = 0; i < list.size(); ++i) {
-    torch::Tensor t;
-    GP_CHECK(ar.try_read(fmt::format("p{}", i), t, /*is_buffer=*/true), "{}: parameter {} (\"{}\") is missing", path,
-             i, list.get(i).toStringRef());
-    l.params.emplace_back(list.get(i).toStringRef(), t);
-  }
-  return l;
+  return read_checkpoint(path);
 }
 
 std::vector<std::string> files_of(const std::string& path) {
@@ -63,10 +39,10 @@ std::vector<std::string> files_of(const std::string& path) {
 std::string describe_checkpoints(const std::string& path) {
   std::string out;
   for (const auto& f : files_of(path)) {
-    Loaded l = load(f);
+    CheckpointContents l = load(f);
     int64_t total = 0;
     for (auto& [n, t] : l.params) total += t.numel();
-    out += fmt::format("{}: {} steps done, {} parameter tensors, {} values\n", f, l.steps, l.params.size(), total);
+    out += fmt::format("{}: {} steps done, {} parameter tensors, {} values\n", f, l.steps_done, l.params.size(), total);
     for (auto& [n, t] : l.params)
       out += fmt::format("  {:<40} [{}]  norm {:.6g}\n", n, fmt::join(t.sizes(), ", "), t.norm().item<double>());
   }
@@ -83,9 +59,10 @@ CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
     std::string other = fa.size() == 1 && !fs::is_directory(a) ? fb.front() : by_name_b[fs::path(f).filename().string()];
     GP_CHECK(!other.empty(), "checkpoint diff: {} has no counterpart named {} in {}", f,
              fs::path(f).filename().string(), b);
-    Loaded x = load(f), y = load(other);
+    CheckpointContents x = load(f), y = load(other);
     ++d.files;
-    if (x.steps != y.steps) d.report += fmt::format("{}: {} steps done vs {} in {}\n", f, x.steps, y.steps, other);
+    if (x.steps_done != y.steps_done)
+      d.report += fmt::format("{}: {} steps done vs {} in {}\n", f, x.steps_done, y.steps_done, other);
     GP_CHECK(x.params.size() == y.params.size(), "checkpoint diff: {} holds {} parameters, {} holds {}", f,
              x.params.size(), other, y.params.size());
     for (size_t i = 0; i < x.params.size(); ++i) {

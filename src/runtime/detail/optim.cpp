@@ -79,36 +79,59 @@ void save_checkpoint(const std::string& path, const StageModule& m, torch::optim
   sync_path(p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), true);
 }
 
+namespace {
+
+// Opens `path` into `ar` (the caller holds archive_mutex) and reads the parameters and step count.
+CheckpointContents read_contents(const std::string& path, torch::serialize::InputArchive& ar) {
+  try {
+    ar.load_from(path);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // c10 appends a backtrace
+    throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, what));
+  }
+  c10::IValue names, steps;
+  GP_CHECK(ar.try_read("names", names) && names.isList(), "{}: not a graphpipe checkpoint (no parameter names)", path);
+  GP_CHECK(ar.try_read("steps_done", steps) && steps.isInt(), "{}: checkpoint has no step count", path);
+  CheckpointContents c;
+  c.steps_done = steps.toInt();
+  auto list = names.toList();
+  for (size_t i = 0; i < list.size(); ++i) {
+    torch::Tensor t;
+    GP_CHECK(ar.try_read(fmt::format("p{}", i), t, /*is_buffer=*/true), "{}: parameter {} (\"{}\") is missing", path,
+             i, list.get(i).toStringRef());
+    c.params.emplace_back(list.get(i).toStringRef(), t);
+  }
+  return c;
+}
+
+}  // namespace
+
+CheckpointContents read_checkpoint(const std::string& path) {
+  std::lock_guard<std::mutex> lock(archive_mutex());
+  torch::serialize::InputArchive ar;
+  return read_contents(path, ar);
+}
+
 int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::Optimizer& opt) {
   GP_CHECK(std::filesystem::exists(path), "{}: checkpoint not found (--resume needs a checkpoint written by "
            "--checkpoint-dir)", path);
   std::lock_guard<std::mutex> lock(archive_mutex());
   torch::serialize::InputArchive ar;
-  try {
-    ar.load_from(path);
-  } catch (const std::exception& e) {
-    throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, e.what()));
-  }
+  CheckpointContents saved = read_contents(path, ar);
   auto named = m.named_parameters();
-  c10::IValue names_iv;
-  GP_CHECK(ar.try_read("names", names_iv), "{}: not a graphpipe checkpoint (no parameter names)", path);
-  auto names = names_iv.toList();
-  GP_CHECK(names.size() == named.size(), "{}: checkpoint holds {} parameters, this stage has {}", path,
-           names.size(), named.size());
+  GP_CHECK(saved.params.size() == named.size(), "{}: checkpoint holds {} parameters, this stage has {}", path,
+           saved.params.size(), named.size());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < named.size(); ++i) {
-    std::string saved = names.get(i).toStringRef();
-    GP_CHECK(saved == named[i].first, "{}: parameter {} is \"{}\" in the checkpoint but \"{}\" here", path, i,
-             saved, named[i].first);
-    torch::Tensor t;
-    ar.read(fmt::format("p{}", i), t, /*is_buffer=*/true);
+    const auto& [name, t] = saved.params[i];
+    GP_CHECK(name == named[i].first, "{}: parameter {} is \"{}\" in the checkpoint but \"{}\" here", path, i, name,
+             named[i].first);
     GP_CHECK(t.sizes() == named[i].second.sizes(), "{}: parameter \"{}\" has shape {} in the checkpoint but {} here",
-             path, saved, fmt::format("{}", fmt::join(t.sizes(), "x")),
+             path, name, fmt::format("{}", fmt::join(t.sizes(), "x")),
              fmt::format("{}", fmt::join(named[i].second.sizes(), "x")));
     named[i].second.copy_(t);
   }
-  c10::IValue steps;
-  GP_CHECK(ar.try_read("steps_done", steps), "{}: checkpoint has no step count", path);
   torch::serialize::InputArchive opt_ar;
   GP_CHECK(ar.try_read("optimizer", opt_ar), "{}: checkpoint has no optimizer state", path);
   try {
@@ -116,7 +139,7 @@ int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::O
   } catch (const std::exception& e) {
     throw UserError(fmt::format("{}: optimizer state does not match --optimizer: {}", path, e.what()));
   }
-  return steps.toInt();
+  return saved.steps_done;
 }
 
 }  // namespace gp::runtime

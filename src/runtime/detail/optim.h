@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/detail/executor.h"
@@ -24,6 +25,16 @@ std::string checkpoint_path(const std::string& dir, int stage, int rank);
 /// Saves atomically; `steps_done` is the number of optimizer steps completed so far.
 void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
                      int64_t steps_done);
+
+/// What a checkpoint file holds besides the optimizer state.
+struct CheckpointContents {
+  int64_t steps_done = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> params;  // "op/param" names, in file order
+};
+
+/// Reads a checkpoint's parameters and step count without a model (`graphpipe checkpoint`).
+/// UserError when the file is unreadable or not a graphpipe checkpoint.
+CheckpointContents read_checkpoint(const std::string& path);
 
 /// Loads into `m`'s parameters (in place) and `opt`; returns steps_done. UserError when the file is
 /// missing, unreadable, or holds different parameters (names or shapes) than `m`.
