@@ -153,11 +153,12 @@ std::optional<ParamValue> eval(const Net& net, const std::string& t, const Param
 }  // namespace
 }  // namespace onnx_detail
 
-ParamValues import_onnx_weights(const std::string& path) {
+ParamValues import_onnx_weights(const std::string& path, ir::Model* model) {
   using namespace onnx_detail;
   Net net = load_net(path, /*keep_values=*/true);
   std::vector<ParamSource> sources;
-  map_net(net, &sources);
+  ir::Model m = map_net(net, &sources);
+  if (model) *model = std::move(m);
   ParamValues out;
   if (net.values.empty()) return out;
   for (const ParamSource& ps : sources) {

@@ -30,4 +30,14 @@ ParamValues load_weights(const std::string& spec) {
   return {};
 }
 
+ir::Graph load_graph(const std::string& spec, ParamValues& weights) {
+  if (!ends_with(spec, ".onnx")) {
+    weights.clear();
+    return load_graph(spec);
+  }
+  ir::Model m;
+  weights = import_onnx_weights(spec, &m);
+  return ir::Graph::build(std::move(m), spec);
+}
+
 }  // namespace gp::importers

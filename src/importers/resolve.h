@@ -18,4 +18,7 @@ ir::Graph load_graph(const std::string& spec);
 /// for them; planning never reads the weights.
 ParamValues load_weights(const std::string& spec);
 
+/// load_graph and load_weights in one pass over the file (what training needs).
+ir::Graph load_graph(const std::string& spec, ParamValues& weights);
+
 }  // namespace gp::importers

@@ -8,6 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace gp::ir {
+struct Model;
+}
+
 namespace gp::importers {
 
 /// A dense float32 tensor, row-major.
@@ -23,7 +27,8 @@ using ParamValues = std::unordered_map<std::string, ParamValue>;
 /// parameter whose source tensors are initializers (a model exported with export_params=False has
 /// none: the result is empty). Float16, bfloat16 and double initializers are converted to float;
 /// raw_data and the typed fields are both read. UserError naming the file, initializer and op when an
-/// initializer's size does not fit the parameter or its values cannot be read.
-ParamValues import_onnx_weights(const std::string& path);
+/// initializer's size does not fit the parameter or its values cannot be read. With `model`, also
+/// returns the imported model (import_onnx's result) from the same pass over the file.
+ParamValues import_onnx_weights(const std::string& path, ir::Model* model = nullptr);
 
 }  // namespace gp::importers

@@ -23,11 +23,11 @@ namespace gp::runtime {
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
   std::string spec = model_spec.empty() ? p.model_spec : model_spec;
   GP_CHECK(!spec.empty(), "plan: no model_spec in the plan; pass --model SPEC");
-  ir::Graph g = importers::load_graph(spec);
+  importers::ParamValues w;  // every rank starts from the same weights
+  ir::Graph g = importers::load_graph(spec, w);
   plan::validate_plan(p, g, "plan");
   schedule::Schedule s = schedule::build_schedule(p, schedule_kind);
   schedule::check_schedule(s, p, "schedule");
-  importers::ParamValues w = importers::load_weights(spec);  // every rank starts from the same weights
   check_initial_values(g, w);
   return PreparedRun{std::move(p), std::move(g), std::move(s), std::move(w)};
 }

@@ -22,9 +22,9 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
   torch::set_num_threads(opt.threads);
 
-  ir::Graph g = importers::load_graph(opt.model_spec);
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
-  const importers::ParamValues weights = importers::load_weights(opt.model_spec);
+  importers::ParamValues weights;
+  ir::Graph g = importers::load_graph(opt.model_spec, weights);
   check_initial_values(g, weights);
   std::vector<OpId> all;
   for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));

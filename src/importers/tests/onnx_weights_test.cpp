@@ -90,6 +90,12 @@ void check_one_entry_per_param(const std::string& name) {
   }
   EXPECT_EQ(total, expected().at(name).at("params").get<int64_t>());
   EXPECT_EQ(total, g.total_params());
+  // The one-pass form training uses gives the same model and weights.
+  ParamValues w2;
+  ir::Graph g2 = load_graph(path, w2);
+  EXPECT_TRUE(g2.model() == g.model());
+  EXPECT_EQ(w2.size(), w.size());
+  for (const auto& [key, v] : w) EXPECT_EQ(w2.at(key).data, v.data) << key;
 }
 
 TEST(OnnxWeights, TwoBranchOneEntryPerParameter) { check_one_entry_per_param("two_branch"); }
