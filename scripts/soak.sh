@@ -19,6 +19,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
 now() { date +%s.%N; }
+loss() { sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/' "$1"; }  # the losses of a --log file, one per line
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 echo "== soak: $MODEL, $STEPS steps, 4 workers, checkpoint every $EVERY, crash of rank $CRASH_RANK in step $CRASH_STEP"
@@ -28,8 +29,8 @@ t0=$(now)
 "$GP" train --plan "$T/plan.json" --steps "$STEPS" --lr 0.001 --optimizer adam --seed 11 \
   --checkpoint-dir "$T/full" --log "$T/full.jsonl" --timeout 30 > "$T/full.out"
 t1=$(now)
-first_loss=$(head -1 "$T/full.jsonl" | sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/')
-last_loss=$(tail -1 "$T/full.jsonl" | sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/')
+first_loss=$(loss "$T/full.jsonl" | head -1)
+last_loss=$(loss "$T/full.jsonl" | tail -1)
 echo "uninterrupted: $STEPS steps in $(secs "$t0" "$t1") s, loss $first_loss -> $last_loss; $(grep -m1 'iteration time' "$T/full.out" || true)"
 
 set +e
@@ -56,7 +57,6 @@ expect=$(( CRASH_STEP / EVERY * EVERY ))
 [ "$resumed_from" = "after $expect steps" ] || { echo "FAIL: expected to resume after $expect steps"; exit 1; }
 
 # Resumed steps vs the same steps of the uninterrupted run (JSON numbers, full precision).
-loss() { sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/' "$1"; }
 tail -n "$(wc -l < "$T/part2.jsonl")" "$T/full.jsonl" | loss /dev/stdin > "$T/a"
 loss "$T/part2.jsonl" > "$T/b"
 if ! cmp -s "$T/a" "$T/b"; then echo "FAIL: resumed losses differ"; paste "$T/a" "$T/b" | head; exit 1; fi
