@@ -31,8 +31,7 @@ struct PreparedRun {
 
 /// Loads the plan (opt.plan_path), the model from plan.model_spec (or opt.model_spec when given),
 /// with the file's weights (importers::load_graph(spec, weights)), validates the plan against it and
-/// builds + checks
-/// the schedule (opt.schedule).
+/// builds + checks the schedule (opt.schedule).
 PreparedRun prepare_run(const TrainOptions& opt);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
 
