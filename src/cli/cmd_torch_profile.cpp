@@ -85,7 +85,8 @@ Registrar reg(70, [](CLI::App& root) {
   c->add_flag("--json", a->json, "Print a machine-readable summary");
   c->add_flag("--links", a->links,
               "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "
-              "fitted latency + bandwidth (p2p, allreduce)");
+              "fitted latency + bandwidth (p2p, allreduce); each size keeps its fastest of max(--repeats, 3) "
+              "repeats");
   c->add_option("--link-sizes", a->link_sizes,
                 "Message sizes in bytes for --links (default 4096,65536,262144,1048576,4194304,16777216)");
   c->callback([a] { run(*a); });

@@ -11,12 +11,12 @@ namespace gp::runtime {
 struct LinkBenchOptions {
   std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};  // multiples of 4
   int warmup = 2;
-  int repeats = 7;         // per size; the median is kept
+  int repeats = 7;         // per size; the fastest is kept
   double timeout_s = 60;   // a worker that does not answer within this fails the measurement
 };
 
-/// One measured message size: one-way p2p time (half the median round trip) and the median
-/// 2-rank all-reduce time.
+/// One measured message size: one-way p2p time (half the fastest round trip) and the fastest
+/// 2-rank all-reduce time (the uncontended cost; interference from other jobs only adds time).
 struct LinkSample {
   int64_t bytes = 0;
   double p2p_s = 0;

@@ -107,7 +107,7 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
 }
 
 TEST_F(DistProcess, ProfileLinksFitsP2pAndAllReduceBetweenTwoProcesses) {
-  Proc r = graphpipe("profile --links --link-sizes 4096,262144,4194304 --repeats 3 --out links.json");
+  Proc r = graphpipe("profile --links --link-sizes 4096,262144,4194304 --repeats 5 --out links.json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("[links] 262144 bytes: p2p"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[links] fit: p2p latency"), std::string::npos) << r.err;
