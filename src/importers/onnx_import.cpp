@@ -177,6 +177,7 @@ void Mapper::map_node(int i) {
       if (!is_act(k)) return unsupported(n, fmt::format("input \"{}\" is a constant, not an activation", n.input(k)));
     return (void)emit(n.name(), ir::OpKind::concat, {n.input().begin(), n.input().end()}, y, Json{{"axis", axis}});
   }
+  if (op == "Add" && is_act(0) != is_act(1) && learned_positions(i, is_act(0) ? 0 : 1)) return;
   if (op == "Add" || op == "Mul") {
     if (!is_act(0) || !is_act(1))
       return unsupported(n, fmt::format("{} with a constant operand outside a recognised pattern (linear bias, "
@@ -261,6 +262,17 @@ void Mapper::map_node(int i) {
     return;
   }
   if (op == "Slice") return map_slice(i);
+  if (op == "Gather" && !is_act(0) && is_act(1)) {  // a lookup table (nn.Embedding): Gather(weight, indices)
+    const auto& w = net.shape(x);
+    if (w.size() != 2 || norm_axis(attr_i(n, "axis", 0), 2) != 0)
+      return unsupported(n, "a table lookup needs a 2-d table gathered along axis 0");
+    if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
+        net.at(n.input(1)).elem_type != onnx::TensorProto::INT64)
+      return unsupported(n, "the indices of a table lookup must be an int64 graph input");
+    const std::string name = emit(n.name(), ir::OpKind::embedding, {n.input(1)}, y, Json{{"rows", w[0]}, {"dim", w[1]}});
+    add_param(name, "weight", x, {w[0], w[1]});
+    return;
+  }
   if (op == "Gather") {
     const auto& idx = net.at(n.input(1));
     size_t rank = net.shape(x).size();
@@ -316,6 +328,23 @@ void Mapper::map_slice(int i) {
                             {cur}, out, Json{{"axis", axis}, {"start", s}, {"end", e}}, &shape);
     cur = out;
   }
+}
+
+bool Mapper::learned_positions(int i, int act) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const std::string &e = n.input(act), &p = n.input(1 - act);
+  auto it = producer_of.find(e);
+  if (it == producer_of.end() || !net.at(p).param || net.at(e).consumers.size() != 1) return false;
+  auto op = std::find_if(model.ops.begin(), model.ops.end(), [&](const ir::Op& o) { return o.name == it->second; });
+  if (op == model.ops.end() || op->kind != ir::OpKind::embedding || op->attrs.contains("positions")) return false;
+  const auto &ys = net.shape(e), &ps = net.shape(p);
+  if (ys.size() != 3) return false;
+  const std::vector<int64_t> table{ys[1], ys[2]};  // [seq, dim], stored as [seq, dim] or [1, seq, dim]
+  if (ps != table && ps != std::vector<int64_t>{1, ys[1], ys[2]}) return false;
+  op->attrs["positions"] = true;
+  add_param(op->name, "pos", p, table);
+  alias[n.output(0)] = e;
+  return true;
 }
 
 ir::Model Mapper::finish() {

@@ -47,6 +47,9 @@ struct Mapper {
   void match_patterns(std::vector<bool>& claimed);
   void map_node(int i);
   void map_slice(int i);
+  /// Add(token embedding, parameter [1, seq, dim] or [seq, dim]) at node i (input `act` the
+  /// embedding): learned positions, folded into the embedding op. False when it is not that.
+  bool learned_positions(int i, int act);
   ir::Model finish();
 };
 

@@ -186,8 +186,12 @@ ParamValues import_onnx_weights(const std::string& path, ir::Model* model) {
       part.data.assign(v->data.begin() + ps.part * rows * row, v->data.begin() + (ps.part + 1) * rows * row);
       *v = std::move(part);
     }
-    // A bias may come as [1, n] (Gemm's broadcast C): same values, the IR's shape.
-    bool fits = v->shape == ps.shape || (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]);
+    // A bias may come as [1, n] (Gemm's broadcast C), learned positions as [1, seq, dim]: same
+    // values, the IR's shape.
+    auto lead = v->shape.begin();
+    while (v->shape.end() - lead > static_cast<std::ptrdiff_t>(ps.shape.size()) && *lead == 1) ++lead;
+    bool fits = v->shape == ps.shape || std::vector<int64_t>(lead, v->shape.end()) == ps.shape ||
+                (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]);
     GP_CHECK(fits, "{} has shape [{}]{}, expected [{}]", where, fmt::join(v->shape, ", "),
              ps.transpose || ps.parts > 1 ? " after transposing / splitting" : "", fmt::join(ps.shape, ", "));
     v->shape = ps.shape;

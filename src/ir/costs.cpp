@@ -16,6 +16,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     c.input_bytes += static_cast<double>(per_sample_elems(in[i]) * dtype_bytes(in_dt[i]));
   c.output_bytes = out_elems * eb;
   const double in0_bytes = in.empty() ? 0.0 : in_elems0 * static_cast<double>(dtype_bytes(in_dt[0]));
+  int64_t table_params = 0;  // embedding tables: read per gathered row (input_bytes), not per call
 
   switch (op.kind) {
     case OpKind::linear: {
@@ -89,11 +90,28 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     case OpKind::embedding_bag: {
       double bag = static_cast<double>(in[0][1]);
       int64_t rows = attr_int(op, "rows", std::nullopt, where), dim = op.output_shape[1];
-      c.params = rows * dim;
+      c.params = table_params = rows * dim;
       c.fwd_flops = bag * static_cast<double>(dim);
       c.bwd_flops = bag * static_cast<double>(dim);
       c.input_bytes += bag * static_cast<double>(dim) * eb;  // gathered rows
       c.saved_bytes = in0_bytes;                              // the indices
+      break;
+    }
+    case OpKind::embedding: {
+      // A lookup: each index copies one row (forward) and adds into one gradient row (backward);
+      // learned positions add a [seq, dim] table to every sample and sum its gradient over the batch.
+      const double tokens = in_elems0;
+      const int64_t rows = attr_int(op, "rows", std::nullopt, where), dim = op.output_shape.back();
+      c.params = table_params = rows * dim;
+      c.fwd_flops = out_elems;
+      c.bwd_flops = out_elems;
+      c.input_bytes += tokens * static_cast<double>(dim) * eb;  // gathered rows
+      c.saved_bytes = in0_bytes;                                 // the indices
+      if (attr_bool(op, "positions", false, where)) {
+        c.params += in[0][1] * dim;
+        c.fwd_flops += out_elems;
+        c.bwd_flops += out_elems;
+      }
       break;
     }
     case OpKind::attention: {
@@ -147,7 +165,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       break;
   }
   c.param_bytes = c.params * dtype_bytes(op.dtype);
-  c.weight_read_bytes = op.kind == OpKind::embedding_bag ? 0 : c.param_bytes;
+  c.weight_read_bytes = (c.params - table_params) * dtype_bytes(op.dtype);
   return c;
 }
 

@@ -26,7 +26,7 @@ constexpr std::array kKinds = {
     KindName{OpKind::flatten, "flatten"},     KindName{OpKind::reshape, "reshape"},
     KindName{OpKind::transpose, "transpose"}, KindName{OpKind::mean, "mean"},
     KindName{OpKind::sum, "sum"},             KindName{OpKind::mse_loss, "mse_loss"},
-    KindName{OpKind::cross_entropy, "cross_entropy"},
+    KindName{OpKind::cross_entropy, "cross_entropy"}, KindName{OpKind::embedding, "embedding"},
 };
 
 }  // namespace

@@ -115,7 +115,8 @@ std::vector<int> validate(const Model& m, const std::string& where) {
       }
     }
     for (size_t k = 0; k < dts.size(); ++k) {
-      bool want_int = (op.kind == OpKind::embedding_bag && k == 0) || (op.kind == OpKind::cross_entropy && k == 1);
+      bool want_int = ((op.kind == OpKind::embedding_bag || op.kind == OpKind::embedding) && k == 0) ||
+                      (op.kind == OpKind::cross_entropy && k == 1);
       bool is_int = dts[k] == DType::i64;
       GP_CHECK(want_int == is_int, "{}: op \"{}\" ({}): input {} (\"{}\") is {}, expected {}", where, op.name,
                to_string(op.kind), k, op.inputs[k], to_string(dts[k]), want_int ? "i64" : "a floating type");

@@ -38,6 +38,9 @@ enum class OpKind {
   layernorm,      // over the last dim, with affine weight and bias; attrs: eps (default 1e-5)
   dropout,        // attrs: p (default 0.1); identity at p = 0
   embedding_bag,  // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
+  embedding,      // x: i64 indices [B, ...] in [0, rows); y [B, ..., dim] = the rows (a lookup table,
+                  // nn.Embedding). attrs: rows, dim, positions (default false: true adds a learned
+                  // [seq, dim] table to every sample; x must be [B, seq])
   attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
                   // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
   conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true)
@@ -82,9 +85,9 @@ struct OpCosts {
   double fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2 FLOPs)
   double bwd_flops = 0;              // backward FLOPs per sample (input + weight gradients)
   double input_bytes = 0;            // bytes read per sample: all activation inputs, plus the
-                                     // embedding rows gathered by an embedding_bag
+                                     // embedding rows gathered by an embedding(_bag)
   int64_t weight_read_bytes = 0;     // weight bytes read once per kernel call (independent of the
-                                     // batch; 0 for embedding_bag, whose reads are per sample)
+                                     // batch; embedding tables are not: their reads are per sample)
   double output_bytes = 0;           // bytes of the output per sample
   double saved_bytes = 0;            // activation bytes kept for backward per sample
   bool operator==(const OpCosts&) const = default;

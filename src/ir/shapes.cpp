@@ -174,6 +174,16 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
       positive("rows", std::nullopt);
       return Shape{kBatch, positive("dim", std::nullopt)};
     }
+    case OpKind::embedding: {
+      need_inputs(1, 1);
+      need_rank(0, 1, 7);
+      positive("rows", std::nullopt);
+      Shape out = in[0];
+      out.push_back(positive("dim", std::nullopt));
+      if (attr_bool(op, "positions", false, where) && in[0].size() != 2)
+        fail(op, where, fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(in[0])));
+      return out;
+    }
     case OpKind::attention: {
       need_inputs(1, 1);
       need_rank(0, 3, 3);

@@ -160,6 +160,28 @@ void check_encoder(const std::string& name) {
 TEST(OnnxImport, EncoderOpset13DecomposedLayerNorm) { check_encoder("encoder_op13"); }
 TEST(OnnxImport, EncoderOpset17) { check_encoder("encoder_op17"); }
 
+// nn.Embedding(50, 32) on int64 token ids + a learned [1, 12, 32] positional table + one encoder
+// layer + mean + head: Gather(weight, ids) becomes an embedding op, and Add(embedding, table) its
+// learned positions (no separate op).
+TEST(OnnxImport, TokenEmbeddingWithLearnedPositions) {
+  Json e = expected().at("token_encoder");
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/token_encoder.onnx"), "token_encoder");
+  check_common("token_encoder", g, e);
+  EXPECT_EQ(g.model().inputs[0].dtype, ir::DType::i64);
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["embedding"], 1);
+  EXPECT_EQ(c["attention"], 1);
+  EXPECT_EQ(c["add"], 2);  // the two residuals; the positional Add is folded into the embedding
+  const ir::Op& emb = g.op(g.find("/tok/Gather"));
+  EXPECT_EQ(emb.kind, ir::OpKind::embedding);
+  EXPECT_EQ(emb.inputs, std::vector<std::string>{"input"});
+  EXPECT_EQ(emb.attrs.at("rows"), 50);
+  EXPECT_EQ(emb.attrs.at("dim"), 32);
+  EXPECT_EQ(emb.attrs.at("positions"), true);
+  EXPECT_EQ(emb.output_shape, (ir::Shape{ir::kBatch, 12, 32}));
+  EXPECT_EQ(g.succs(g.find("/tok/Gather")).size(), 2u);  // attention and the residual add
+}
+
 TEST(OnnxImport, ResolveUsesTheImporter) {
   ir::Graph g = load_graph(kDir + "/two_branch.onnx");
   EXPECT_EQ(g.name(), "two_branch");

@@ -56,6 +56,12 @@ std::map<std::string, std::vector<int64_t>> ir_params(const ir::Graph& g) {
       }
       case ir::OpKind::layernorm: add("weight", {x.back()}), add("bias", {x.back()}); break;
       case ir::OpKind::batchnorm: add("weight", {x[1]}), add("bias", {x[1]}); break;
+      case ir::OpKind::embedding: {
+        int64_t d = ir::attr_int(op, "dim", std::nullopt, "t");
+        add("weight", {ir::attr_int(op, "rows", std::nullopt, "t"), d});
+        if (ir::attr_bool(op, "positions", false, "t")) add("pos", {x.at(1), d});
+        break;
+      }
       case ir::OpKind::attention: {
         int64_t h = x.back();
         for (const char* p : {"wq", "wk", "wv", "wo"}) add(p, {h, h});
@@ -102,6 +108,7 @@ TEST(OnnxWeights, TwoBranchOneEntryPerParameter) { check_one_entry_per_param("tw
 TEST(OnnxWeights, EncoderOp13OneEntryPerParameter) { check_one_entry_per_param("encoder_op13"); }
 TEST(OnnxWeights, EncoderOp17OneEntryPerParameter) { check_one_entry_per_param("encoder_op17"); }
 TEST(OnnxWeights, SeparateQkvOneEntryPerParameter) { check_one_entry_per_param("attention_qkv"); }
+TEST(OnnxWeights, TokenEncoderOneEntryPerParameter) { check_one_entry_per_param("token_encoder"); }
 
 // Three [h, h] input projections (not torch's packed in_proj): Q, K and V told apart by data flow.
 TEST(OnnxWeights, SeparateQkvProjectionsByDataFlow) {

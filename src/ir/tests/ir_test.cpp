@@ -71,6 +71,37 @@ TEST(IrTest, EmbeddingBagReadsRowsPerSample) {
   EXPECT_DOUBLE_EQ(c.input_bytes, 100 * 8 + 100 * 64 * 4);
 }
 
+TEST(IrTest, EmbeddingAppendsDimAndCountsPositions) {
+  ModelBuilder b("tok");
+  b.input("ids", {12}, DType::i64);
+  b.input("t", {12, 32});
+  std::string e = b.op("emb", OpKind::embedding, {"ids"}, {{"rows", 50}, {"dim", 32}, {"positions", true}});
+  b.output(b.op("loss", OpKind::mse_loss, {e, "t"}));
+  Graph g = Graph::build(b.build());
+  EXPECT_EQ(g.op(g.find("emb")).output_shape, (Shape{kBatch, 12, 32}));
+  const OpCosts& c = g.costs(g.find("emb"));
+  EXPECT_EQ(c.params, 50 * 32 + 12 * 32);               // the table and the positions
+  EXPECT_EQ(c.weight_read_bytes, 12 * 32 * 4);           // positions per call; table rows per sample
+  EXPECT_DOUBLE_EQ(c.input_bytes, 12 * 8 + 12 * 32 * 4);  // indices + gathered rows
+  EXPECT_DOUBLE_EQ(c.fwd_flops, 2 * 12 * 32);            // copy + add
+}
+
+TEST(IrTest, EmbeddingRejectsFloatIndicesAndPositionsOnRank3) {
+  ModelBuilder b("tok");
+  b.input("x", {12});
+  b.input("t", {12, 32});
+  b.output(b.op("loss", OpKind::mse_loss, {b.op("emb", OpKind::embedding, {"x"}, {{"rows", 50}, {"dim", 32}}), "t"}));
+  EXPECT_THAT(error_of(b.build()), HasSubstr("input 0 (\"x\") is f32, expected i64"));
+  ModelBuilder c("tok3");  // the builder infers shapes as ops are added
+  c.input("ids", {2, 3}, DType::i64);
+  try {
+    c.op("emb", OpKind::embedding, {"ids"}, {{"rows", 5}, {"dim", 4}, {"positions", true}});
+    ADD_FAILURE() << "positions on [B, 2, 3] indices were accepted";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("attrs.positions needs [B, seq] indices, found [B, 2, 3]"));
+  }
+}
+
 TEST(IrTest, TopologicalOrderAndEdges) {
   Model m = tiny();
   std::swap(m.ops[0], m.ops[2]);  // fc2 before fc1 in the file

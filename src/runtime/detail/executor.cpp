@@ -18,7 +18,8 @@ int64_t index_range(const ir::Graph& g, int input_index) {
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       if (op.inputs[k] != input.name) continue;
       int64_t r = 0;
-      if (op.kind == ir::OpKind::embedding_bag && k == 0) r = op.attrs.value("rows", int64_t{0});
+      if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0)
+        r = op.attrs.value("rows", int64_t{0});
       if (op.kind == ir::OpKind::cross_entropy && k == 1) {
         OpId logits = g.find(op.inputs[0]);
         const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
@@ -28,7 +29,7 @@ int64_t index_range(const ir::Graph& g, int input_index) {
     }
   }
   GP_CHECK(range > 0,
-           "{}: i64 input \"{}\" is not read as embedding_bag indices or cross_entropy labels, so the "
+           "{}: i64 input \"{}\" is not read as embedding indices or cross_entropy labels, so the "
            "runtime cannot tell the range of its synthetic values",
            g.name(), input.name);
   return range;
@@ -70,13 +71,16 @@ torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_
 
 constexpr int64_t kTeacherInputs = 256;  // feature values a target depends on
 constexpr int64_t kTeacherOutputs = 64;  // distinct values of an mse target, tiled to its size
+constexpr int64_t kTeacherTokenDim = 16;  // values per token in the summary of an index input
 
 }  // namespace
 
 int teacher_source(const ir::Graph& g) {
   const auto& inputs = g.model().inputs;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].dtype != ir::DType::i64 && !target_of(g, inputs[i].name)) return static_cast<int>(i);
+  for (bool want_index : {false, true})
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if ((inputs[i].dtype == ir::DType::i64) == want_index && !target_of(g, inputs[i].name))
+        return static_cast<int>(i);
   return -1;
 }
 
@@ -96,6 +100,12 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   // the first kTeacherInputs values are used.
   torch::NoGradGuard no_grad;
   torch::Tensor x = synthetic_input(g, source, sample_begin, count, seed, step);
+  if (x.scalar_type() == torch::kLong) {  // token indices: the mean of a fixed random vector per token
+    const ir::Input& tokens = g.model().inputs.at(static_cast<size_t>(source));
+    auto tgen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"teacher-tokens", tokens.name}, seed));
+    torch::Tensor table = torch::randn({index_range(g, source), kTeacherTokenDim}, tgen, torch::kFloat32);
+    x = torch::embedding(table, x.reshape({count, -1})).mean(1);
+  }
   if (x.dim() == 3) x = x.mean(1);  // [B, seq, hidden]: per-feature mean over the sequence
   if (x.dim() == 4) x = x.mean({2, 3});  // [B, C, H, W]: per-channel mean
   x = x.reshape({count, -1});

@@ -53,7 +53,7 @@ torch::Tensor run_op(const ir::Graph& g, OpId op, const std::vector<torch::Tenso
                      const std::vector<torch::Tensor>& params, const MicroBatchInfo& info,
                      uint64_t seed);
 
-/// For an i64 graph input: the exclusive upper bound of its values (embedding_bag rows,
+/// For an i64 graph input: the exclusive upper bound of its values (embedding(_bag) rows,
 /// cross_entropy classes); the minimum over its consumers. UserError when nothing bounds it.
 int64_t index_range(const ir::Graph& g, int input_index);
 
@@ -61,11 +61,13 @@ int64_t index_range(const ir::Graph& g, int input_index);
 /// Features: f32 normal(0, 1); i64 (embedding indices) uniform integers in [0, index_range).
 /// Targets (input 1 of a cross_entropy or mse_loss) are a learnable function of the same samples'
 /// features (teacher_source): the argmax class of a fixed random linear map of a summary of them
-/// (sequences averaged over positions, images over space, at most 256 values), or tanh of such a
-/// map (64 values, tiled to the target's size). Each sample depends only on
+/// (sequences averaged over positions, images over space, at most 256 values; token indices are
+/// summarised as the mean of a fixed random 16-value vector per token), or tanh of such a map (64
+/// values, tiled to the target's size). Each sample depends only on
 /// (seed, input, sample index, step), so every partition of the mini-batch sees the same data.
 /// The graph input the synthetic targets are computed from: the first f32 input that is not itself
-/// a target; -1 when there is none (targets are then random).
+/// a target, else the first such i64 input (token indices); -1 when there is none (targets are then
+/// random).
 int teacher_source(const ir::Graph& g);
 
 torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,

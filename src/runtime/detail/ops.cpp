@@ -71,6 +71,13 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
     case ir::OpKind::embedding_bag:
       return {{"weight", dims(ir::attr_int(op, "rows", std::nullopt, where),
                               ir::attr_int(op, "dim", std::nullopt, where))}};
+    case ir::OpKind::embedding: {
+      int64_t dim = ir::attr_int(op, "dim", std::nullopt, where);
+      std::vector<std::pair<std::string, std::vector<int64_t>>> s{
+          {"weight", dims(ir::attr_int(op, "rows", std::nullopt, where), dim)}};
+      if (ir::attr_bool(op, "positions", false, where)) s.push_back({"pos", dims(in_shape(0).at(1), dim)});
+      return s;
+    }
     case ir::OpKind::attention: {
       int64_t h = in_shape(0).back();
       return {{"wq", dims(h, h)}, {"bq", dims(h)}, {"wk", dims(h, h)}, {"bk", dims(h)},
@@ -104,7 +111,8 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
       fan_in = static_cast<double>(shape_of(g, op.inputs[0])[1] * k * k);
       break;
     }
-    case ir::OpKind::embedding_bag: fan_in = static_cast<double>(shape.back()); break;
+    case ir::OpKind::embedding_bag:
+    case ir::OpKind::embedding: fan_in = static_cast<double>(shape.back()); break;
     default: break;
   }
   double bound = 1.0 / std::sqrt(fan_in);
@@ -178,6 +186,10 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       int64_t b = in[0].size(0), bag = in[0].size(1);
       torch::Tensor offsets = torch::arange(0, b * bag, bag, torch::kLong);
       return std::get<0>(torch::embedding_bag(w[0], in[0].reshape({-1}), offsets, false, /*sum*/ 0));
+    }
+    case ir::OpKind::embedding: {
+      torch::Tensor y = torch::embedding(w[0], in[0]);
+      return w.size() > 1 ? y + w[1] : y;  // learned positions: [seq, dim] broadcast over the batch
     }
     case ir::OpKind::attention: return attention(g, op, in[0], w);
     case ir::OpKind::conv2d: {

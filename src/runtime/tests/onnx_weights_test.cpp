@@ -1,5 +1,5 @@
-// Imported ONNX models run with the file's weights: the imported ops (two_branch, the encoders, and an
-// attention block with separate Q/K/V projections), executed in LibTorch from the initializers (importers::load_weights), give PyTorch's own eval-mode output (expected.json
+// Imported ONNX models run with the file's weights: the imported ops (two_branch, the encoders, an
+// attention block with separate Q/K/V projections, token embeddings with learned positions), executed in LibTorch from the initializers (importers::load_weights), give PyTorch's own eval-mode output (expected.json
 // "reference_output", written by export_fixtures.py --reference-outputs from the same committed
 // files); the weights really are the file's (not the seeded ones), in StageModule and in run_single;
 // mismatched initial values are errors naming the parameter.
@@ -35,12 +35,19 @@ std::vector<OpId> all_ops(const ir::Graph& g, bool with_loss) {
   return ops;
 }
 
-/// x[b, i] = sin(0.01 * i + b), i the flat index within sample b (export_fixtures.py reference_input).
-torch::Tensor reference_input(int64_t batch, const ir::Shape& shape) {
+/// x[b, i] = sin(0.01 * i + b), i the flat index within sample b; token ids (index_range > 0):
+/// x[b, i] = (7 * i + 3 * b) mod index_range (export_fixtures.py reference_input).
+torch::Tensor reference_input(int64_t batch, const ir::Shape& shape, int64_t index_range) {
   std::vector<int64_t> sizes{batch};
   sizes.insert(sizes.end(), shape.begin() + 1, shape.end());
   int64_t n = 1;
   for (size_t d = 1; d < sizes.size(); ++d) n *= sizes[d];
+  if (index_range > 0) {
+    torch::Tensor i = torch::arange(n, torch::kLong);
+    std::vector<torch::Tensor> rows;
+    for (int64_t b = 0; b < batch; ++b) rows.push_back(torch::remainder(7 * i + 3 * b, index_range));
+    return torch::stack(rows).reshape(sizes);
+  }
   torch::Tensor i = torch::arange(n, torch::kFloat64);
   std::vector<torch::Tensor> rows;
   for (int64_t b = 0; b < batch; ++b) rows.push_back(torch::sin(0.01 * i + static_cast<double>(b)));
@@ -69,7 +76,9 @@ Compared compare_with_pytorch(const std::string& name) {
   const int64_t batch = ref.at("batch").get<int64_t>();
   torch::NoGradGuard no_grad;
   MicroBatchInfo info{0, batch, batch, 0};
-  torch::Tensor y = m.forward({{"input", reference_input(batch, g.model().inputs.at(0).shape)}}, info).at(pred);
+  const ir::Input& input = g.model().inputs.at(0);
+  const int64_t range = input.dtype == ir::DType::i64 ? index_range(g, 0) : 0;
+  torch::Tensor y = m.forward({{"input", reference_input(batch, input.shape, range)}}, info).at(pred);
   std::vector<float> want = ref.at("values").get<std::vector<float>>();
   EXPECT_EQ(y.sizes().vec(), ref.at("shape").get<std::vector<int64_t>>());
   torch::Tensor e = torch::tensor(want).reshape(y.sizes());
@@ -89,6 +98,8 @@ TEST(OnnxWeights, TwoBranchOutputEqualsPyTorch) { compare_with_pytorch("two_bran
 TEST(OnnxWeights, EncoderOp13OutputEqualsPyTorch) { compare_with_pytorch("encoder_op13"); }
 TEST(OnnxWeights, EncoderOp17OutputEqualsPyTorch) { compare_with_pytorch("encoder_op17"); }
 TEST(OnnxWeights, SeparateQkvAttentionOutputEqualsPyTorch) { compare_with_pytorch("attention_qkv"); }
+// Token ids through nn.Embedding (Gather on a weight) plus a learned [1, seq, dim] positional table.
+TEST(OnnxWeights, TokenEmbeddingEncoderOutputEqualsPyTorch) { compare_with_pytorch("token_encoder"); }
 
 TEST(OnnxWeights, StageModuleStartsFromTheFileNotTheSeed) {
   const std::string path = kDir + "/two_branch.onnx";

@@ -1,5 +1,5 @@
 // Every op kind: forward shape == the IR's inferred shape, backward reaches every parameter; and
-// hand-computed values for linear, attention, embedding_bag and cross_entropy.
+// hand-computed values for linear, attention, embedding_bag, embedding and cross_entropy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,6 +78,21 @@ TEST(Ops, EmbeddingBagSumsRows) {
   torch::Tensor idx = torch::tensor({0, 2, 1, 1}, torch::kLong).view({2, 2});
   torch::Tensor out = m.forward({{"i", idx}}, {0, 2, 2, 0}).at("e");
   EXPECT_TRUE(torch::equal(out, torch::tensor({101.f, 202.f, 20.f, 40.f}).view({2, 2}))) << out;
+}
+
+TEST(Ops, EmbeddingLooksUpRowsAndAddsLearnedPositions) {
+  ir::ModelBuilder b("tok");
+  std::string i = b.input("i", {3}, ir::DType::i64);
+  std::string e = b.op("e", ir::OpKind::embedding, {i}, {{"rows", 3}, {"dim", 2}, {"positions", true}});
+  b.output(b.op("loss", ir::OpKind::mse_loss, {e, b.input("t", {3, 2})}));
+  ir::Graph g = ir::Graph::build(b.build());
+  StageModule m(g, {g.find("e")}, 1);
+  set_params(m, {torch::tensor({1.f, 2.f, 10.f, 20.f, 100.f, 200.f}).view({3, 2}),
+                 torch::tensor({0.f, 0.f, 0.5f, 0.5f, -1.f, -1.f}).view({3, 2})});
+  torch::Tensor idx = torch::tensor({2, 0, 1, 1, 1, 0}, torch::kLong).view({2, 3});
+  torch::Tensor out = m.forward({{"i", idx}}, {0, 2, 2, 0}).at("e");
+  torch::Tensor want = torch::tensor({100.f, 200.f, 1.5f, 2.5f, 9.f, 19.f, 10.f, 20.f, 10.5f, 20.5f, 0.f, 1.f});
+  EXPECT_TRUE(torch::equal(out, want.view({2, 3, 2}))) << out;
 }
 
 TEST(Ops, CrossEntropyIsMeanNegativeLogSoftmax) {

@@ -32,7 +32,10 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
   std::string su = b.op("sum", OpKind::sum, {at}, {{"axis", 2}, {"keepdim", true}});
   std::string sf = b.op("sum_flat", OpKind::flatten, {su});
   std::string em = b.op("emb", OpKind::embedding_bag, {idx}, {{"rows", 10}, {"dim", 16}});
-  std::vector<std::string> feats{rs, me, sf, em};
+  std::string tok = b.input("tok", {6}, ir::DType::i64);
+  std::string te = b.op("tok_emb", OpKind::embedding, {tok}, {{"rows", 7}, {"dim", 16}, {"positions", true}});
+  std::string tm = b.op("tok_mean", OpKind::mean, {te}, {{"axis", 1}});
+  std::vector<std::string> feats{rs, me, sf, em, tm};
   if (with_batchnorm) {
     std::string img = b.input("img", {3, 8, 8});
     std::string cv = b.op("conv", OpKind::conv2d, {img}, {{"out_channels", 4}, {"kernel", 3}, {"padding", 1}});
