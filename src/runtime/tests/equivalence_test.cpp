@@ -164,6 +164,15 @@ TEST(OnnxEquivalence, TransformerEncoderFixtureTrainsPipelinedLikeSingle) {
   check(m, "pipedream", 2, 2);
 }
 
+TEST(OnnxEquivalence, TokenEmbeddingFixtureTrainsPipelinedLikeSingle) {
+  // Token ids -> embedding + learned positions on a stage with two replicas (the table's gradient
+  // is all-reduced), encoder and head on the next: the same losses as one process. SGD: the key
+  // bias's true gradient is zero (softmax ignores it), and Adam would turn its rounding noise into
+  // full-size steps that differ between any two summation orders.
+  std::string spec = fixture("token_encoder.onnx");
+  testing::expect_equivalent(testing::make_plan(spec, 8, {{{"/tok/"}, {0, 1}, 4}, {{}, {2}, 4}}), 3, "sgd", 0.05);
+}
+
 TEST(OnnxEquivalence, ImportedCnnForwardShapesMatchTheIr) {
   // googlenet: ceil_mode pooling, concat branches, batchnorm, dropout (weights seeded: exported
   // without parameters, load_weights gives none). One sample keeps it fast.
