@@ -2,7 +2,9 @@
 // claimed their nodes. Shape-only nodes were folded by the loader and produce nothing here.
 #include "importers/onnx_import.h"
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "importers/onnx_mapper.h"
@@ -339,10 +341,27 @@ bool Mapper::learned_positions(int i, int act) {
   if (op == model.ops.end() || op->kind != ir::OpKind::embedding || op->attrs.contains("positions")) return false;
   const auto &ys = net.shape(e), &ps = net.shape(p);
   if (ys.size() != 3) return false;
-  const std::vector<int64_t> table{ys[1], ys[2]};  // [seq, dim], stored as [seq, dim] or [1, seq, dim]
-  if (ps != table && ps != std::vector<int64_t>{1, ys[1], ys[2]}) return false;
-  op->attrs["positions"] = true;
-  add_param(op->name, "pos", p, table);
+  const int64_t seq = ys[1], dim = ys[2];
+  const TensorInfo& pi = net.at(p);
+  if (pi.producer >= 0 && net.nodes[pi.producer].op_type() == "Gather") {
+    // GPT-2 style: Gather(table [max_len, dim], arange(seq)): the whole table is the parameter.
+    const onnx::NodeProto& g = net.nodes[pi.producer];
+    const TensorInfo& idx = net.at(g.input(1));
+    const auto& ts = net.shape(g.input(0));
+    std::vector<int64_t> arange(static_cast<size_t>(seq));
+    std::iota(arange.begin(), arange.end(), int64_t{0});
+    if (attr_i(g, "axis", 0) != 0 || !net.at(g.input(0)).param || ts.size() != 2 || ts[1] != dim || !idx.ints ||
+        *idx.ints != arange)
+      return false;
+    op->attrs["positions"] = true;
+    if (ts[0] != seq) op->attrs["position_rows"] = ts[0];
+    add_param(op->name, "pos", g.input(0), {ts[0], dim});
+  } else {
+    // A parameter [seq, dim] or [1, seq, dim] added to the token embedding.
+    if (ps != std::vector<int64_t>{seq, dim} && ps != std::vector<int64_t>{1, seq, dim}) return false;
+    op->attrs["positions"] = true;
+    add_param(op->name, "pos", p, {seq, dim});
+  }
   alias[n.output(0)] = e;
   return true;
 }

@@ -242,6 +242,16 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
     }
     const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
     vshape = sa.size() >= sb.size() ? sa : sb;
+  } else if (op == "Range") {  // torch.arange(seq) for position ids
+    const auto *st = ints_of(0), *lim = ints_of(1), *dt = ints_of(2);
+    if (!st || !lim || !dt || st->size() != 1 || lim->size() != 1 || dt->size() != 1 || (*dt)[0] == 0) return false;
+    const int64_t s = (*st)[0], l = (*lim)[0], d = (*dt)[0];
+    if (std::abs(s) > (int64_t{1} << 40) || std::abs(l) > (int64_t{1} << 40) || std::abs(d) > (int64_t{1} << 40))
+      return false;
+    const int64_t count = std::max<int64_t>((l - s + d + (d > 0 ? -1 : 1)) / d, 0);
+    if (count > (int64_t{1} << 20)) return false;  // not a shape computation; leave it to the mapper
+    for (int64_t i = 0; i < count; ++i) vals.push_back(s + i * d);
+    vshape = {count};
   } else if (op == "Slice") {
     const auto *d = ints_of(0), *st = ints_of(1), *en = ints_of(2);
     if (!d || !st || !en || st->size() != 1 || en->size() != 1) return false;

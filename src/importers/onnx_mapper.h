@@ -47,8 +47,9 @@ struct Mapper {
   void match_patterns(std::vector<bool>& claimed);
   void map_node(int i);
   void map_slice(int i);
-  /// Add(token embedding, parameter [1, seq, dim] or [seq, dim]) at node i (input `act` the
-  /// embedding): learned positions, folded into the embedding op. False when it is not that.
+  /// Add(token embedding, P) at node i (input `act` the embedding) with P a parameter [1, seq, dim]
+  /// or [seq, dim], or Gather(table [max_len, dim], arange(seq)): learned positions, folded into
+  /// the embedding op (`pos` parameter). False when it is not that.
   bool learned_positions(int i, int act);
   ir::Model finish();
 };

@@ -108,7 +108,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       c.input_bytes += tokens * static_cast<double>(dim) * eb;  // gathered rows
       c.saved_bytes = in0_bytes;                                 // the indices
       if (attr_bool(op, "positions", false, where)) {
-        c.params += in[0][1] * dim;
+        c.params += attr_int(op, "position_rows", in[0][1], where) * dim;
         c.fwd_flops += out_elems;
         c.bwd_flops += out_elems;
       }

@@ -39,8 +39,9 @@ enum class OpKind {
   dropout,        // attrs: p (default 0.1); identity at p = 0
   embedding_bag,  // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
   embedding,      // x: i64 indices [B, ...] in [0, rows); y [B, ..., dim] = the rows (a lookup table,
-                  // nn.Embedding). attrs: rows, dim, positions (default false: true adds a learned
-                  // [seq, dim] table to every sample; x must be [B, seq])
+                  // nn.Embedding). attrs: rows, dim, positions (default false: true adds rows
+                  // [0, seq) of a learned [position_rows, dim] table to every sample; x must be
+                  // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
   attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
                   // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
   conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true)

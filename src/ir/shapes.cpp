@@ -180,8 +180,15 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
       positive("rows", std::nullopt);
       Shape out = in[0];
       out.push_back(positive("dim", std::nullopt));
-      if (attr_bool(op, "positions", false, where) && in[0].size() != 2)
-        fail(op, where, fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(in[0])));
+      if (attr_bool(op, "positions", false, where)) {
+        if (in[0].size() != 2)
+          fail(op, where, fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(in[0])));
+        if (attr_int(op, "position_rows", in[0][1], where) < in[0][1])
+          fail(op, where, fmt::format("attrs.position_rows = {} is less than the sequence length {}",
+                                      attr_int(op, "position_rows", in[0][1], where), in[0][1]));
+      } else if (op.attrs.contains("position_rows")) {
+        fail(op, where, "attrs.position_rows without attrs.positions");
+      }
       return out;
     }
     case OpKind::attention: {

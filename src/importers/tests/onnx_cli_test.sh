@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-for spec in resnet18:11689512 googlenet:6624904 two_branch:17322 encoder_op13:67594 encoder_op17:67594 token_encoder:10693; do
+for spec in resnet18:11689512 googlenet:6624904 two_branch:17322 encoder_op13:67594 encoder_op17:67594 token_encoder:10693 token_posemb:3235; do
   name=${spec%%:*}
   params=${spec#*:}
   "$GP" model info --model "$FX/$name.onnx" --json >"$tmp/info.json" 2>"$tmp/err" ||
@@ -32,7 +32,7 @@ grep -q "cut.onnx: corrupt or truncated ONNX file" "$tmp/err" || fail "truncated
 # Subcommands present in this build (an unknown one would just print the root help and exit 0).
 has() { "$GP" --help 2>/dev/null | grep -q "^  $1 "; }
 if has plan; then
-  for name in resnet18 googlenet two_branch encoder_op13 encoder_op17 token_encoder; do
+  for name in resnet18 googlenet two_branch encoder_op13 encoder_op17 token_encoder token_posemb; do
     for n in 4 8; do
       "$GP" plan --model "$FX/$name.onnx" --cluster dgx-a100 --devices $n --batch 64 --out "$tmp/p.json" \
         >"$tmp/out" 2>"$tmp/err" || fail "plan $name at $n devices exited $?: $(cat "$tmp/err")"

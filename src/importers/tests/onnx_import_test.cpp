@@ -182,6 +182,22 @@ TEST(OnnxImport, TokenEmbeddingWithLearnedPositions) {
   EXPECT_EQ(g.succs(g.find("/tok/Gather")).size(), 2u);  // attention and the residual add
 }
 
+// GPT-2 style positions: nn.Embedding(20, 16) of arange(seq = 10) (Shape -> Gather -> Range folded);
+// the whole 20-row table is the parameter, so the count equals PyTorch's.
+TEST(OnnxImport, TokenEmbeddingWithPositionEmbeddingOfArange) {
+  Json e = expected().at("token_posemb");
+  EXPECT_EQ(onnx_count(e, "Range"), 1);
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/token_posemb.onnx"), "token_posemb");
+  check_common("token_posemb", g, e);
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["embedding"], 1);
+  EXPECT_EQ(c["add"], 2);
+  const ir::Op& emb = g.op(g.find("/tok/Gather"));
+  EXPECT_EQ(emb.attrs.at("positions"), true);
+  EXPECT_EQ(emb.attrs.at("position_rows"), 20);
+  EXPECT_EQ(g.costs(g.find("/tok/Gather")).params, 40 * 16 + 20 * 16);
+}
+
 TEST(OnnxImport, ResolveUsesTheImporter) {
   ir::Graph g = load_graph(kDir + "/two_branch.onnx");
   EXPECT_EQ(g.name(), "two_branch");

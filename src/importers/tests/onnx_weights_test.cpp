@@ -59,7 +59,8 @@ std::map<std::string, std::vector<int64_t>> ir_params(const ir::Graph& g) {
       case ir::OpKind::embedding: {
         int64_t d = ir::attr_int(op, "dim", std::nullopt, "t");
         add("weight", {ir::attr_int(op, "rows", std::nullopt, "t"), d});
-        if (ir::attr_bool(op, "positions", false, "t")) add("pos", {x.at(1), d});
+        if (ir::attr_bool(op, "positions", false, "t"))
+          add("pos", {ir::attr_int(op, "position_rows", x.at(1), "t"), d});
         break;
       }
       case ir::OpKind::attention: {
@@ -109,6 +110,7 @@ TEST(OnnxWeights, EncoderOp13OneEntryPerParameter) { check_one_entry_per_param("
 TEST(OnnxWeights, EncoderOp17OneEntryPerParameter) { check_one_entry_per_param("encoder_op17"); }
 TEST(OnnxWeights, SeparateQkvOneEntryPerParameter) { check_one_entry_per_param("attention_qkv"); }
 TEST(OnnxWeights, TokenEncoderOneEntryPerParameter) { check_one_entry_per_param("token_encoder"); }
+TEST(OnnxWeights, TokenPositionEmbeddingOneEntryPerParameter) { check_one_entry_per_param("token_posemb"); }
 
 // Three [h, h] input projections (not torch's packed in_proj): Q, K and V told apart by data flow.
 TEST(OnnxWeights, SeparateQkvProjectionsByDataFlow) {

@@ -100,6 +100,14 @@ TEST(IrTest, EmbeddingRejectsFloatIndicesAndPositionsOnRank3) {
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), HasSubstr("attrs.positions needs [B, seq] indices, found [B, 2, 3]"));
   }
+  ModelBuilder d("short_table");
+  d.input("ids", {8}, DType::i64);
+  try {
+    d.op("emb", OpKind::embedding, {"ids"}, {{"rows", 5}, {"dim", 4}, {"positions", true}, {"position_rows", 6}});
+    ADD_FAILURE() << "a 6-row position table for 8 positions was accepted";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("attrs.position_rows = 6 is less than the sequence length 8"));
+  }
 }
 
 TEST(IrTest, TopologicalOrderAndEdges) {

@@ -75,7 +75,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
       int64_t dim = ir::attr_int(op, "dim", std::nullopt, where);
       std::vector<std::pair<std::string, std::vector<int64_t>>> s{
           {"weight", dims(ir::attr_int(op, "rows", std::nullopt, where), dim)}};
-      if (ir::attr_bool(op, "positions", false, where)) s.push_back({"pos", dims(in_shape(0).at(1), dim)});
+      if (ir::attr_bool(op, "positions", false, where))
+        s.push_back({"pos", dims(ir::attr_int(op, "position_rows", in_shape(0).at(1), where), dim)});
       return s;
     }
     case ir::OpKind::attention: {
@@ -189,7 +190,8 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     }
     case ir::OpKind::embedding: {
       torch::Tensor y = torch::embedding(w[0], in[0]);
-      return w.size() > 1 ? y + w[1] : y;  // learned positions: [seq, dim] broadcast over the batch
+      if (w.size() == 1) return y;
+      return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch
     }
     case ir::OpKind::attention: return attention(g, op, in[0], w);
     case ir::OpKind::conv2d: {

@@ -100,6 +100,8 @@ TEST(OnnxWeights, EncoderOp17OutputEqualsPyTorch) { compare_with_pytorch("encode
 TEST(OnnxWeights, SeparateQkvAttentionOutputEqualsPyTorch) { compare_with_pytorch("attention_qkv"); }
 // Token ids through nn.Embedding (Gather on a weight) plus a learned [1, seq, dim] positional table.
 TEST(OnnxWeights, TokenEmbeddingEncoderOutputEqualsPyTorch) { compare_with_pytorch("token_encoder"); }
+// GPT-2 style: nn.Embedding(20, d) of arange(10) as the positions (rows 0..9 of a 20-row table).
+TEST(OnnxWeights, TokenPositionEmbeddingOutputEqualsPyTorch) { compare_with_pytorch("token_posemb"); }
 
 TEST(OnnxWeights, StageModuleStartsFromTheFileNotTheSeed) {
   const std::string path = kDir + "/two_branch.onnx";
