@@ -30,6 +30,8 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--timeout", o.timeout_s, "Seconds a worker waits for a peer before giving up")->capture_default_str();
   c->add_option("--schedule", o.schedule, "1f1b | gpipe")->capture_default_str();
   c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
+  c->add_flag("--seeded-weights", o.seeded_weights,
+              "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");
 }
 
 /// Exits with a worker's non-zero code without running static destructors under live threads.

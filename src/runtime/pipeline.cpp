@@ -40,7 +40,9 @@ PreparedRun prepare_run(const TrainOptions& opt) {
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   GP_CHECK(opt.timeout_s > 0, "--timeout must be > 0, found {}", opt.timeout_s);
   GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
-  return prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
+  PreparedRun run = prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
+  if (opt.seeded_weights) run.weights.clear();
+  return run;
 }
 
 RankRole role_of_rank(const plan::Plan& p, int rank) {

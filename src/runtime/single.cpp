@@ -25,6 +25,7 @@ int run_single(const TrainOptions& opt) {
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
   importers::ParamValues weights;
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
+  if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
   std::vector<OpId> all;
   for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));

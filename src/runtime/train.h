@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string schedule = "1f1b";
   int threads = 1;
   bool single = false;
+  bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded
 };
 
 /// The single-process reference: the whole model as one stage, one micro-batch = the mini-batch.

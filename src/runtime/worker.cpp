@@ -138,6 +138,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   opt("--checkpoint-dir", o.checkpoint_dir);
   if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
   if (o.resume) a.push_back("--resume");
+  if (o.seeded_weights) a.push_back("--seeded-weights");
   return a;
 }
 

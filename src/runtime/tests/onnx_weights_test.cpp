@@ -148,6 +148,13 @@ TEST(OnnxWeights, RunSingleTrainsFromTheFileWeights) {
   double from_file = loss_of(importers::load_weights(path)), seeded = loss_of({});
   EXPECT_NEAR(logged, from_file, 1e-6 * std::abs(from_file));
   EXPECT_GT(std::abs(logged - seeded), 1e-3) << "run_single used seeded weights";
+  // --seeded-weights: the file's values are ignored.
+  o.seeded_weights = true;
+  ASSERT_EQ(run_single(o), 0);
+  std::ifstream in2(log);
+  ASSERT_TRUE(std::getline(in2, line));
+  fs::remove(log);
+  EXPECT_NEAR(Json::parse(line).at("loss").get<double>(), seeded, 1e-6 * std::abs(seeded));
 }
 
 TEST(OnnxWeights, MismatchedInitialValuesNameTheParameter) {
