@@ -37,6 +37,7 @@ struct Net {
   std::vector<std::string> data_inputs;  // graph inputs that are data (not parameters)
   std::vector<std::string> outputs;      // graph outputs
   std::vector<bool> folded;              // per node: computes shapes/constants only, no IR op
+  std::vector<bool> has_schema;          // per node: libonnx knows the operator (else shapes past it are unknown)
   // Initializers and Constant-node values by tensor name, full size; filled only when load_net is
   // asked to keep them (import_onnx_weights), never for planning.
   std::unordered_map<std::string, onnx::TensorProto> values;

@@ -434,9 +434,20 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
     m.used_names.insert(in);
   }
   std::vector<bool> claimed = net.folded;
-  m.match_patterns(claimed);
+  bool unknown = false;  // operators ONNX itself does not define: listed, never mapped
   for (size_t i = 0; i < net.nodes.size(); ++i)
-    if (!claimed[i]) m.map_node(static_cast<int>(i));
+    if (!net.has_schema[i]) {
+      m.unsupported_ops[net.nodes[i].op_type()] += 1;
+      claimed[i] = unknown = true;
+    }
+  try {
+    m.match_patterns(claimed);
+    for (size_t i = 0; i < net.nodes.size(); ++i)
+      if (!claimed[i]) m.map_node(static_cast<int>(i));
+  } catch (const UserError&) {
+    // Shapes past an unknown operator may be missing; finish() names the operators, the real cause.
+    if (!unknown) throw;
+  }
   ir::Model model = m.finish();
   if (sources) *sources = std::move(m.param_sources);
   return model;

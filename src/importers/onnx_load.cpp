@@ -4,6 +4,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -468,13 +469,25 @@ Net load_net(const std::string& path, bool keep_values) {
   g.clear_value_info();
   for (auto& o : *g.mutable_output()) o.mutable_type()->mutable_tensor_type()->clear_shape();
   std::vector<bool> materialized(net.nodes.size(), false);
+  // Data propagation only while every operator has a schema: libonnx 1.12 dereferences a null type
+  // when it propagates data (e.g. through Shape) from the output of an operator it does not know (a
+  // SEGV, found by fuzz_onnx: one op_type renamed to "Tranzpose"). Such a model cannot be imported
+  // anyway; without propagation inference still runs and the mapper lists the unknown operators.
+  net.has_schema.assign(net.nodes.size(), true);
+  for (size_t i = 0; i < net.nodes.size(); ++i) {
+    const auto& n = net.nodes[i];
+    const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    net.has_schema[i] =
+        onnx::OpSchemaRegistry::Schema(n.op_type(), onnx_domain ? net.opset : INT_MAX, n.domain()) != nullptr;
+  }
+  const bool all_known = std::find(net.has_schema.begin(), net.has_schema.end(), false) == net.has_schema.end();
   for (int round = 0;; ++round) {
     g.clear_node();
     for (size_t i = 0; i < net.nodes.size(); ++i)
       if (!materialized[i]) *g.add_node() = net.nodes[i];
     try {
       onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions(false, 1, true));
+                                         onnx::ShapeInferenceOptions(false, 1, all_known));
     } catch (const std::exception& e) {
       std::string msg = e.what();
       throw UserError(fmt::format("{}: ONNX shape inference failed: {}", path, msg.substr(0, msg.find('\n'))));

@@ -316,6 +316,27 @@ TEST(OnnxImportFuzzRegression, ZeroStrideOrGroupIsAUserErrorNotACrash) {
   }
 }
 
+// The third fuzz_onnx finding (session 3, on token_posemb.onnx): an operator ONNX does not define
+// ("Tranzpose", one letter changed) whose output feeds Shape made libonnx 1.12's data propagation
+// dereference a null type (SEGV). Data propagation now runs only when every operator is known, and
+// the import names the unknown operator.
+TEST(OnnxImportFuzzRegression, UnknownOperatorFeedingShapeIsListedNotACrash) {
+  onnx::ModelProto m = fx::load_proto(fx::kDir + "/token_posemb.onnx");
+  onnx::NodeProto* node = nullptr;
+  for (auto& n : *m.mutable_graph()->mutable_node())
+    if (n.name() == "/encoder/layers.0/self_attn/Transpose") node = &n;
+  ASSERT_NE(node, nullptr);
+  node->set_op_type("Tranzpose");
+  std::string path = fx::save_temp(m, "tranzpose");
+  try {
+    gp::importers::import_onnx(path);
+    FAIL() << "expected a UserError";
+  } catch (const gp::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot import the ONNX model (nothing was imported): unsupported "
+                                           "operators: Tranzpose x1");
+  }
+}
+
 // The second fuzz_onnx finding: a Conv without kernel_shape whose input rank (2) differs from its
 // weight's (4) made libonnx's shape inference read past its arrays (SEGV). The importer now gives
 // such a Conv kernel_shape from the weight, so ONNX's own rank check fails cleanly.
