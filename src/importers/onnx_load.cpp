@@ -72,11 +72,18 @@ bool plausible_model_header(const std::string& bytes) {
   return false;
 }
 
-// Values of a TensorProto (up to kMaxValues elements).
-void read_values(const onnx::TensorProto& tp, TensorInfo& ti) {
+// Values of a TensorProto (up to kMaxValues elements). Dims must be non-negative with a product
+// below 2^40 (fuzz_onnx: a corrupted initializer's dims overflowed the product).
+void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInfo& ti) {
   ti.value_shape.assign(tp.dims().begin(), tp.dims().end());
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
   int64_t n = 1;
-  for (int64_t d : ti.value_shape) n *= d;
+  for (int64_t d : ti.value_shape) {
+    GP_CHECK(d >= 0 && (d == 0 || n <= kMaxElems / d), "{}: corrupt ONNX file ({} has dims [{}])", path,
+             tp.name().empty() ? "an unnamed tensor" : fmt::format("tensor \"{}\"", tp.name()),
+             fmt::join(ti.value_shape, ", "));
+    n *= d;
+  }
   ti.shape = ti.value_shape;
   ti.elem_type = tp.data_type();
   if (n > kMaxValues || tp.data_location() == onnx::TensorProto::EXTERNAL) return;
@@ -323,7 +330,7 @@ Net load_net(const std::string& path, bool keep_values) {
     sources.insert(init.name());
     initializers.insert(init.name());
     TensorInfo& ti = net.t[init.name()];
-    read_values(init, ti);
+    read_values(path, init, ti);
     ti.param = true;
   }
   for (const auto& in : g.input()) sources.insert(in.name());
@@ -390,7 +397,7 @@ Net load_net(const std::string& path, bool keep_values) {
       throw UserError(fmt::format("{}: Constant node {} has no supported value attribute", path, node_label(n)));
     }
     tp.set_name(n.output(0));
-    read_values(tp, net.t[n.output(0)]);
+    read_values(path, tp, net.t[n.output(0)]);
     if (keep_values) net.values[tp.name()] = tp;
     *g.add_initializer() = tp;
   }

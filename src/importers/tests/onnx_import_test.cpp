@@ -337,6 +337,24 @@ TEST(OnnxImportFuzzRegression, UnknownOperatorFeedingShapeIsListedNotACrash) {
   }
 }
 
+// The fourth (session 3): an initializer whose dims multiply past int64 (signed overflow, UBSan).
+TEST(OnnxImportFuzzRegression, InitializerDimsOverflowingIsACorruptFile) {
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{1 << 20, 1 << 20, 1 << 20, 1 << 20}, {4, -1}}) {
+    onnx::ModelProto m = fx::load_proto(fx::kDir + "/two_branch.onnx");
+    auto* init = m.mutable_graph()->mutable_initializer(0);
+    init->clear_dims();
+    for (int64_t d : dims) init->add_dims(d);
+    std::string path = fx::save_temp(m, "huge_dims");
+    try {
+      gp::importers::import_onnx(path);
+      ADD_FAILURE() << "expected a UserError";
+    } catch (const gp::UserError& e) {
+      EXPECT_EQ(std::string(e.what()), fmt::format("{}: corrupt ONNX file (tensor \"{}\" has dims [{}])", path,
+                                                   init->name(), fmt::join(dims, ", ")));
+    }
+  }
+}
+
 // The second fuzz_onnx finding: a Conv without kernel_shape whose input rank (2) differs from its
 // weight's (4) made libonnx's shape inference read past its arrays (SEGV). The importer now gives
 // such a Conv kernel_shape from the weight, so ONNX's own rank check fails cleanly.
