@@ -16,13 +16,14 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     c.input_bytes += static_cast<double>(per_sample_elems(in[i]) * dtype_bytes(in_dt[i]));
   c.output_bytes = out_elems * eb;
   const double in0_bytes = in.empty() ? 0.0 : in_elems0 * static_cast<double>(dtype_bytes(in_dt[0]));
-  int64_t table_params = 0;  // embedding tables: read per gathered row (input_bytes), not per call
+  // Parameter counts in double (attributes and dims can be up to 2^40 each; products checked below).
+  double params = 0, table_params = 0;  // tables: read per gathered row (input_bytes), not per call
 
   switch (op.kind) {
     case OpKind::linear: {
       double k = static_cast<double>(in[0].back()), n = static_cast<double>(op.output_shape.back());
       double rows = in_elems0 / k;
-      c.params = static_cast<int64_t>(k * n) + (attr_bool(op, "bias", true, where) ? static_cast<int64_t>(n) : 0);
+      params = k * n + (attr_bool(op, "bias", true, where) ? n : 0);
       c.fwd_flops = 2 * rows * k * n;
       c.bwd_flops = 2 * c.fwd_flops;
       c.saved_bytes = in0_bytes;
@@ -76,7 +77,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       break;
     case OpKind::layernorm: {
       double h = static_cast<double>(in[0].back());
-      c.params = 2 * in[0].back();
+      params = 2 * h;
       c.fwd_flops = 8 * out_elems;
       c.bwd_flops = 14 * out_elems;
       c.saved_bytes = in0_bytes + 2 * (out_elems / h) * 4;  // input + mean and rstd per row
@@ -89,8 +90,9 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       break;
     case OpKind::embedding_bag: {
       double bag = static_cast<double>(in[0][1]);
-      int64_t rows = attr_int(op, "rows", std::nullopt, where), dim = op.output_shape[1];
-      c.params = table_params = rows * dim;
+      double rows = static_cast<double>(attr_int(op, "rows", std::nullopt, where));
+      double dim = static_cast<double>(op.output_shape[1]);
+      params = table_params = rows * dim;
       c.fwd_flops = bag * static_cast<double>(dim);
       c.bwd_flops = bag * static_cast<double>(dim);
       c.input_bytes += bag * static_cast<double>(dim) * eb;  // gathered rows
@@ -101,14 +103,15 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       // A lookup: each index copies one row (forward) and adds into one gradient row (backward);
       // learned positions add a [seq, dim] table to every sample and sum its gradient over the batch.
       const double tokens = in_elems0;
-      const int64_t rows = attr_int(op, "rows", std::nullopt, where), dim = op.output_shape.back();
-      c.params = table_params = rows * dim;
+      const double rows = static_cast<double>(attr_int(op, "rows", std::nullopt, where));
+      const double dim = static_cast<double>(op.output_shape.back());
+      params = table_params = rows * dim;
       c.fwd_flops = out_elems;
       c.bwd_flops = out_elems;
       c.input_bytes += tokens * static_cast<double>(dim) * eb;  // gathered rows
       c.saved_bytes = in0_bytes;                                 // the indices
       if (attr_bool(op, "positions", false, where)) {
-        c.params += attr_int(op, "position_rows", in[0][1], where) * dim;
+        params += static_cast<double>(attr_int(op, "position_rows", in[0][1], where)) * dim;
         c.fwd_flops += out_elems;
         c.bwd_flops += out_elems;
       }
@@ -119,7 +122,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       // projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
       double s = static_cast<double>(in[0][1]), h = static_cast<double>(in[0][2]);
       double heads = static_cast<double>(attr_int(op, "heads", std::nullopt, where));
-      c.params = 4 * in[0][2] * in[0][2] + 4 * in[0][2];
+      params = 4 * h * h + 4 * h;
       c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
       c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
       c.saved_bytes = (5 * s * h + heads * s * s) * eb;
@@ -127,14 +130,15 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     }
     case OpKind::conv2d: {
       int64_t ci = in[0][1], co = op.output_shape[1], k = attr_int(op, "kernel", std::nullopt, where);
-      c.params = co * ci * k * k + (attr_bool(op, "bias", true, where) ? co : 0);
-      c.fwd_flops = 2 * out_elems * static_cast<double>(ci * k * k);
+      params = static_cast<double>(co) * static_cast<double>(ci) * static_cast<double>(k) * static_cast<double>(k) +
+               (attr_bool(op, "bias", true, where) ? static_cast<double>(co) : 0.0);
+      c.fwd_flops = 2 * out_elems * static_cast<double>(ci) * static_cast<double>(k) * static_cast<double>(k);
       c.bwd_flops = 2 * c.fwd_flops;
       c.saved_bytes = in0_bytes;
       break;
     }
     case OpKind::batchnorm:
-      c.params = 2 * in[0][1];
+      params = 2 * static_cast<double>(in[0][1]);
       c.fwd_flops = 8 * out_elems;
       c.bwd_flops = 14 * out_elems;
       c.saved_bytes = in0_bytes;
@@ -164,8 +168,12 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       c.saved_bytes = in0_bytes;
       break;
   }
+  if (params > kMaxParamsPerOp)
+    throw UserError(fmt::format("{}: op \"{}\" ({}) has {:.4g} parameters, more than 2^44", where, op.name,
+                                to_string(op.kind), params));
+  c.params = static_cast<int64_t>(params);
   c.param_bytes = c.params * dtype_bytes(op.dtype);
-  c.weight_read_bytes = (c.params - table_params) * dtype_bytes(op.dtype);
+  c.weight_read_bytes = (c.params - static_cast<int64_t>(table_params)) * dtype_bytes(op.dtype);
   return c;
 }
 

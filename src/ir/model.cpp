@@ -9,6 +9,14 @@ namespace gp::ir {
 
 namespace {
 
+/// Per-sample elements (computed in double, so never wrapped) at most kMaxExtent.
+bool within_limits(const Shape& s) {
+  double n = 1;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!(i == 0 && s[i] == kBatch)) n *= static_cast<double>(s[i]);
+  return n <= static_cast<double>(kMaxExtent);
+}
+
 // Kahn's algorithm over op indices, smallest index first (keeps a file's order when it is already
 // topological). Returns the order; ops left out are on or behind a cycle.
 std::vector<int> kahn(const std::vector<std::vector<int>>& op_preds) {
@@ -69,6 +77,8 @@ std::vector<int> validate(const Model& m, const std::string& where) {
     for (size_t d = 1; d < in.shape.size(); ++d)
       GP_CHECK(in.shape[d] > 0, "{}: input \"{}\": shape {} has a non-positive dimension", where, in.name,
                shape_str(in.shape));
+    GP_CHECK(within_limits(in.shape), "{}: input \"{}\": shape {} has more than 2^40 elements per sample", where,
+             in.name, shape_str(in.shape));
   }
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const std::string& name = m.ops[i].name;
@@ -123,6 +133,8 @@ std::vector<int> validate(const Model& m, const std::string& where) {
     }
     GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
     Shape inferred = infer_shape(op, shapes, where);
+    GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample",
+             where, op.name, to_string(op.kind), shape_str(inferred));
     GP_CHECK(inferred == op.output_shape, "{}: op \"{}\" ({}): shape mismatch: declared output shape {} but its inputs give {}",
              where, op.name, to_string(op.kind), shape_str(op.output_shape), shape_str(inferred));
   }

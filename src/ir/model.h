@@ -16,6 +16,11 @@ namespace gp::ir {
 /// A tensor without a batch dimension (the reduced loss) has shape {} (a scalar).
 using Shape = std::vector<int64_t>;
 inline constexpr int64_t kBatch = -1;
+/// Sanity limits that keep every size computation inside int64: a dimension or size attribute is
+/// at most kMaxExtent, a tensor at most kMaxExtent elements per sample, an op at most
+/// kMaxParamsPerOp parameters. Larger values are reported as errors, never wrapped around.
+inline constexpr int64_t kMaxExtent = int64_t{1} << 40;
+inline constexpr double kMaxParamsPerOp = 17592186044416.0;  // 2^44
 
 enum class DType { f32, f16, bf16, i64 };
 int64_t dtype_bytes(DType t);

@@ -90,6 +90,7 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
   auto positive = [&](const char* key, std::optional<int64_t> dflt) {
     int64_t v = attr_int(op, key, dflt, where);
     if (v <= 0) fail(op, where, fmt::format("attrs.{} must be positive, found {}", key, v));
+    if (v > kMaxExtent) fail(op, where, fmt::format("attrs.{} = {} is larger than 2^40", key, v));
     return v;
   };
   for (size_t i = 0; i < in.size(); ++i)
@@ -204,8 +205,9 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
       need_rank(0, 4, 4);
       int64_t co = positive("out_channels", std::nullopt), k = positive("kernel", std::nullopt);
       int64_t s = positive("stride", 1), p = attr_int(op, "padding", 0, where);
+      if (p < 0 || p > kMaxExtent) fail(op, where, fmt::format("attrs.padding = {} is not in [0, 2^40]", p));
       int64_t h = (in[0][2] + 2 * p - k) / s + 1, w = (in[0][3] + 2 * p - k) / s + 1;
-      if (p < 0 || h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
+      if (h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
       return Shape{kBatch, co, h, w};
     }
     case OpKind::batchnorm:
@@ -242,10 +244,15 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
     case OpKind::reshape: {
       need_inputs(1, 1);
       Shape out{kBatch};
+      double elems = 1;
       for (int64_t d : attr_ints(op, "shape", where)) {
-        if (d <= 0) fail(op, where, fmt::format("attrs.shape has non-positive dimension {}", d));
+        if (d <= 0 || d > kMaxExtent)
+          fail(op, where, fmt::format("attrs.shape has dimension {}, not in [1, 2^40]", d));
         out.push_back(d);
+        elems *= static_cast<double>(d);
       }
+      if (elems > static_cast<double>(kMaxExtent))  // before per_sample_elems, which would wrap
+        fail(op, where, fmt::format("attrs.shape {} has more than 2^40 elements per sample", shape_str(out)));
       if (per_sample_elems(out) != per_sample_elems(in[0]))
         fail(op, where, fmt::format("shape mismatch: cannot reshape {} to {}", shape_str(in[0]), shape_str(out)));
       return out;

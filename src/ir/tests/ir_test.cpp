@@ -110,6 +110,43 @@ TEST(IrTest, EmbeddingRejectsFloatIndicesAndPositionsOnRank3) {
   }
 }
 
+// Sizes that would wrap int64 are errors (session 3: an embedding with 2^62 rows reported 0
+// parameters; a linear of two 2^40 extents would overflow the count).
+TEST(IrTest, SizesBeyondTheLimitsAreErrorsNotWrapped) {
+  auto error_building = [](auto&& build) -> std::string {
+    try {
+      build();
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_THAT(error_building([] {
+                ModelBuilder b("big");
+                b.input("ids", {4}, DType::i64);
+                b.op("e", OpKind::embedding, {"ids"}, {{"rows", int64_t{1} << 62}, {"dim", 4}});
+              }),
+              HasSubstr("attrs.rows = 4611686018427387904 is larger than 2^40"));
+  EXPECT_THAT(error_building([] {
+                ModelBuilder b("wide");  // costs (and parameter counts) are derived by Graph::build
+                b.input("x", {int64_t{1} << 30});
+                b.input("t", {int64_t{1} << 30});
+                b.output(b.op("loss", OpKind::mse_loss, {b.linear("fc", "x", int64_t{1} << 30), "t"}));
+                Graph::build(b.build());
+              }),
+              HasSubstr("has 1.153e+18 parameters, more than 2^44"));
+  EXPECT_THAT(error_building([] {
+                ModelBuilder b("reshape");
+                b.input("x", {4});
+                b.op("r", OpKind::reshape, {"x"}, {{"shape", {int64_t{1} << 20, int64_t{1} << 41}}});
+              }),
+              HasSubstr("attrs.shape has dimension 2199023255552, not in [1, 2^40]"));
+  Model m;
+  m.name = "input";
+  m.inputs.push_back(Input{"x", {kBatch, int64_t{1} << 30, int64_t{1} << 30}});
+  EXPECT_THAT(error_of(m), HasSubstr("input \"x\": shape [B, 1073741824, 1073741824] has more than 2^40 elements"));
+}
+
 TEST(IrTest, TopologicalOrderAndEdges) {
   Model m = tiny();
   std::swap(m.ops[0], m.ops[2]);  // fc2 before fc1 in the file
