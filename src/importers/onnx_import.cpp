@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "importers/onnx_mapper.h"
@@ -348,10 +347,14 @@ bool Mapper::learned_positions(int i, int act) {
     const onnx::NodeProto& g = net.nodes[pi.producer];
     const TensorInfo& idx = net.at(g.input(1));
     const auto& ts = net.shape(g.input(0));
-    std::vector<int64_t> arange(static_cast<size_t>(seq));
-    std::iota(arange.begin(), arange.end(), int64_t{0});
+    auto is_arange = [&](const std::vector<int64_t>& v) {
+      if (static_cast<int64_t>(v.size()) != seq) return false;
+      for (size_t k = 0; k < v.size(); ++k)
+        if (v[k] != static_cast<int64_t>(k)) return false;
+      return true;
+    };
     if (attr_i(g, "axis", 0) != 0 || !net.at(g.input(0)).param || ts.size() != 2 || ts[1] != dim || !idx.ints ||
-        *idx.ints != arange)
+        !is_arange(*idx.ints))
       return false;
     op->attrs["positions"] = true;
     if (ts[0] != seq) op->attrs["position_rows"] = ts[0];

@@ -76,10 +76,9 @@ bool plausible_model_header(const std::string& bytes) {
 // below 2^40 (fuzz_onnx: a corrupted initializer's dims overflowed the product).
 void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInfo& ti) {
   ti.value_shape.assign(tp.dims().begin(), tp.dims().end());
-  constexpr int64_t kMaxElems = int64_t{1} << 40;
   int64_t n = 1;
   for (int64_t d : ti.value_shape) {
-    GP_CHECK(d >= 0 && (d == 0 || n <= kMaxElems / d), "{}: corrupt ONNX file ({} has dims [{}])", path,
+    GP_CHECK(d >= 0 && (d == 0 || n <= ir::kMaxExtent / d), "{}: corrupt ONNX file ({} has dims [{}])", path,
              tp.name().empty() ? "an unnamed tensor" : fmt::format("tensor \"{}\"", tp.name()),
              fmt::join(ti.value_shape, ", "));
     n *= d;
@@ -254,8 +253,7 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
     const auto *st = ints_of(0), *lim = ints_of(1), *dt = ints_of(2);
     if (!st || !lim || !dt || st->size() != 1 || lim->size() != 1 || dt->size() != 1 || (*dt)[0] == 0) return false;
     const int64_t s = (*st)[0], l = (*lim)[0], d = (*dt)[0];
-    if (std::abs(s) > (int64_t{1} << 40) || std::abs(l) > (int64_t{1} << 40) || std::abs(d) > (int64_t{1} << 40))
-      return false;
+    if (std::abs(s) > ir::kMaxExtent || std::abs(l) > ir::kMaxExtent || std::abs(d) > ir::kMaxExtent) return false;
     const int64_t count = std::max<int64_t>((l - s + d + (d > 0 ? -1 : 1)) / d, 0);
     if (count > (int64_t{1} << 20)) return false;  // not a shape computation; leave it to the mapper
     for (int64_t i = 0; i < count; ++i) vals.push_back(s + i * d);
