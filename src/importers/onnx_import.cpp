@@ -267,9 +267,10 @@ void Mapper::map_node(int i) {
     const auto& w = net.shape(x);
     if (w.size() != 2 || norm_axis(attr_i(n, "axis", 0), 2) != 0)
       return unsupported(n, "a table lookup needs a 2-d table gathered along axis 0");
+    const int idx_type = net.at(n.input(1)).elem_type;
     if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
-        net.at(n.input(1)).elem_type != onnx::TensorProto::INT64)
-      return unsupported(n, "the indices of a table lookup must be an int64 graph input");
+        (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32))
+      return unsupported(n, "the indices of a table lookup must be an int32 or int64 graph input");
     const std::string name = emit(n.name(), ir::OpKind::embedding, {n.input(1)}, y, Json{{"rows", w[0]}, {"dim", w[1]}});
     add_param(name, "weight", x, {w[0], w[1]});
     return;
@@ -427,12 +428,14 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
   m.model.name = stem.substr(0, stem.rfind(".onnx"));
   for (const auto& in : net.data_inputs) {
     const auto& ti = net.at(in);
-    ir::DType dt = ti.elem_type == onnx::TensorProto::INT64     ? ir::DType::i64
+    // int32 inputs (token ids) are index inputs like int64 ones: the IR has one index type.
+    ir::DType dt = ti.elem_type == onnx::TensorProto::INT64 || ti.elem_type == onnx::TensorProto::INT32 ? ir::DType::i64
                    : ti.elem_type == onnx::TensorProto::FLOAT16  ? ir::DType::f16
                    : ti.elem_type == onnx::TensorProto::BFLOAT16 ? ir::DType::bf16
                                                                  : ir::DType::f32;
     GP_CHECK(ti.elem_type == onnx::TensorProto::FLOAT || dt != ir::DType::f32,
-             "{}: input \"{}\" has ONNX element type {}, expected float, float16, bfloat16 or int64", path, in, ti.elem_type);
+             "{}: input \"{}\" has ONNX element type {}, expected float, float16, bfloat16, int32 or int64", path, in,
+             ti.elem_type);
     m.model.inputs.push_back(ir::Input{in, m.ir_shape(in), dt});
     m.used_names.insert(in);
   }

@@ -182,6 +182,17 @@ TEST(OnnxImport, TokenEmbeddingWithLearnedPositions) {
   EXPECT_EQ(g.succs(g.find("/tok/Gather")).size(), 2u);  // attention and the residual add
 }
 
+// int32 token ids (torch.int32 inputs) import as the IR's index type, like int64 ones.
+TEST(OnnxImport, Int32TokenIdsAreIndices) {
+  namespace fx = gp::importers::testing;
+  onnx::ModelProto m = fx::load_proto(fx::kDir + "/token_encoder.onnx");
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT32);
+  ir::Graph g = ir::Graph::build(import_onnx(fx::save_temp(m, "int32_ids")), "int32_ids");
+  EXPECT_EQ(g.model().inputs[0].dtype, ir::DType::i64);
+  EXPECT_EQ(g.op(g.find("/tok/Gather")).kind, ir::OpKind::embedding);
+  EXPECT_EQ(g.total_params(), 10693);
+}
+
 // GPT-2 style positions: nn.Embedding(20, 16) of arange(seq = 10) (Shape -> Gather -> Range folded);
 // the whole 20-row table is the parameter, so the count equals PyTorch's.
 TEST(OnnxImport, TokenEmbeddingWithPositionEmbeddingOfArange) {
