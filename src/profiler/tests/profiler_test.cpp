@@ -87,6 +87,7 @@ TEST(Profiler, RealLinearTimesArePositiveOrderedAndNearRoofline) {
     double ratio = (m.fwd_s[i] + m.bwd_s[i]) / (r.fwd_s + r.bwd_s);
     EXPECT_GT(ratio, 0.01) << "b=" << m.batches[i];
     EXPECT_LT(ratio, 100.0) << "b=" << m.batches[i];
+    std::printf("[roofline ratio] b=%lld %.3g\n", static_cast<long long>(m.batches[i]), ratio);
   }
   EXPECT_LT(m.fwd_s[0] + m.bwd_s[0], m.fwd_s[1] + m.bwd_s[1]);
 }
