@@ -20,6 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 using testing::expected;
 using testing::kDir;
+using testing::load_proto;
+using testing::save_temp;
 
 std::map<std::string, int> kind_counts(const ir::Model& m) {
   std::map<std::string, int> c;
@@ -64,7 +66,9 @@ void check_common(const std::string& name, const ir::Graph& g, const Json& e) {
   for (const auto& d : e.at("input_shape")) want.push_back(d.get<int64_t>());
   EXPECT_EQ(m.inputs[0].shape, want);
   for (const auto& op : m.ops)
-    if (!ir::is_loss(op.kind)) EXPECT_EQ(op.output_shape.at(0), ir::kBatch) << op.name;
+    if (!ir::is_loss(op.kind)) {
+      EXPECT_EQ(op.output_shape.at(0), ir::kBatch) << op.name;
+    }
 }
 
 TEST(OnnxImport, Resnet18CountsParamsAndFlops) {
@@ -184,10 +188,9 @@ TEST(OnnxImport, TokenEmbeddingWithLearnedPositions) {
 
 // int32 token ids (torch.int32 inputs) import as the IR's index type, like int64 ones.
 TEST(OnnxImport, Int32TokenIdsAreIndices) {
-  namespace fx = gp::importers::testing;
-  onnx::ModelProto m = fx::load_proto(fx::kDir + "/token_encoder.onnx");
+  onnx::ModelProto m = load_proto(kDir + "/token_encoder.onnx");
   m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT32);
-  ir::Graph g = ir::Graph::build(import_onnx(fx::save_temp(m, "int32_ids")), "int32_ids");
+  ir::Graph g = ir::Graph::build(import_onnx(save_temp(m, "int32_ids")), "int32_ids");
   EXPECT_EQ(g.model().inputs[0].dtype, ir::DType::i64);
   EXPECT_EQ(g.op(g.find("/tok/Gather")).kind, ir::OpKind::embedding);
   EXPECT_EQ(g.total_params(), 10693);

@@ -112,21 +112,26 @@ TEST(OnnxWeights, SeparateQkvOneEntryPerParameter) { check_one_entry_per_param("
 TEST(OnnxWeights, TokenEncoderOneEntryPerParameter) { check_one_entry_per_param("token_encoder"); }
 TEST(OnnxWeights, TokenPositionEmbeddingOneEntryPerParameter) { check_one_entry_per_param("token_posemb"); }
 
+onnx::TensorProto* initializer(onnx::ModelProto& m, const std::string& name) {
+  for (auto& t : *m.mutable_graph()->mutable_initializer())
+    if (t.name() == name) return &t;
+  ADD_FAILURE() << "no initializer " << name;
+  return nullptr;
+}
+
+std::vector<float> raw_floats(const onnx::TensorProto& t) {
+  std::vector<float> v(t.raw_data().size() / sizeof(float));
+  std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+  return v;
+}
+
 // Three [h, h] input projections (not torch's packed in_proj): Q, K and V told apart by data flow.
 TEST(OnnxWeights, SeparateQkvProjectionsByDataFlow) {
   const std::string path = kDir + "/attention_qkv.onnx";
-  onnx::ModelProto m;
-  std::ifstream f(path, std::ios::binary);
-  ASSERT_TRUE(m.ParseFromIstream(&f));
+  onnx::ModelProto m = load_proto(path);
   auto values = [&](const std::string& name) {
-    for (const auto& t : m.graph().initializer())
-      if (t.name() == name) {
-        std::vector<float> v(t.raw_data().size() / sizeof(float));
-        std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
-        return v;
-      }
-    ADD_FAILURE() << "no initializer " << name;
-    return std::vector<float>{};
+    const onnx::TensorProto* t = initializer(m, name);
+    return t ? raw_floats(*t) : std::vector<float>{};
   };
   ParamValues w = load_weights(path);
   ir::Graph g = load_graph(path);
@@ -144,19 +149,6 @@ TEST(OnnxWeights, ExportedWithoutWeightsGivesNothing) {
   EXPECT_TRUE(load_weights(kDir + "/resnet18.onnx").empty());
   EXPECT_TRUE(load_weights(kDir + "/googlenet.onnx").empty());
   EXPECT_TRUE(load_weights("mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32").empty());
-}
-
-onnx::TensorProto* initializer(onnx::ModelProto& m, const std::string& name) {
-  for (auto& t : *m.mutable_graph()->mutable_initializer())
-    if (t.name() == name) return &t;
-  ADD_FAILURE() << "no initializer " << name;
-  return nullptr;
-}
-
-std::vector<float> raw_floats(const onnx::TensorProto& t) {
-  std::vector<float> v(t.raw_data().size() / sizeof(float));
-  std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
-  return v;
 }
 
 // Values and transforms: Gemm transB=1 weights keep [out, in]; the packed in_proj [3h, h] is split into
