@@ -119,6 +119,13 @@ class Graph {
   const Model& model() const { return model_; }
   const std::string& name() const { return model_.name; }
   size_t num_ops() const { return model_.ops.size(); }
+  /// Every op id, in the stored topological order (the ops of a whole-model stage).
+  std::vector<OpId> op_ids() const {
+    std::vector<OpId> ids;
+    ids.reserve(num_ops());
+    for (size_t i = 0; i < num_ops(); ++i) ids.emplace_back(static_cast<int32_t>(i));
+    return ids;
+  }
   const Op& op(OpId id) const { return model_.ops[id.v]; }
   const OpCosts& costs(OpId id) const { return costs_[id.v]; }
   const std::vector<OpId>& preds(OpId id) const { return preds_[id.v]; }

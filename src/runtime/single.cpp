@@ -27,9 +27,7 @@ int run_single(const TrainOptions& opt) {
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
   if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
-  std::vector<OpId> all;
-  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
-  StageModule m(g, all, opt.seed, weights);
+  StageModule m(g, g.op_ids(), opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);

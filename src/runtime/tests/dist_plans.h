@@ -74,9 +74,7 @@ struct Reference {
 inline Reference single_reference(const std::string& spec, int batch, int steps, const std::string& optimizer,
                                   double lr, uint64_t seed = 1) {
   ir::Graph g = importers::load_graph(spec);
-  std::vector<OpId> all;
-  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
-  StageModule m(g, all, seed, importers::load_weights(spec));  // the file's weights, as run_single
+  StageModule m(g, g.op_ids(), seed, importers::load_weights(spec));  // the file's weights, as run_single
   auto opt = make_optimizer(optimizer, m.parameters(), lr, 0.9);
   Reference r;
   for (int step = 0; step < steps; ++step) {

@@ -135,9 +135,7 @@ TEST(OnnxEquivalence, PipelinedRunStartsFromTheFileWeights) {
   EXPECT_EQ(params, g.total_params());  // every parameter comes from the file
   auto results = testing::run_threads(run, testing::options(1, "sgd", 0.05));
   auto ref = testing::single_reference(spec, 8, 1, "sgd", 0.05);
-  std::vector<OpId> all;
-  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
-  StageModule seeded(g, all, 1);
+  StageModule seeded(g, g.op_ids(), 1);
   MicroBatchInfo info{0, 8, 8, 0};
   double seeded_loss = seeded.scaled_loss(seeded.forward(synthetic_external_inputs(seeded, info), info), info).item<double>();
   ASSERT_EQ(results[0].step_losses.size(), 1u);
@@ -178,8 +176,7 @@ TEST(OnnxEquivalence, ImportedCnnForwardShapesMatchTheIr) {
   // without parameters, load_weights gives none). One sample keeps it fast.
   for (const char* name : {"googlenet.onnx", "resnet18.onnx"}) {
     ir::Graph g = importers::load_graph(fixture(name));
-    std::vector<OpId> all;
-    for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
+    const std::vector<OpId> all = g.op_ids();
     StageModule mod(g, all, 1);
     MicroBatchInfo info{0, 1, 1, 0};
     torch::NoGradGuard no_grad;

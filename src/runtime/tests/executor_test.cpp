@@ -7,11 +7,6 @@
 namespace gp::runtime {
 namespace {
 
-std::vector<OpId> all_ops(const ir::Graph& g) {
-  std::vector<OpId> ops;
-  for (size_t i = 0; i < g.num_ops(); ++i) ops.emplace_back(static_cast<int32_t>(i));
-  return ops;
-}
 
 TEST(StableHash, FixedValuesAndLengthPrefix) {
   // Pinned: a change here changes every initial weight and data set (and old checkpoints' meaning).
@@ -24,7 +19,7 @@ TEST(StableHash, FixedValuesAndLengthPrefix) {
 
 TEST(StageModule, SameSeedSameParamsAndIndependentOfStageSplit) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model());
-  StageModule a(g, all_ops(g), 11), b(g, all_ops(g), 11), c(g, all_ops(g), 12);
+  StageModule a(g, g.op_ids(), 11), b(g, g.op_ids(), 11), c(g, g.op_ids(), 12);
   auto pa = a.named_parameters(), pb = b.named_parameters(), pc = c.named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
   bool any_diff = false;
@@ -82,7 +77,7 @@ TEST(Synthetic, TargetsAreAFunctionOfTheFeatures) {
 
 TEST(StageModule, MicroBatchSplitGivesSameOutputsAndAccumulatedGradients) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model(/*with_batchnorm=*/false));
-  StageModule whole(g, all_ops(g), 3), split(g, all_ops(g), 3);
+  StageModule whole(g, g.op_ids(), 3), split(g, g.op_ids(), 3);
   const int64_t B = 8, step = 4;
   MicroBatchInfo all{0, B, B, step}, m0{0, 4, B, step}, m1{4, 4, B, step};
   TensorMap o = whole.forward(synthetic_external_inputs(whole, all), all);

@@ -26,12 +26,10 @@ Json reference(const std::string& name) {
   return Json::parse(f).at(name).at("reference_output");
 }
 
-std::vector<OpId> all_ops(const ir::Graph& g, bool with_loss) {
-  std::vector<OpId> ops;
-  for (size_t i = 0; i < g.num_ops(); ++i) {
-    OpId id(static_cast<int32_t>(i));
-    if (with_loss || !ir::is_loss(g.op(id).kind)) ops.push_back(id);
-  }
+/// Every op but the loss: the model's output as PyTorch computes it.
+std::vector<OpId> ops_without_loss(const ir::Graph& g) {
+  std::vector<OpId> ops = g.op_ids();
+  std::erase_if(ops, [&](OpId id) { return ir::is_loss(g.op(id).kind); });
   return ops;
 }
 
@@ -68,7 +66,7 @@ Compared compare_with_pytorch(const std::string& name) {
   ir::Graph g = ir::Graph::build(std::move(model), name);
   importers::ParamValues w = importers::load_weights(path);
   check_initial_values(g, w);
-  StageModule m(g, all_ops(g, /*with_loss=*/false), 1, w);
+  StageModule m(g, ops_without_loss(g), 1, w);
   EXPECT_EQ(m.external_inputs(), std::vector<std::string>{"input"});
   const std::string pred = g.op(g.find(g.model().outputs.at(0))).inputs.at(0);
 
@@ -107,7 +105,7 @@ TEST(OnnxWeights, StageModuleStartsFromTheFileNotTheSeed) {
   const std::string path = kDir + "/two_branch.onnx";
   ir::Graph g = importers::load_graph(path);
   importers::ParamValues w = importers::load_weights(path);
-  StageModule file(g, all_ops(g, true), 1, w), seeded(g, all_ops(g, true), 1);
+  StageModule file(g, g.op_ids(), 1, w), seeded(g, g.op_ids(), 1);
   auto fp = file.named_parameters(), sp = seeded.named_parameters();
   ASSERT_EQ(fp.size(), w.size());
   for (size_t k = 0; k < fp.size(); ++k) {
@@ -141,7 +139,7 @@ TEST(OnnxWeights, RunSingleTrainsFromTheFileWeights) {
   // The step-0 loss (before the update) of a module with the file's weights, and of a seeded one.
   ir::Graph g = importers::load_graph(path);
   auto loss_of = [&](const importers::ParamValues& w) {
-    StageModule m(g, all_ops(g, true), o.seed, w);
+    StageModule m(g, g.op_ids(), o.seed, w);
     MicroBatchInfo info{0, o.batch, o.batch, 0};
     return m.scaled_loss(m.forward(synthetic_external_inputs(m, info), info), info).item<double>();
   };
@@ -163,7 +161,7 @@ TEST(OnnxWeights, MismatchedInitialValuesNameTheParameter) {
   std::string key = w.begin()->first;
   w.begin()->second.shape.push_back(1);
   try {
-    StageModule m(g, all_ops(g, true), 1, w);
+    StageModule m(g, g.op_ids(), 1, w);
     ADD_FAILURE() << "no error";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("parameter \"" + key + "\""), std::string::npos) << e.what();

@@ -11,11 +11,6 @@
 namespace gp::runtime {
 namespace {
 
-std::vector<OpId> all_ops(const ir::Graph& g) {
-  std::vector<OpId> ops;
-  for (size_t i = 0; i < g.num_ops(); ++i) ops.emplace_back(static_cast<int32_t>(i));
-  return ops;
-}
 
 TEST(Ops, EveryKindForwardShapeMatchesIrAndBackwardRuns) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model());
@@ -23,7 +18,7 @@ TEST(Ops, EveryKindForwardShapeMatchesIrAndBackwardRuns) {
   for (size_t i = 0; i < g.num_ops(); ++i) kinds.insert(g.op(OpId(static_cast<int32_t>(i))).kind);
   EXPECT_EQ(kinds.size(), static_cast<size_t>(ir::OpKind::cross_entropy) + 1) << "a kind is not covered";
 
-  StageModule m(g, all_ops(g), 7);
+  StageModule m(g, g.op_ids(), 7);
   const int64_t b = 3;
   MicroBatchInfo info{0, b, b, 0};
   TensorMap out = m.forward(synthetic_external_inputs(m, info), info);

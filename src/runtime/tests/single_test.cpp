@@ -47,9 +47,7 @@ struct SingleTest : ::testing::Test {
 };
 
 std::vector<torch::Tensor> checkpoint_params(const ir::Graph& g, const std::string& path) {
-  std::vector<OpId> all;
-  for (size_t i = 0; i < g.num_ops(); ++i) all.emplace_back(static_cast<int32_t>(i));
-  StageModule m(g, all, 12345);  // other seed: values must come from the file
+  StageModule m(g, g.op_ids(), 12345);  // other seed: values must come from the file
   auto opt = make_optimizer("adam", m.parameters(), 1e-3, 0.9);
   load_checkpoint(path, m, *opt);
   return m.parameters();
