@@ -14,7 +14,7 @@ namespace {
 
 struct PlanArgs {
   std::string model, cluster = "summit", planner = "graphpipe", optimizer = "adam", profile, out, dot;
-  int devices = 0, batch = 0;
+  int devices = 0, batch = 0, micro_batch = 0;
   double memory_limit_gb = 0, time_limit_s = 600;
   bool json = false, explain = false;
 };
@@ -43,6 +43,7 @@ void run(const PlanArgs& a) {
   cost::CostModel cm(g, c, cost::optimizer_from_string(a.optimizer), prof);
   planner::PlannerOptions o;
   o.mini_batch = a.batch;
+  o.micro_batch = a.micro_batch;
   o.planner = a.planner;
   o.memory_limit_bytes = a.memory_limit_gb * 1e9;
   o.time_limit_s = a.time_limit_s;
@@ -91,6 +92,9 @@ Registrar reg(20, [](CLI::App& root) {
   c->add_option("--cluster", a->cluster, "Cluster preset or graphpipe.cluster/1 file")->capture_default_str();
   c->add_option("--devices", a->devices, "Number of devices to use")->required();
   c->add_option("--batch", a->batch, "Mini-batch size (samples per iteration)")->required();
+  c->add_option("--micro-batch", a->micro_batch,
+                 "Fix every stage's micro-batch size to M (must divide --batch); default: search "
+                 "every power of two dividing it");
   c->add_option("--planner", a->planner, "graphpipe | pipedream | piper")->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adam | sgd")->capture_default_str();
   c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory limit in GB (default: device memory)");

@@ -29,7 +29,7 @@ Json plan_to_json(const Plan& p) {
   if (!p.model_spec.empty()) model["spec"] = p.model_spec;
   Json cluster = {{"name", p.cluster_name}, {"num_devices", p.num_devices}};
   if (!p.cluster_spec.empty()) cluster["spec"] = p.cluster_spec;
-  return {{"format", "graphpipe.plan/1"},
+  Json doc = {{"format", "graphpipe.plan/1"},
           {"planner", p.planner},
           {"model", model},
           {"cluster", cluster},
@@ -42,6 +42,18 @@ Json plan_to_json(const Plan& p) {
             {"bottleneck_tps_s", p.predicted.bottleneck_tps_s},
             {"peak_memory_bytes", p.predicted.peak_memory_bytes}}},
           {"search_time_s", p.search_time_s}};
+  if (!p.search.winner.empty()) {
+    Json cands = Json::object();
+    for (const SearchCandidate& c : p.search.candidates)
+      cands[c.name] = {{"micro_batch_size", c.micro_batch_size},
+                       {"num_stages", c.num_stages},
+                       {"depth", c.depth},
+                       {"iteration_time_s", c.iteration_time_s},
+                       {"throughput_samples_per_s", c.throughput_samples_per_s},
+                       {"bottleneck_tps_s", c.bottleneck_tps_s}};
+    doc["search"] = {{"winner", p.search.winner}, {"candidates", cands}};
+  }
+  return doc;
 }
 
 namespace {
@@ -127,6 +139,31 @@ Plan plan_from_json(const Json& j, const std::string& file) {
     }
   }
   if (doc.has("search_time_s")) p.search_time_s = nonneg(doc.at("search_time_s"));
+  if (doc.has("search")) {
+    JsonAt sr = doc.at("search");
+    sr.expect_object();
+    p.search.winner = sr.at("winner").str();
+    JsonAt cs = sr.at("candidates");
+    cs.expect_object();
+    for (const auto& [name, _] : cs.json().items()) {
+      JsonAt c = cs.at(name.c_str());
+      c.expect_object();
+      SearchCandidate sc;
+      sc.name = name;
+      sc.micro_batch_size = static_cast<int>(c.i64_or("micro_batch_size", 0));
+      sc.num_stages = static_cast<int>(c.i64_or("num_stages", 0));
+      sc.depth = static_cast<int>(c.i64_or("depth", 0));
+      if (c.has("iteration_time_s")) sc.iteration_time_s = nonneg(c.at("iteration_time_s"));
+      if (c.has("throughput_samples_per_s"))
+        sc.throughput_samples_per_s = nonneg(c.at("throughput_samples_per_s"));
+      if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
+      p.search.candidates.push_back(std::move(sc));
+    }
+    bool known = false;
+    for (const auto& c : p.search.candidates) known = known || c.name == p.search.winner;
+    if (!known)
+      sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", p.search.winner));
+  }
   return p;
 }
 
@@ -212,6 +249,17 @@ std::vector<int> stage_topo_order(const Plan& p) {
   auto order = graph::topo_order(stage_dag(p));
   if (!order) throw UserError("plan: C2: stage graph has a cycle: " + cycle_str(graph::find_cycle(stage_dag(p))));
   return *order;
+}
+
+int pipeline_depth(const Plan& p) {
+  std::vector<int> depth(p.stages.size(), 1);
+  std::vector<int> order = stage_topo_order(p);
+  int best = p.stages.empty() ? 0 : 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    for (int t : p.stages[*it].outputs_to) depth[*it] = std::max(depth[*it], depth[t] + 1);
+    best = std::max(best, depth[*it]);
+  }
+  return best;
 }
 
 // ---------------------------------------------------------------------------------------------

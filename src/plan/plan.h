@@ -33,6 +33,26 @@ struct Predicted {
   bool operator==(const Predicted&) const = default;
 };
 
+/// How a planner found its plan: GraphPipe keeps two candidates, its series-parallel DP's best
+/// plan ("sp") and the best sequential pipeline found by the same search ("chain"), and returns the
+/// one with the smaller predicted iteration time. Informational (optional in files).
+struct SearchCandidate {
+  std::string name;                 // "sp" | "chain"
+  int micro_batch_size = 0;
+  int num_stages = 0;
+  int depth = 0;                    // stages on the longest path of the stage DAG
+  double iteration_time_s = 0;
+  double throughput_samples_per_s = 0;
+  double bottleneck_tps_s = 0;
+  bool operator==(const SearchCandidate&) const = default;
+};
+
+struct Search {
+  std::string winner;               // empty: not recorded
+  std::vector<SearchCandidate> candidates;
+  bool operator==(const Search&) const = default;
+};
+
 struct Plan {
   std::string planner;             // graphpipe | pipedream | piper | manual
   std::string model_name;
@@ -46,6 +66,7 @@ struct Plan {
   std::vector<Stage> stages;
   Predicted predicted;
   double search_time_s = 0;
+  Search search;
   bool operator==(const Plan&) const = default;
 };
 
@@ -62,6 +83,9 @@ void save_plan(const std::string& path, const Plan& p);
 /// uniform micro-batch sizes; in samples otherwise). Throws UserError "FILE: C1: ..." naming the
 /// violated rule and the ops or stages involved.
 void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where = "plan");
+
+/// Stages on the longest path of the stage DAG (1 for a one-stage plan).
+int pipeline_depth(const Plan& p);
 
 /// Stage index of every op (by OpId), for a plan already validated against g.
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g);

@@ -68,7 +68,57 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
   } else {
     st.root = root.seq;
   }
+  add_join_options(st, kMaxJoinTail);
   return st;
+}
+
+int add_join_options(Structure& st, int max_tail) {
+  const int base = static_cast<int>(st.seqs.size());
+  st.joins.assign(base, {});
+  int added = 0;
+  for (int s = 0; s < base; ++s) {
+    if (st.seqs[s].parallel || st.seqs[s].join_from >= 0) continue;
+    const int k = static_cast<int>(st.seqs[s].items.size());
+    for (int i = 0; i + 1 < k; ++i) {
+      const int blk = st.seqs[s].items[i].seq;
+      if (blk < 0 || !st.seqs[blk].parallel) continue;
+      for (int t = i + 2; t <= std::min(k, i + 1 + max_tail); ++t) {
+        if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
+        const int r = static_cast<int>(st.seqs[blk].items.size());
+        for (int j = 0; j < r; ++j) {
+          // The extended branch: branch j's own items (one item when it is an op or a parallel
+          // block), then the tail ops.
+          const Item& br = st.seqs[blk].items[j];
+          Seq ext;
+          if (br.seq >= 0 && !st.seqs[br.seq].parallel)
+            ext.items = st.seqs[br.seq].items;
+          else
+            ext.items = {br};
+          ext.join_from = static_cast<int>(ext.items.size());
+          Item ext_item;
+          ext_item.ops = br.ops;
+          ext_item.work_s = br.work_s;
+          for (int x = i + 1; x < t; ++x) {
+            const Item& op = st.seqs[s].items[x];
+            ext.items.push_back(op);
+            ext_item.ops.insert(ext_item.ops.end(), op.ops.begin(), op.ops.end());
+            ext_item.work_s += op.work_s;
+          }
+          ext_item.seq = static_cast<int>(st.seqs.size());
+          st.seqs.push_back(std::move(ext));
+          Seq block = st.seqs[blk];
+          block.items[j] = std::move(ext_item);
+          block.join_item = j;
+          if (st.joins[s].empty()) st.joins[s].resize(k);
+          st.joins[s][i].push_back({t, static_cast<int>(st.seqs.size())});
+          st.seqs.push_back(std::move(block));
+          ++added;
+        }
+      }
+    }
+  }
+  st.joins.resize(st.seqs.size());
+  return added;
 }
 
 Structure chain_structure(const cost::CostModel& cm) {
@@ -188,15 +238,19 @@ bool SeqDp::fits(const StageCostLite& c, int depth) const {
   return c.state + std::min(depth, num_micro_) * c.act <= mem_limit_;
 }
 
-// Returns the minimal depth (in-flight micro-batches of its first stages) of the suffix
-// [i, end) of sequence s on at most d devices, given `down` micro-batches in flight after it.
+int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
+  if (q.join_item < 0 || (i <= q.join_item && q.join_item < m)) return down;
+  return std::min(down + 1, num_micro_);  // feeds the join stage, one deeper than the block
+}
+
+// The minimal depth (in-flight micro-batches of its first stages) of the suffix [i, end) of
+// sequence s on at most d devices, given `down` micro-batches in flight after it; -1 when no plan
+// of it meets the target and fits memory. Three cases, each keeping the best in `best`.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
-  const Seq& q = st_.seqs[s];
-  const int k = static_cast<int>(q.items.size());
-  const double tmax = target_ * (1 + 1e-12);
+  const int k = static_cast<int>(st_.seqs[s].items.size());
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample.
-  if (rc_.work_lower_bound(s, i, k) > d * tmax * (1 + 1e-9)) {
+  if (rc_.work_lower_bound(s, i, k) > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
     target_hit_ = true;
     return -1;
   }
@@ -211,78 +265,12 @@ int SeqDp::go(int s, int i, int d, int down) {
   // rejected for its time (target_hit_ collects it from the children, memoised ones included).
   const bool outer_hit = target_hit_;
   target_hit_ = false;
-  Entry best;
-  const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
-  // Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
-  // Per degree, m grows until the stage's compute alone exceeds the target (it only grows with m).
-  // No plan of the suffix is shallower than min(down + 1, M): stop when one reaches it.
+  // No plan of the suffix is shallower than min(down + 1, M): each case stops when it gets there.
   const int floor_val = std::min(down + 1, num_micro_);
-  for (int plog = 0; plog <= pcap && best.val != floor_val; ++plog) {
-    const int p = 1 << plog;
-    for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
-      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
-      if (aborted_) {
-        target_hit_ = true;  // an unfinished answer: never recorded as memory-only
-        break;
-      }
-      StageCostLite c = stage_head(s, i, m, plog);
-      if (c.compute_tps > tmax) {
-        target_hit_ = true;
-        break;
-      }
-      // Memory only grows with m too, and no choice here is shallower than floor_val.
-      if (!fits(c, floor_val)) break;
-      complete(s, i, m, plog, &c);
-      if (c.tps > tmax) {
-        target_hit_ = true;
-        continue;
-      }
-      int val;
-      if (q.parallel) {  // parallel case: a group of branches as one stage beside the rest
-        int self = floor_val;
-        if (!fits(c, self)) continue;
-        int rest = m < k ? go(s, m, floor_cand(d - p), down) : 0;
-        if (rest < 0) continue;
-        val = std::max(self, rest);
-      } else {  // series case: this stage feeds the rest of the sequence
-        int rest = m < k ? go(s, m, floor_cand(d - p), down) : down;
-        if (rest < 0) continue;
-        val = std::min(rest + 1, num_micro_);
-        if (!fits(c, val)) continue;
-      }
-      if (best.val < 0 || val < best.val) best = {static_cast<int16_t>(val), 1, static_cast<int8_t>(plog), m};
-      if (best.val == floor_val) break;
-    }
-  }
-  // Nested item: item i is itself a series/parallel subgraph, split recursively on d1 devices.
-  if (int c = q.items[i].seq; c >= 0) {
-    if (best.val == floor_val) {
-      // already as shallow as any plan of this suffix can be
-    } else if (i + 1 == k) {
-      int v = go(c, 0, d, down);
-      if (v >= 0 && (best.val < 0 || v < best.val)) best = {static_cast<int16_t>(v), 2, 0, d};
-    } else {
-      for (int d1 = 1; d1 < d; ++d1) {
-        if (floor_cand(d1) != d1) continue;
-        int rd = floor_cand(d - d1);
-        int v;
-        if (q.parallel) {
-          int a = go(c, 0, d1, down);
-          if (a < 0) continue;
-          int b = go(s, i + 1, rd, down);
-          if (b < 0) continue;
-          v = std::max(a, b);
-        } else {
-          int rest = go(s, i + 1, rd, down);
-          if (rest < 0) continue;
-          v = go(c, 0, d1, rest);
-          if (v < 0) continue;
-        }
-        if (best.val < 0 || v < best.val) best = {static_cast<int16_t>(v), 2, 0, d1};
-        if (best.val == floor_val) break;
-      }
-    }
-  }
+  Entry best;
+  base_case(s, i, d, down, floor_val, &best);
+  if (best.val != floor_val) nested_case(s, i, d, down, floor_val, &best);
+  if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
   best.dep = target_hit_;
   // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
   // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
@@ -293,34 +281,141 @@ int SeqDp::go(int s, int i, int d, int down) {
   return best.val;
 }
 
+namespace {
+void keep(SeqDp::Entry* best, int val, SeqDp::Case how, int plog, int arg, int opt = 0) {
+  if (val < 0 || (best->val >= 0 && val >= best->val)) return;
+  *best = {static_cast<int16_t>(val), how, static_cast<int8_t>(plog), arg, static_cast<int16_t>(opt)};
+}
+}  // namespace
+
+// Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
+// Per degree, m grows until the stage's compute alone exceeds the target, or its memory at the
+// shallowest possible depth exceeds the limit (both only grow with m).
+void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best) {
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  const double tmax = target_ * (1 + 1e-12);
+  const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
+  for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
+    const int p = 1 << plog;
+    for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
+      if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
+      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
+      if (aborted_) {
+        target_hit_ = true;  // an unfinished answer: never recorded as memory-only
+        break;
+      }
+      StageCostLite c = stage_head(s, i, m, plog);
+      if (c.compute_tps > tmax) {
+        target_hit_ = true;
+        break;
+      }
+      if (!fits(c, floor_val)) break;
+      complete(s, i, m, plog, &c);
+      if (c.tps > tmax) {
+        target_hit_ = true;
+        continue;
+      }
+      int val;
+      if (q.parallel) {  // parallel: a group of branches as one stage beside the rest
+        const int self = std::min(down_of(q, i, m, down) + 1, num_micro_);
+        if (!fits(c, self)) continue;
+        const int rest = m < k ? go(s, m, floor_cand(d - p), down) : 0;
+        if (rest < 0) continue;
+        val = std::max(self, rest);
+      } else {  // series: this stage feeds the rest of the sequence
+        const int rest = m < k ? go(s, m, floor_cand(d - p), down) : down;
+        if (rest < 0) continue;
+        val = std::min(rest + 1, num_micro_);
+        if (!fits(c, val)) continue;
+      }
+      keep(best, val, Case::stage, plog, m);
+      if (best->val == floor_val) break;
+    }
+  }
+}
+
+// Nested case: item i is itself a series/parallel subgraph, split recursively on d1 devices; in a
+// series sequence it runs before the rest (its `down` is the rest's depth), in a parallel one
+// beside it.
+void SeqDp::nested_case(int s, int i, int d, int down, int floor_val, Entry* best) {
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  const int c = q.items[i].seq;
+  if (c < 0) return;
+  const int own_down = q.parallel ? down_of(q, i, i + 1, down) : down;
+  if (i + 1 == k) return keep(best, go(c, 0, d, own_down), Case::nested, 0, d);
+  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+    if (floor_cand(d1) != d1) continue;
+    const int rest = go(s, i + 1, floor_cand(d - d1), down);
+    if (rest < 0) continue;
+    const int mine = go(c, 0, d1, q.parallel ? own_down : rest);
+    if (mine < 0) continue;
+    keep(best, q.parallel ? std::max(mine, rest) : mine, Case::nested, 0, d1);
+  }
+}
+
+// Join case (series sequences): the parallel block at item i and the ops after it up to a
+// tail_end, with those ops in the last stage of one branch (JoinOption); the rest after tail_end.
+void SeqDp::join_case(int s, int i, int d, int down, int floor_val, Entry* best) {
+  const auto* opts = st_.joins_at(s, i);
+  if (!opts) return;
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  for (int o = 0; o < static_cast<int>(opts->size()) && best->val != floor_val; ++o) {
+    const JoinOption& jo = (*opts)[o];
+    if (jo.tail_end == k) {
+      keep(best, go(jo.block, 0, d, down), Case::join, 0, d, o);
+      continue;
+    }
+    for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+      if (floor_cand(d1) != d1) continue;
+      const int rest = go(s, jo.tail_end, floor_cand(d - d1), down);
+      if (rest < 0) continue;
+      keep(best, go(jo.block, 0, d1, rest), Case::join, 0, d1, o);
+    }
+  }
+}
+
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
   const Entry* found = find(s, i, d, down);
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
   const Entry e = *found;
   const Seq& q = st_.seqs[s];
   const int k = static_cast<int>(q.items.size());
-  if (e.kind == 1) {
-    const int m = e.arg, p = 1 << e.plog;
-    StageChoice sc;
-    for (int j = i; j < m; ++j) sc.ops.insert(sc.ops.end(), q.items[j].ops.begin(), q.items[j].ops.end());
-    sc.dp = p;
-    sc.tps_s = stage(s, i, m, e.plog).tps;
-    out->push_back(std::move(sc));
-    if (m < k) collect(s, m, floor_cand(d - p), down, out);
-    return;
+  switch (e.how) {
+    case Case::stage: {
+      const int m = e.arg, p = 1 << e.plog;
+      StageChoice sc;
+      for (int j = i; j < m; ++j) sc.ops.insert(sc.ops.end(), q.items[j].ops.begin(), q.items[j].ops.end());
+      sc.dp = p;
+      sc.tps_s = stage(s, i, m, e.plog).tps;
+      out->push_back(std::move(sc));
+      if (m < k) collect(s, m, floor_cand(d - p), down, out);
+      return;
+    }
+    case Case::nested: {
+      const int c = q.items[i].seq;
+      const int own_down = q.parallel ? down_of(q, i, i + 1, down) : down;
+      if (i + 1 == k) return collect(c, 0, d, own_down, out);
+      const int d1 = e.arg, rd = floor_cand(d - d1);
+      const int rest = go(s, i + 1, rd, down);
+      collect(s, i + 1, rd, down, out);
+      collect(c, 0, d1, q.parallel ? own_down : rest, out);
+      return;
+    }
+    case Case::join: {
+      const JoinOption& jo = (*st_.joins_at(s, i))[e.opt];
+      if (jo.tail_end == k) return collect(jo.block, 0, d, down, out);
+      const int d1 = e.arg, rd = floor_cand(d - d1);
+      const int rest = go(s, jo.tail_end, rd, down);
+      collect(s, jo.tail_end, rd, down, out);
+      collect(jo.block, 0, d1, rest, out);
+      return;
+    }
+    case Case::none:
+      break;
   }
-  GP_ASSERT(e.kind == 2, "bad memo entry");
-  const int c = q.items[i].seq;
-  if (i + 1 == k) return collect(c, 0, d, down, out);
-  const int d1 = e.arg, rd = floor_cand(d - d1);
-  if (q.parallel) {
-    collect(c, 0, d1, down, out);
-    collect(s, i + 1, rd, down, out);
-  } else {
-    int rest = go(s, i + 1, rd, down);
-    collect(s, i + 1, rd, down, out);
-    collect(c, 0, d1, rest, out);
-  }
+  GP_ASSERT(false, "bad memo entry");
 }
 
 int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
@@ -344,9 +439,15 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   return v;
 }
 
-bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
+bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve_at, int n,
                      double tol, double upper, double guess, double* best_tps,
-                     std::vector<StageChoice>* best, const std::function<bool()>& never_feasible) {
+                     std::vector<StageChoice>* best, const std::function<bool()>& never_feasible,
+                     const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+  auto solve = [&](double t, std::vector<StageChoice>* out) {
+    const int r = solve_at(t, out);
+    if (r >= 0 && on_plan) on_plan(*out);
+    return r;
+  };
   auto bottleneck = [](const std::vector<StageChoice>& p) {
     double b = 0;
     for (const auto& s : p) b = std::max(b, s.tps_s);
@@ -399,11 +500,13 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   return true;
 }
 
-bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best) {
+bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
+                     const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0).tps;
   return minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); },
-                         n_, tol, upper, guess, best_tps, best, [this] { return memory_probe(); });
+                         n_, tol, upper, guess, best_tps, best, [this] { return memory_probe(); },
+                         on_plan);
 }
 
 bool SeqDp::memory_probe() {

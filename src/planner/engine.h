@@ -26,16 +26,45 @@ struct Item {
 struct Seq {
   bool parallel = false;
   std::vector<Item> items;
+  // A branch extended by the ops after its parallel block (series only, see JoinOption): items
+  // [join_from, k) are those ops, and they share the sequence's last stage, so no stage ends
+  // strictly between join_from and k. -1: an ordinary sequence.
+  int join_from = -1;
+  // The parallel block of a JoinOption: item `join_item` is the extended branch (its last stage
+  // holds the join); every other item feeds that stage, so it has one more micro-batch in flight
+  // after it than the block as a whole. -1: an ordinary parallel sequence.
+  int join_item = -1;
+};
+
+/// The paper's shared boundary node (section 5: "the sink node of G1 coincides with the source
+/// node of G2"), for the join side: in a series sequence, the ops right after a parallel block
+/// (the concat, head and loss that join its branches) may share a stage with the end of one
+/// branch. Item i of the series sequence is the parallel block; the option replaces it and items
+/// (i, tail_end) by the parallel sequence `block`, whose item `join_item` is branch j followed by
+/// those ops.
+struct JoinOption {
+  int tail_end = 0;  // items (i, tail_end) of the series sequence are absorbed
+  int block = 0;     // the virtual parallel sequence
 };
 
 struct Structure {
   std::vector<Seq> seqs;
   int root = 0;
+  // Per series sequence s and item i: the join options of item i (empty for most).
+  std::vector<std::vector<std::vector<JoinOption>>> joins;
+  const std::vector<JoinOption>* joins_at(int s, int i) const {
+    if (joins.empty() || joins[s].empty() || joins[s][i].empty()) return nullptr;
+    return &joins[s][i];
+  }
 };
 
 /// The SP decomposition of the op graph (after SP-ization when it is not SP), as sequences.
 /// `note` says whether SP-ization was needed and how much parallelism it kept.
 Structure sp_structure(const cost::CostModel& cm, std::string* note);
+/// Adds the join options (see JoinOption) for every parallel block of a series sequence and tails
+/// of up to `max_tail` single ops after it. Returns how many options were added.
+int add_join_options(Structure& st, int max_tail);
+constexpr int kMaxJoinTail = 4;
 /// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
 Structure chain_structure(const cost::CostModel& cm);
 
@@ -48,12 +77,14 @@ struct StageChoice {
 
 /// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
 /// a plan with every stage TPS <= T, -1, or -2 (no plan at any target: stop). `never_feasible`
-/// (optional) is asked once, after the second failed target, whether no plan fits at any target. Finds the smallest feasible target within relative
+/// (optional) is asked once, after the second failed target, whether no plan fits at any target;
+/// `on_plan` (optional) sees the plan of every feasible solve. Finds the smallest feasible target within relative
 /// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
 bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n,
                      double tol, double upper, double guess, double* best_tps,
                      std::vector<StageChoice>* best,
-                     const std::function<bool()>& never_feasible = {});
+                     const std::function<bool()>& never_feasible = {},
+                     const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
 
 /// Piper's search space: downsets of a coarsened graph (maximal series-parallel subtrees of at
 /// most `threshold` ops contracted into nodes, the smallest power of two that keeps the space
@@ -98,6 +129,23 @@ std::vector<int> device_candidates(int n);
 /// targets; the memo is per target.
 class SeqDp {
  public:
+  /// How a state's best plan starts (the DP's three cases, see docs/planner.md).
+  enum class Case : int8_t {
+    none,    // infeasible
+    stage,   // items [i, arg) form one stage on 2^plog devices
+    nested,  // item i is split recursively on arg devices
+    join,    // join option `opt` of item i on arg devices
+  };
+  /// One memo entry: the best depth of a state and how it is reached.
+  struct Entry {
+    int16_t val = -1;   // -1 infeasible; else min depth
+    Case how = Case::none;
+    int8_t plog = 0;
+    int32_t arg = 0;    // m (stage) or device count (nested, join)
+    int16_t opt = 0;    // join option index
+    bool dep = false;   // the answer depends on the target (something was rejected for time)
+  };
+
   SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
         double memory_limit, int num_devices, bool same_node);
 
@@ -108,7 +156,9 @@ class SeqDp {
   /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
   /// below it).
-  bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best);
+  /// `on_plan` (optional) sees every plan a solve of the search finds (one per feasible target).
+  bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
+                const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
 
   size_t states_explored() const { return states_; }
   size_t solves() const { return solves_; }
@@ -122,13 +172,6 @@ class SeqDp {
   };
   static constexpr int kDenseItems = 300;
   int plogs_ = 1;  // number of power-of-two degrees (stride of dense_)
-  struct Entry {
-    int16_t val = -1;   // -1 infeasible; else min depth
-    int8_t kind = 0;    // 1: stage [i, m) on p; 2: nested item i with d1 devices
-    int8_t plog = 0;
-    int32_t arg = 0;    // m or d1
-    bool dep = false;   // the answer depends on the target (something was rejected for time)
-  };
   StageCostLite stage(int s, int i, int m, int plog);
   // stage() without the communication/all-reduce terms for long sequences (tps < 0 then);
   // complete() fills them in. Dense sequences return the full (cached) cost.
@@ -140,6 +183,11 @@ class SeqDp {
   void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth) const;
   int go(int s, int i, int d, int down);
+  void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  void join_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  // The downstream depth of group [i, m) of parallel sequence q given the block's `down`.
+  int down_of(const Seq& q, int i, int m, int down) const;
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
   void collect(int s, int i, int d, int down, std::vector<StageChoice>* out);
 

@@ -73,9 +73,13 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   std::vector<int> mbs_cands;
   for (int m = 1; m <= opt.mini_batch; m *= 2)
     if (opt.mini_batch % m == 0) mbs_cands.push_back(m);
+  GP_CHECK(opt.micro_batch >= 0, "--micro-batch: must be >= 1, got {}", opt.micro_batch);
   if (opt.micro_batch > 0) {
-    GP_CHECK(opt.mini_batch % opt.micro_batch == 0, "micro-batch size {} does not divide the mini-batch {}",
-             opt.micro_batch, opt.mini_batch);
+    GP_CHECK(opt.mini_batch % opt.micro_batch == 0,
+             "--micro-batch: {} does not divide the mini-batch (--batch {})", opt.micro_batch, opt.mini_batch);
+    GP_CHECK(std::has_single_bit(static_cast<unsigned>(opt.micro_batch)),
+             "--micro-batch: must be a power of two (the planners replicate stages over power-of-two "
+             "device counts that divide it), got {}", opt.micro_batch);
     mbs_cands = {opt.micro_batch};
   }
 
@@ -106,12 +110,17 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   };
   const detail::Order chain_order =
       opt.planner == "graphpipe" ? detail::Order::chain : detail::Order::chain_edges;
-  std::optional<Cand> best;
-  double chain_best = 0;  // graphpipe: iteration time of the best chain candidate
+  // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
+  // the planner's own, for the baselines).
+  enum Kind { kSp = 0, kChain = 1 };
+  std::optional<Cand> best_of[2];
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
     // micro-batch time >= B x (the ops' cheapest device-seconds per sample) / N.
-    if (best) {
+    const std::optional<Cand>& overall =
+        best_of[kSp] && (!best_of[kChain] || better(best_of[kSp]->plan, best_of[kChain]->plan))
+            ? best_of[kSp] : best_of[kChain];
+    if (overall) {
       double work = 0;
       for (size_t o = 0; o < g.num_ops(); ++o) {
         double w = std::numeric_limits<double>::infinity();
@@ -119,50 +128,51 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
           w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), mbs / p) / mbs);
         work += w;
       }
-      if (opt.mini_batch * work / n >= best->plan.predicted.iteration_time_s) {
+      if (opt.mini_batch * work / n >= overall->plan.predicted.iteration_time_s) {
         rep.per_micro_batch.push_back({mbs, 0, 0, 0, 0, true});
         continue;
       }
     }
-    std::vector<Cand> here;
-    auto add = [&](std::vector<StageChoice> st, detail::Order order) {
-      Cand c;
-      c.mbs = mbs;
-      c.plan = detail::assemble(cm, st, mbs, opt.mini_batch, limit, order, nullptr);
-      c.stages = std::move(st);
-      c.order = order;
-      here.push_back(std::move(c));
+    // Every plan a search finds (one per feasible target of its binary search: the smallest
+    // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
+    // predicted iteration time (bubble included) wins, per kind.
+    std::optional<Cand> here[2];
+    auto seen = [&](Kind kind, detail::Order order) {
+      return [&, kind, order](const std::vector<StageChoice>& st) {
+        Cand c;
+        c.mbs = mbs;
+        c.plan = detail::assemble(cm, st, mbs, opt.mini_batch, limit, order, nullptr);
+        c.stages = st;
+        c.order = order;
+        if (!here[kind] || better(c.plan, here[kind]->plan)) here[kind] = std::move(c);
+      };
     };
     double tps = 0, search_tps = 0;
     std::vector<StageChoice> st;
     auto note = [&] { search_tps = search_tps == 0 ? tps : std::min(search_tps, tps); };
     if (opt.planner == "graphpipe") {
       detail::SeqDp dp(cm, sp, mbs, opt.mini_batch, limit, n, same_node);
-      if (dp.minimise(kTol, 0, &tps, &st)) note(), add(std::move(st), detail::Order::dag);
+      if (dp.minimise(kTol, 0, &tps, &st, seen(kSp, detail::Order::dag))) note();
     }
     if (opt.planner != "piper") {
       detail::SeqDp cdp(cm, chain, mbs, opt.mini_batch, limit, n, same_node);
-      if (cdp.minimise(kTol, 0, &tps, &st)) {
-        note();
-        add(std::move(st), chain_order);
-        if (opt.planner == "graphpipe" &&
-            (chain_best == 0 || here.back().plan.predicted.iteration_time_s < chain_best))
-          chain_best = here.back().plan.predicted.iteration_time_s;
-      }
-    } else {
-      if (detail::piper_minimise(cm, piper, mbs, opt.mini_batch, limit, n, same_node, deadline,
-                                 opt.time_limit_s, kTol, &tps, &st))
-        note(), add(std::move(st), detail::Order::chain_edges);
+      if (cdp.minimise(kTol, 0, &tps, &st, seen(kChain, chain_order))) note();
+    } else if (detail::piper_minimise(cm, piper, mbs, opt.mini_batch, limit, n, same_node, deadline,
+                                      opt.time_limit_s, kTol, &tps, &st)) {
+      note();
+      seen(kChain, detail::Order::chain_edges)(st);
     }
     PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
     const Cand* top = nullptr;
-    for (const Cand& c : here)
-      if (!top || better(c.plan, top->plan)) top = &c;
+    for (int kind : {kSp, kChain}) {
+      if (!here[kind]) continue;
+      if (!top || better(here[kind]->plan, top->plan)) top = &*here[kind];
+      if (!best_of[kind] || better(here[kind]->plan, best_of[kind]->plan)) best_of[kind] = here[kind];
+    }
     if (top) {
       rc.bottleneck_tps_s = top->plan.predicted.bottleneck_tps_s;
       rc.iteration_time_s = top->plan.predicted.iteration_time_s;
       rc.num_stages = static_cast<int>(top->plan.stages.size());
-      if (!best || better(top->plan, best->plan)) best = *top;
     }
     rep.per_micro_batch.push_back(rc);
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -171,6 +181,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                    rep.per_micro_batch.size(), mbs_cands.size(), el,
                    top ? "" : ", no plan fits memory at this size");
   }
+  // GraphPipe returns its SP plan unless the chain candidate is predicted strictly faster.
+  const bool sp_wins = best_of[kSp] && (!best_of[kChain] || !better(best_of[kChain]->plan, best_of[kSp]->plan));
+  const std::optional<Cand>& best = sp_wins ? best_of[kSp] : best_of[kChain];
   if (!best) impossible(cm, n, limit);
 
   std::vector<std::string> explain;
@@ -179,6 +192,17 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   if (opt.planner == "graphpipe" && best->order == detail::Order::chain)
     explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;
+  if (opt.planner == "graphpipe") {
+    rep.plan.search.winner = sp_wins ? "sp" : "chain";
+    for (int kind : {kSp, kChain}) {
+      if (!best_of[kind]) continue;
+      const plan::Plan& cp = best_of[kind]->plan;
+      rep.plan.search.candidates.push_back(
+          {kind == kSp ? "sp" : "chain", best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
+           plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
+           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s});
+    }
+  }
   rep.plan.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (opt.explain) {
@@ -194,9 +218,17 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                                       "best plan per micro-batch size:{}", best->mbs, alt));
     if (opt.planner == "graphpipe") {
       rep.explain.push_back("graph: " + rep.sp_note);
-      if (chain_best > 0)
-        rep.explain.push_back(fmt::format("best sequential (chain) plan in the same search: iteration {:.4g} ms",
-                                          chain_best * 1e3));
+      std::string cands;
+      for (const auto& c : rep.plan.search.candidates)
+        cands += fmt::format("{}{}: iteration {:.4g} ms, {:.1f} samples/s, {} stages, depth {}, "
+                             "micro-batch {}", cands.empty() ? "" : "; ", c.name,
+                             c.iteration_time_s * 1e3, c.throughput_samples_per_s, c.num_stages,
+                             c.depth, c.micro_batch_size);
+      rep.explain.push_back(fmt::format(
+          "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
+          "candidate is predicted faster) -- {}", rep.plan.search.winner,
+          sp_wins ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
+          cands));
     }
     if (opt.planner == "piper")
       rep.explain.push_back(fmt::format(

@@ -4,7 +4,8 @@
 // unconstrained; one power-of-two micro-batch size m dividing the mini-batch; every partition of
 // the ops into stages where EITHER every stage is a canonical SP subgraph (a contiguous range of a
 // series node's children, or a contiguous group of a parallel node's children in the planner's
-// sorted order) OR every stage is a contiguous range of the topological op order (PipeDream's
+// sorted order, or the end of one branch of a parallel block together with up to kMaxJoinTail
+// single ops after the block: the join) OR every stage is a contiguous range of the topological op order (PipeDream's
 // space); each stage a power-of-two data-parallel degree dividing m; degrees summing to <= N.
 // The optimum bottleneck TPS (cost::stage_cost) must equal the planner's within the binary
 // search tolerance.
@@ -55,14 +56,18 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
   const int ops = static_cast<int>(g.num_ops());
   std::vector<uint32_t> canonical, chain;
   detail::Structure st = detail::sp_structure(cm, nullptr);
-  for (const auto& q : st.seqs)
-    for (size_t i = 0; i < q.items.size(); ++i) {
+  for (const auto& q : st.seqs) {
+    const int k = static_cast<int>(q.items.size());
+    for (int i = 0; i < k; ++i) {
       uint32_t mask = 0;
-      for (size_t m = i; m < q.items.size(); ++m) {
+      for (int m = i; m < k; ++m) {
         for (OpId o : q.items[m].ops) mask |= 1u << o.v;
-        canonical.push_back(mask);
+        // A branch extended by its join ops: the join ops share the branch's last stage.
+        const bool ok = q.join_from < 0 || m + 1 <= q.join_from || (m + 1 == k && i <= q.join_from);
+        if (ok) canonical.push_back(mask);
       }
     }
+  }
   for (int i = 0; i < ops; ++i)
     for (int m = i + 1; m <= ops; ++m) chain.push_back(((1u << m) - 1) & ~((1u << i) - 1));
   double best = 1e300;
