@@ -106,9 +106,13 @@ int add_join_options(Structure& st, int max_tail) {
           }
           ext_item.seq = static_cast<int>(st.seqs.size());
           st.seqs.push_back(std::move(ext));
+          // The block with branch j moved last, extended: the other branches (still sorted by
+          // work) feed it, so the sequence order stays topological (RangeCost relies on it) and
+          // groups with the join stage are the lightest other branches.
           Seq block = st.seqs[blk];
-          block.items[j] = std::move(ext_item);
-          block.join_item = j;
+          block.items.erase(block.items.begin() + j);
+          block.items.push_back(std::move(ext_item));
+          block.join_item = r - 1;
           if (st.joins[s].empty()) st.joins[s].resize(k);
           st.joins[s][i].push_back({t, static_cast<int>(st.seqs.size())});
           st.seqs.push_back(std::move(block));

@@ -40,8 +40,8 @@ struct Seq {
 /// node of G2"), for the join side: in a series sequence, the ops right after a parallel block
 /// (the concat, head and loss that join its branches) may share a stage with the end of one
 /// branch. Item i of the series sequence is the parallel block; the option replaces it and items
-/// (i, tail_end) by the parallel sequence `block`, whose item `join_item` is branch j followed by
-/// those ops.
+/// (i, tail_end) by the parallel sequence `block`: the other branches in their order, then branch
+/// j followed by those ops (its last item, `join_item`).
 struct JoinOption {
   int tail_end = 0;  // items (i, tail_end) of the series sequence are absorbed
   int block = 0;     // the virtual parallel sequence
