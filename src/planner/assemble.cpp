@@ -2,6 +2,8 @@
 // stage's devices contiguous and, for power-of-two degrees, inside one node), in-flight counts,
 // and the predictions (per-stage TPS and memory re-costed with the placed links).
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <numeric>
 
 #include "planner/engine.h"
@@ -74,67 +76,100 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
     }
   }
 
-  // Placement: largest degree first (stable in topological order), contiguous blocks. Power-of-two
-  // blocks in descending size stay aligned, so a block no larger than a node never straddles one.
-  std::vector<int> by_size(ident);
-  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
-  int next = 0;
-  for (int k : by_size) {
-    for (int j = 0; j < dp[k]; ++j) p.stages[k].devices.push_back(next++);
-  }
-  GP_ASSERT(next <= p.num_devices, "placed {} devices of {}", next, p.num_devices);
-  plan::assign_min_in_flight(p);
-
-  // Re-cost each stage with its placed links.
+  // Placement: stages get contiguous device blocks, largest degree first (stable in a base order).
+  // Power-of-two blocks in descending size stay aligned, so a block no larger than a node never
+  // straddles one. The base order decides which stages share a node: the topological order, and
+  // depth-first orders from the sinks (each chain of stages contiguous, the chain that holds a
+  // join placed next to it), trying both orders of each stage's predecessors. The placement with
+  // the smallest predicted iteration time is kept.
   const int num_micro = mini_batch / mbs;
   std::vector<char> mask(g.num_ops(), 0);
-  p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
-  std::vector<double> mb_time(p.stages.size());
-  for (size_t k = 0; k < p.stages.size(); ++k) {
-    plan::Stage& s = p.stages[k];
-    int node = cl.node_of(s.devices.front());
-    bool local = true;
-    auto on_node = [&](const plan::Stage& t) {
-      for (int d : t.devices) local = local && cl.node_of(d) == node;
-    };
-    on_node(s);
-    for (int t : s.inputs_from) on_node(p.stages[t]);
-    for (int t : s.outputs_to) on_node(p.stages[t]);
-    for (OpId o : ops[k]) mask[o.v] = 1;
-    cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mbs, mini_batch, local);
-    s.tps_s = c.tps_s;
-    s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, num_micro));
-    for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
-    mb_time[k] = c.tps_s * mbs;
-    p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
-    if (explain) {
-      std::string alt;
-      if (dp[k] > 1)
-        alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mbs, mini_batch, local).tps_s),
-                           dp[k] / 2, dp[k] / 2 == 1 ? "" : "s");
-      if (dp[k] * 2 <= mbs)
-        alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mbs, mini_batch, local).tps_s),
-                           dp[k] * 2);
-      explain->push_back(fmt::format(
-          "stage {} ({} ops, {} .. {}): {} device{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
-          k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
-          dp[k] == 1 ? "" : "s", ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
+  auto place_and_cost = [&](const std::vector<int>& base, plan::Plan& p,
+                            std::vector<std::string>* explain) {
+    std::vector<int> by_size(base);
+    std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
+    for (auto& s : p.stages) s.devices.clear();
+    int next = 0;
+    for (int k : by_size)
+      for (int j = 0; j < dp[k]; ++j) p.stages[k].devices.push_back(next++);
+    GP_ASSERT(next <= p.num_devices, "placed {} devices of {}", next, p.num_devices);
+    plan::assign_min_in_flight(p);
+    p.predicted = {};
+    p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
+    std::vector<double> mb_time(p.stages.size());
+    for (size_t k = 0; k < p.stages.size(); ++k) {
+      plan::Stage& s = p.stages[k];
+      int node = cl.node_of(s.devices.front());
+      bool local = true;
+      auto on_node = [&](const plan::Stage& t) {
+        for (int d : t.devices) local = local && cl.node_of(d) == node;
+      };
+      on_node(s);
+      for (int t : s.inputs_from) on_node(p.stages[t]);
+      for (int t : s.outputs_to) on_node(p.stages[t]);
+      for (OpId o : ops[k]) mask[o.v] = 1;
+      cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mbs, mini_batch, local);
+      s.tps_s = c.tps_s;
+      s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, num_micro));
+      for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
+      mb_time[k] = c.tps_s * mbs;
+      p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
+      if (explain) {
+        std::string alt;
+        if (dp[k] > 1)
+          alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mbs, mini_batch, local).tps_s),
+                             dp[k] / 2, dp[k] / 2 == 1 ? "" : "s");
+        if (dp[k] * 2 <= mbs)
+          alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mbs, mini_batch, local).tps_s),
+                             dp[k] * 2);
+        explain->push_back(fmt::format(
+            "stage {} ({} ops, {} .. {}): {} device{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
+            k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
+            dp[k] == 1 ? "" : "s", ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
+      }
+      for (OpId o : ops[k]) mask[o.v] = 0;
     }
-    for (OpId o : ops[k]) mask[o.v] = 0;
+    // Iteration time (1F1B, analytic): the first micro-batch crosses the longest path of stage
+    // micro-batch times, then the bottleneck stage paces the remaining M - 1.
+    std::vector<double> finish(p.stages.size(), 0);
+    double path = 0, slowest = 0;
+    for (size_t k = 0; k < p.stages.size(); ++k) {
+      double start = 0;
+      for (int f : p.stages[k].inputs_from) start = std::max(start, finish[f]);
+      finish[k] = start + mb_time[k];
+      path = std::max(path, finish[k]);
+      slowest = std::max(slowest, mb_time[k]);
+    }
+    p.predicted.iteration_time_s = (num_micro - 1) * slowest + path;
+    p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
+  };
+  std::vector<std::vector<int>> bases = {ident};
+  if (order == Order::dag && cl.num_devices() > cl.devices_per_node) {
+    for (bool reversed : {false, true}) {
+      std::vector<int> dfs;
+      std::vector<char> seen(p.stages.size(), 0);
+      std::function<void(int)> visit = [&](int k) {
+        if (seen[k]) return;
+        seen[k] = 1;
+        std::vector<int> preds = p.stages[k].inputs_from;
+        if (reversed) std::reverse(preds.begin(), preds.end());
+        for (int f : preds) visit(f);
+        dfs.push_back(k);
+      };
+      for (int k = static_cast<int>(p.stages.size()) - 1; k >= 0; --k)
+        if (p.stages[k].outputs_to.empty()) visit(k);
+      if (std::find(bases.begin(), bases.end(), dfs) == bases.end()) bases.push_back(std::move(dfs));
+    }
   }
-  // Iteration time (1F1B, analytic): the first micro-batch crosses the longest path of stage
-  // micro-batch times, then the bottleneck stage paces the remaining M - 1.
-  std::vector<double> finish(p.stages.size(), 0);
-  double path = 0, slowest = 0;
-  for (size_t k = 0; k < p.stages.size(); ++k) {
-    double start = 0;
-    for (int f : p.stages[k].inputs_from) start = std::max(start, finish[f]);
-    finish[k] = start + mb_time[k];
-    path = std::max(path, finish[k]);
-    slowest = std::max(slowest, mb_time[k]);
+  size_t chosen = 0;
+  if (bases.size() > 1) {
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t b = 0; b < bases.size(); ++b) {
+      place_and_cost(bases[b], p, nullptr);
+      if (p.predicted.iteration_time_s < best * (1 - 1e-12)) best = p.predicted.iteration_time_s, chosen = b;
+    }
   }
-  p.predicted.iteration_time_s = (num_micro - 1) * slowest + path;
-  p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
+  place_and_cost(bases[chosen], p, explain);
   return p;
 }
 

@@ -59,6 +59,7 @@ Plan good_plan() {
   p.stages[1].memory_bytes = 1024;
   p.predicted = {1.5, 10.67, 0.0625, {1, 2, 3, 4, 5}};
   p.search_time_s = 0.01;
+  p.search = {"sp", {{"sp", 4, 4, 3, 1.5, 10.67, 0.0625}, {"chain", 2, 4, 4, 1.7, 9.41, 0.07}}};
   return p;
 }
 
@@ -78,6 +79,24 @@ TEST(PlanJson, RoundTripsEveryField) {
   EXPECT_EQ(j["model"]["spec"], "twochains.json");
   EXPECT_EQ(j["stages"][3]["devices"], Json({3, 4}));
   EXPECT_EQ(plan_from_json(j, "p.json"), p);
+}
+
+TEST(PlanJson, SearchRecord) {
+  Json j = plan_to_json(good_plan());
+  EXPECT_EQ(j["search"]["winner"], "sp");
+  EXPECT_EQ(j["search"]["candidates"]["chain"]["depth"], 4);
+  EXPECT_EQ(j["search"]["candidates"]["sp"]["iteration_time_s"], 1.5);
+  Plan none = good_plan();
+  none.search = {};
+  EXPECT_FALSE(plan_to_json(none).contains("search"));  // optional: baselines have none
+  j["search"]["winner"] = "piper";
+  try {
+    plan_from_json(j, "p.json");
+    FAIL() << "an unknown winner was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("search"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PlanJson, SaveAndLoad) {

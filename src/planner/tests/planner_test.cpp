@@ -1,4 +1,6 @@
 // Planner tests: exact plans on tiny graphs, impossible requests, GraphPipe <= PipeDream / Piper.
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -63,8 +65,12 @@ TEST(Planner, BaselinesAreSequentialPipelines) {
     for (int k = 0; k < S; ++k) {
       const auto& s = p.stages[k];
       EXPECT_EQ(s.in_flight, S - k) << name << " stage " << k;
-      if (k + 1 < S) EXPECT_THAT(s.outputs_to, ::testing::Contains(k + 1)) << name << " stage " << k;
-      if (k > 0) EXPECT_THAT(s.inputs_from, ::testing::Contains(k - 1)) << name << " stage " << k;
+      if (k + 1 < S) {
+        EXPECT_THAT(s.outputs_to, ::testing::Contains(k + 1)) << name << " stage " << k;
+      }
+      if (k > 0) {
+        EXPECT_THAT(s.inputs_from, ::testing::Contains(k - 1)) << name << " stage " << k;
+      }
     }
   }
   // Pure ordering edges exist here (stage 1 = end of branch 0, stage 2 = start of branch 1) and the
@@ -132,6 +138,65 @@ TEST(Planner, GraphPipeNeverWorseThanPipeDreamOnTheZoo) {
       double pd = run(g, round_cluster(n, 4), 64, "pipedream").predicted.iteration_time_s;
       EXPECT_LE(gp, pd * (1 + 1e-6)) << spec << " on " << n << " devices";
     }
+  }
+}
+
+// The join case: on the paper's case-study shape (two branches, 8 devices, one sample per
+// micro-batch) one stage holds the end of a branch and the concat/head/loss that join the
+// branches, the SP DP's plan is returned (search.winner), and its pipeline is shallower than
+// PipeDream's chain of 8.
+TEST(Planner, JoinOpsShareABranchesLastStage) {
+  ir::Graph g = importers::load_graph("mmt:branches=2,layers=4");
+  cost::CostModel cm(g, cost::load_cluster("summit", 8));
+  PlannerOptions o;
+  o.mini_batch = 128;
+  o.micro_batch = 1;
+  PlanReport rep = run_planner_report(cm, o);
+  const plan::Plan& p = rep.plan;
+  validate_plan(p, g, "graphpipe");
+  EXPECT_EQ(p.search.winner, "sp") << plan_to_json(p).dump();
+  bool joined = false;
+  for (const auto& s : p.stages) {
+    const bool has_concat = std::find(s.ops.begin(), s.ops.end(), "fuse.concat") != s.ops.end();
+    const bool has_branch = std::any_of(s.ops.begin(), s.ops.end(),
+                                        [](const std::string& op) { return op.rfind("m", 0) == 0; });
+    joined = joined || (has_concat && has_branch);
+  }
+  EXPECT_TRUE(joined) << "no stage holds a branch's end and the concat: " << plan_to_json(p).dump();
+  o.planner = "pipedream";
+  const plan::Plan pd = run_planner(cm, o);
+  EXPECT_LT(plan::pipeline_depth(p), plan::pipeline_depth(pd));
+  EXPECT_LE(p.predicted.iteration_time_s, pd.predicted.iteration_time_s * (1 + 1e-9));
+}
+
+// --micro-batch: every stage uses it, and GraphPipe is never predicted slower than PipeDream at any
+// fixed size (its chain candidate is PipeDream's plan run as a DAG).
+TEST(Planner, FixedMicroBatch) {
+  ir::Graph g = importers::load_graph("mmt:branches=3,layers=2,seq=32,hidden=128,heads=4,ffn=256");
+  cost::CostModel cm(g, cost::load_cluster("summit", 8));
+  for (int mb : {1, 2, 4, 8, 64}) {
+    PlannerOptions o;
+    o.mini_batch = 64;
+    o.micro_batch = mb;
+    const plan::Plan gp = run_planner(cm, o);
+    for (const auto& s : gp.stages) EXPECT_EQ(s.micro_batch_size, mb);
+    ASSERT_FALSE(gp.search.winner.empty());
+    ASSERT_EQ(gp.search.candidates.size(), 2u);
+    for (const auto& c : gp.search.candidates) {
+      EXPECT_EQ(c.micro_batch_size, mb);
+      if (c.name == gp.search.winner) EXPECT_DOUBLE_EQ(c.iteration_time_s, gp.predicted.iteration_time_s);
+      else EXPECT_GE(c.iteration_time_s, gp.predicted.iteration_time_s * (1 - 1e-12));
+    }
+    o.planner = "pipedream";
+    const plan::Plan pd = run_planner(cm, o);
+    EXPECT_TRUE(pd.search.winner.empty());
+    EXPECT_LE(gp.predicted.iteration_time_s, pd.predicted.iteration_time_s * (1 + 1e-9)) << "micro-batch " << mb;
+  }
+  PlannerOptions bad;
+  bad.mini_batch = 64;
+  for (int mb : {3, 48, 128, -2}) {
+    bad.micro_batch = mb;
+    EXPECT_THROW(run_planner(cm, bad), UserError) << mb;
   }
 }
 
