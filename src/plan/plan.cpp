@@ -159,6 +159,11 @@ Plan plan_from_json(const Json& j, const std::string& file) {
       if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
       p.search.candidates.push_back(std::move(sc));
     }
+    // JSON objects are unordered: list "sp" first, as the planner does.
+    std::stable_sort(p.search.candidates.begin(), p.search.candidates.end(),
+                     [](const SearchCandidate& a, const SearchCandidate& b) {
+                       return (a.name == "sp") > (b.name == "sp");
+                     });
     bool known = false;
     for (const auto& c : p.search.candidates) known = known || c.name == p.search.winner;
     if (!known)
