@@ -253,16 +253,17 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
   const int k = static_cast<int>(st_.seqs[s].items.size());
-  // Prune by the target: d devices cannot run more than d x T device-seconds per sample.
-  if (rc_.work_lower_bound(s, i, k) > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
-    target_hit_ = true;
-    return -1;
-  }
   Slot& slot = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
   if (slot.never_down == down) return -1;  // infeasible at every target (see below)
   if (const Entry* e = find(s, i, d, down)) {
     target_hit_ = target_hit_ || e->dep;
     return e->val;
+  }
+  // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
+  // memoised: the same answer every time in this solve).
+  if (rc_.work_lower_bound(s, i, k) > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
+    target_hit_ = true;
+    return -1;
   }
   ++states_;
   // Whether this state's answer depends on the target: some stage or suffix in its subtree was
