@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <unordered_map>
 
 #include "graph/series_parallel.h"
 #include "plan/plan.h"
@@ -68,11 +69,39 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
   } else {
     st.root = root.seq;
   }
-  add_join_options(st, kMaxJoinTail);
+  add_join_options(st, cm, kMaxJoinTail);
   return st;
 }
 
-int add_join_options(Structure& st, int max_tail) {
+namespace {
+
+// A key equal for two branches exactly when one is a relabelling of the other for the cost model:
+// the same op signatures and costs in the same order, the same edges among them, the same outside
+// producers. Join options of such branches are mirror images; one of them is enough.
+std::string branch_key(const cost::CostModel& cm, const Item& br) {
+  const ir::Graph& g = cm.graph();
+  std::unordered_map<int32_t, int> pos;
+  for (size_t x = 0; x < br.ops.size(); ++x) pos[br.ops[x].v] = static_cast<int>(x);
+  std::string key;
+  for (OpId op : br.ops) {
+    const ir::OpCosts& c = g.costs(op);
+    key += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", cm.signature(op), cm.state_bytes(op), c.params,
+                       c.param_bytes, c.fwd_flops, c.bwd_flops, c.input_bytes, c.weight_read_bytes,
+                       c.output_bytes, c.saved_bytes, g.preds(op).size());
+    for (OpId p : g.preds(op)) {
+      auto it = pos.find(p.v);
+      key += it != pos.end() ? fmt::format(",i{}", it->second) : fmt::format(",o{}", p.v);
+    }
+    int outside = 0;
+    for (OpId c2 : g.succs(op)) outside += pos.count(c2.v) ? 0 : 1;
+    key += fmt::format(";{}\n", outside);
+  }
+  return key;
+}
+
+}  // namespace
+
+int add_join_options(Structure& st, const cost::CostModel& cm, int max_tail) {
   const int base = static_cast<int>(st.seqs.size());
   st.joins.assign(base, {});
   int added = 0;
@@ -82,10 +111,13 @@ int add_join_options(Structure& st, int max_tail) {
     for (int i = 0; i + 1 < k; ++i) {
       const int blk = st.seqs[s].items[i].seq;
       if (blk < 0 || !st.seqs[blk].parallel) continue;
+      const int r = static_cast<int>(st.seqs[blk].items.size());
+      std::vector<std::string> keys(r);
+      for (int j = 0; j < r; ++j) keys[j] = branch_key(cm, st.seqs[blk].items[j]);
       for (int t = i + 2; t <= std::min(k, i + 1 + max_tail); ++t) {
         if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
-        const int r = static_cast<int>(st.seqs[blk].items.size());
         for (int j = 0; j < r; ++j) {
+          if (std::find(keys.begin(), keys.begin() + j, keys[j]) != keys.begin() + j) continue;
           // The extended branch: branch j's own items (one item when it is an op or a parallel
           // block), then the tail ops.
           const Item& br = st.seqs[blk].items[j];

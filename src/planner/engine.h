@@ -62,8 +62,9 @@ struct Structure {
 /// `note` says whether SP-ization was needed and how much parallelism it kept.
 Structure sp_structure(const cost::CostModel& cm, std::string* note);
 /// Adds the join options (see JoinOption) for every parallel block of a series sequence and tails
-/// of up to `max_tail` single ops after it. Returns how many options were added.
-int add_join_options(Structure& st, int max_tail);
+/// of up to `max_tail` single ops after it (one per set of mirror-image branches: same ops, costs
+/// and edges). Returns how many options were added.
+int add_join_options(Structure& st, const cost::CostModel& cm, int max_tail);
 constexpr int kMaxJoinTail = 4;
 /// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
 Structure chain_structure(const cost::CostModel& cm);
