@@ -137,7 +137,8 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   int row = table_row(b);
   if (tables_ready_ && row >= 0) return t.time[row * t.n + op.v];
   if (profile_) {
-    if (auto m = profile_->lookup(t.signature[op.v], b)) return {m->first, m->second, Source::measured};
+    if (auto m = profile_->estimate(t.signature[op.v], b))
+      return {m->fwd_s, m->bwd_s, m->extrapolated ? Source::extrapolated : Source::measured};
   }
   return roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
 }

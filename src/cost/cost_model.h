@@ -69,7 +69,10 @@ Optimizer optimizer_from_string(const std::string& s);
 const char* to_string(Optimizer o);
 
 /// Where an estimate came from: every estimate says whether it was measured or computed.
-enum class Source { measured, formula };
+/// measured: a profile covers the op at that batch (interpolated between measured batches);
+/// extrapolated: a profiled op beyond its measured batches, along the curve fitted to them;
+/// formula: the roofline.
+enum class Source { measured, formula, extrapolated };
 
 struct OpTime {
   double fwd_s = 0;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cost/cost_model.h"
+#include "cost/profile.h"
 #include "cost/tests/test_util.h"
 #include "models/zoo.h"
 
@@ -185,6 +186,35 @@ TEST(Efficiency, MmtPerSampleTimeFallsWithTheMicroBatchOnSummit) {
       EXPECT_LE(cm.op_step_time(id, 2 * b) / (2 * b), cm.op_step_time(id, b) / b * (1 + 1e-12))
           << g.op(id).name << " b=" << b;
   }
+}
+
+// A profile measured at b = 1..8 answers b = 64 along the curve fitted to those points (affine in b:
+// fixed + per-sample time), not with the roofline.
+TEST(Efficiency, ProfileExtrapolatesAlongTheFittedCurve) {
+  ir::ModelBuilder mb("one");
+  mb.input("x", {256, 1024});
+  std::string y = mb.linear("fc", "x", 1024);
+  mb.output(mb.op("loss", ir::OpKind::mse_loss, {y, "x"}));
+  ir::Graph g = ir::Graph::build(mb.build());
+  OpId fc = g.find("fc");
+  auto prof = std::make_shared<Profile>();
+  prof->device = "test";
+  OpMeasurement m{op_signature(g, fc), "linear", {1, 2, 3, 4, 5, 6, 7, 8}, {}, {}};
+  for (int64_t b : m.batches) {
+    m.fwd_s.push_back(2e-4 + 1e-4 * b);  // 200 us fixed, 100 us per sample
+    m.bwd_s.push_back(5e-4 + 2e-4 * b);
+  }
+  prof->ops[m.signature] = m;
+  Cluster summit = load_cluster("summit", 1);
+  CostModel measured(g, summit, Optimizer::adam, prof), roofline(g, summit);
+  OpTime t = measured.op_time(fc, 64);
+  EXPECT_EQ(t.source, Source::extrapolated);
+  EXPECT_NEAR(t.fwd_s, 2e-4 + 64e-4, 1e-15);
+  EXPECT_NEAR(t.bwd_s, 5e-4 + 128e-4, 1e-15);
+  EXPECT_GT(std::abs(t.fwd_s / roofline.op_time(fc, 64).fwd_s - 1), 0.5);
+  EXPECT_EQ(measured.op_time(fc, 8).source, Source::measured);
+  EXPECT_NEAR(measured.op_time(fc, 8).fwd_s, 10e-4, 1e-15);
+  EXPECT_NEAR(measured.op_step_time(fc, 1024), 7e-4 + 3e-4 * 1024, 1e-12);  // table row
 }
 
 TEST(Efficiency, ClusterJsonCarriesTheCurves) {
