@@ -20,6 +20,16 @@ constexpr const char* kFormat = "graphpipe.cluster/1";
 // framework's dispatch. Link latencies are NCCL-level estimates, not datasheet figures.
 constexpr double kGpuKernelOverhead = 5e-6;
 
+/// Efficiency curves of the GPU presets: the DeepBench V100 fit (efficiency.h). The A100 and H100
+/// presets keep the same curves (N0 in rows): no public per-kernel data of the same kind was fitted
+/// for them. A larger GPU likely needs more rows to fill, so their small-batch times are optimistic.
+EfficiencyTable gpu_efficiency(const char* device) {
+  EfficiencyTable t = v100_efficiency();
+  if (std::string(device) != "V100")
+    t.source = fmt::format("{} (the V100 curves, N0 in rows; not fitted to the {})", t.source, device);
+  return t;
+}
+
 /// IBM AC922 "Summit" node, restricted to 4 V100s per node as CONTRACT.md specifies (the real
 /// node has 6). V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 125 TFLOP/s tensor, 900 GB/s HBM2, 16 GB.
 /// NVLink 2.0 on Summit: 2 bricks x 25 GB/s = 50 GB/s per direction between GPU pairs.
@@ -29,7 +39,8 @@ Cluster summit() {
   Cluster c;
   c.name = "summit";
   c.devices_per_node = 4;
-  c.device = {"V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, kGpuKernelOverhead};
+  c.device = {"V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, kGpuKernelOverhead,
+              gpu_efficiency("V100")};
   c.intra = {50 * GB, 5e-6};
   c.inter = {12.5 * GB, 10e-6};
   c.node_injection_Bps = 25 * GB;
@@ -43,7 +54,8 @@ Cluster dgx_a100() {
   Cluster c;
   c.name = "dgx-a100";
   c.devices_per_node = 8;
-  c.device = {"A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, kGpuKernelOverhead};
+  c.device = {"A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, kGpuKernelOverhead,
+              gpu_efficiency("A100")};
   c.intra = {300 * GB, 5e-6};
   c.inter = {25 * GB, 10e-6};
   c.node_injection_Bps = 200 * GB;
@@ -57,7 +69,8 @@ Cluster dgx_h100() {
   Cluster c;
   c.name = "dgx-h100";
   c.devices_per_node = 8;
-  c.device = {"H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, kGpuKernelOverhead};
+  c.device = {"H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, kGpuKernelOverhead,
+              gpu_efficiency("H100")};
   c.intra = {450 * GB, 5e-6};
   c.inter = {50 * GB, 10e-6};
   c.node_injection_Bps = 400 * GB;
@@ -67,7 +80,9 @@ Cluster dgx_h100() {
 /// This machine: one node whose "devices" are worker processes, one per core. These numbers are
 /// deliberately conservative placeholders for what one LibTorch thread reaches; a measured profile
 /// (`graphpipe profile`) overrides op times and the local link. With more workers than cores the
-/// workers share cores, so each gets cores/workers of a core's FLOP/s and bandwidth.
+/// workers share cores, so each gets cores/workers of a core's FLOP/s and bandwidth. Efficiency
+/// stays flat (the default table): a single-thread OpenBLAS sgemm on the shared build machine
+/// saturated by 16-64 rows but was too noisy to fit a curve (docs/cost-model.md).
 constexpr double kCpuCoreFlops = 50e9;       // one core, one thread, fp32 GEMM (AVX2/AVX-512 FMA)
 constexpr double kCpuCoreMemBw = 10 * GB;    // a core's share of DRAM bandwidth
 constexpr double kCpuKernelOverhead = 10e-6; // LibTorch dispatch + autograd bookkeeping per op
@@ -168,7 +183,8 @@ Json cluster_to_json(const Cluster& c) {
               {"peak_flops_f32", c.device.peak_flops_f32},
               {"peak_flops_f16", c.device.peak_flops_f16},
               {"mem_bandwidth_Bps", c.device.mem_bandwidth_Bps},
-              {"kernel_overhead_s", c.device.kernel_overhead_s}}},
+              {"kernel_overhead_s", c.device.kernel_overhead_s},
+              {"efficiency", efficiency_to_json(c.device.efficiency)}}},
             {"intra", link_to_json(c.intra)},
             {"inter", link_to_json(c.inter)},
             {"node_injection_Bps", c.node_injection_Bps},
@@ -203,6 +219,7 @@ Cluster cluster_from_json(const Json& json, const std::string& file) {
       d.has("peak_flops_f16") ? positive(d.at("peak_flops_f16")) : c.device.peak_flops_f32;
   c.device.mem_bandwidth_Bps = positive(d.at("mem_bandwidth_Bps"));
   c.device.kernel_overhead_s = d.has("kernel_overhead_s") ? non_negative(d.at("kernel_overhead_s")) : 0;
+  if (d.has("efficiency")) c.device.efficiency = efficiency_from_json(d.at("efficiency"));
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.
   if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));

@@ -23,24 +23,13 @@ int table_row(int64_t b) {
   return std::countr_zero(static_cast<uint64_t>(b));
 }
 
-/// Ops that are views of their input in LibTorch: no kernel reads or writes the data.
-bool is_view(OpKind k) { return k == OpKind::flatten || k == OpKind::reshape; }
-
 double ring_time(int d, double bytes, double bw, double latency) {
   return 2.0 * (d - 1) / d * bytes / bw + 2.0 * (d - 1) * latency;
 }
 
 }  // namespace
 
-double compute_efficiency(OpKind k) {
-  switch (k) {
-    case OpKind::linear:
-    case OpKind::matmul: return 0.7;     // large GEMMs: cuBLAS / oneDNN reach 60-80% of peak
-    case OpKind::conv2d: return 0.6;     // implicit GEMM, less regular than plain GEMM
-    case OpKind::attention: return 0.5;  // GEMMs plus softmax, reshapes and small batched matmuls
-    default: return 0.25;                // elementwise, norms, reductions: memory bound in practice
-  }
-}
+double compute_efficiency(OpKind k) { return EfficiencyTable{}.f32[static_cast<int>(work_class(k))].emax; }
 
 double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
   const ir::Op& op = g.op(id);
@@ -55,12 +44,18 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
   return 0;
 }
 
-OpTime roofline_time(OpKind kind, const ir::OpCosts& c, double extra_bytes, const DeviceSpec& d,
-                     bool f16, int64_t b) {
+OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d, bool f16, int64_t b) {
   GP_ASSERT(b >= 1, "batch must be >= 1, got {}", b);
   double bd = static_cast<double>(b);
-  double peak = (f16 ? d.peak_flops_f16 : d.peak_flops_f32) * compute_efficiency(kind);
-  double act = is_view(kind) ? 0.0 : bd * (c.input_bytes + c.output_bytes + extra_bytes);
+  double peak = f16 ? d.peak_flops_f16 : d.peak_flops_f32;
+  double fwd_compute = 0, bwd_compute = 0;
+  for (int i = 0; i < w.num_parts; ++i) {
+    const WorkPart& p = w.parts[i];
+    double rate = peak * d.efficiency.curve(p.cls, f16).at(bd * p.rows, p.weight_elems);
+    fwd_compute += bd * p.fwd_flops / rate;
+    bwd_compute += bd * p.bwd_flops / rate;
+  }
+  double act = w.view ? 0.0 : bd * (c.input_bytes + c.output_bytes + w.extra_bytes);
   double weights_read = static_cast<double>(c.weight_read_bytes);
   double fwd_bytes = weights_read + act;
   // Backward reads the weights again and writes a dense gradient for every weight (for
@@ -68,8 +63,8 @@ OpTime roofline_time(OpKind kind, const ir::OpCosts& c, double extra_bytes, cons
   // reads/writes about twice the forward's activation traffic.
   double bwd_bytes = weights_read + static_cast<double>(c.param_bytes) + 2 * act;
   OpTime t;
-  t.fwd_s = std::max(bd * c.fwd_flops / peak, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
-  t.bwd_s = std::max(bd * c.bwd_flops / peak, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
+  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
+  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
   t.source = Source::formula;
   return t;
 }
@@ -77,7 +72,7 @@ OpTime roofline_time(OpKind kind, const ir::OpCosts& c, double extra_bytes, cons
 struct CostModel::Tables {
   size_t n = 0;
   std::vector<std::string> signature;
-  std::vector<double> extra;                  // extra bytes per sample
+  std::vector<OpWork> work;                   // work parts by efficiency class, extra bytes
   std::vector<char> f16;                      // use the f16 peak
   std::vector<OpTime> time;                   // [row * n + op]
   std::vector<double> prefix_step;            // [row * (n+1) + i]: sum of fwd+bwd of ops < i
@@ -111,7 +106,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
     OpId id(static_cast<int32_t>(i));
     const ir::Op& op = g.op(id);
     t.signature.push_back(op_signature(g, id));
-    t.extra.push_back(extra_bytes_per_sample(g, id));
+    t.work.push_back(op_work(g, id));
     t.f16.push_back(cluster_.mixed_precision || op.dtype == ir::DType::f16 ||
                     op.dtype == ir::DType::bf16);
   }
@@ -142,10 +137,10 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   int row = table_row(b);
   if (tables_ready_ && row >= 0) return t.time[row * t.n + op.v];
   if (profile_) {
-    if (auto m = profile_->lookup(t.signature[op.v], b)) return {m->first, m->second, Source::measured};
+    if (auto m = profile_->estimate(t.signature[op.v], b))
+      return {m->fwd_s, m->bwd_s, m->extrapolated ? Source::extrapolated : Source::measured};
   }
-  return roofline_time(g_->op(op).kind, g_->costs(op), t.extra[op.v], cluster_.device,
-                       t.f16[op.v] != 0, b);
+  return roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
 }
 
 double CostModel::op_step_time(OpId op, int64_t b) const {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cost/efficiency.h"
 #include "ir/model.h"
 
 namespace gp::cost {
@@ -18,6 +19,9 @@ struct DeviceSpec {
   double peak_flops_f16 = 0;        // FLOP/s (tensor cores where the device has them)
   double mem_bandwidth_Bps = 0;     // bytes/s
   double kernel_overhead_s = 0;     // fixed cost per op launch
+  /// Fraction of peak reached per op class, by rows per call (efficiency.h). Default: the flat
+  /// table (no dependence on the batch); the GPU presets carry the DeepBench V100 fit.
+  EfficiencyTable efficiency;
 };
 
 struct LinkSpec {
@@ -65,7 +69,10 @@ Optimizer optimizer_from_string(const std::string& s);
 const char* to_string(Optimizer o);
 
 /// Where an estimate came from: every estimate says whether it was measured or computed.
-enum class Source { measured, formula };
+/// measured: a profile covers the op at that batch (interpolated between measured batches);
+/// extrapolated: a profiled op beyond its measured batches, along the curve fitted to them;
+/// formula: the roofline.
+enum class Source { measured, formula, extrapolated };
 
 struct OpTime {
   double fwd_s = 0;
@@ -75,8 +82,8 @@ struct OpTime {
 
 class Profile;  // measured op costs (profile.h)
 
-/// Roofline efficiency (fraction of peak FLOP/s reached) per op kind; one table, see
-/// docs/cost-model.md.
+/// The flat efficiency (fraction of peak FLOP/s) per op kind of the default EfficiencyTable, which
+/// devices without fitted curves use (file clusters without "efficiency", the cpu preset).
 double compute_efficiency(ir::OpKind k);
 
 /// Bytes an op moves per sample beyond the IR's input and output bytes (attention: the score
@@ -85,12 +92,13 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId op);
 
 /// Roofline time of one op at per-device batch b on device d (see docs/cost-model.md):
 ///   act = b*(input_bytes + output_bytes + extra)        (0 for views: flatten, reshape)
-///   fwd = max(b*fwd_flops / (peak*eff), (weight_read_bytes + act) / mem_bw) + kernel_overhead
-///   bwd = max(b*bwd_flops / (peak*eff), (weight_read_bytes + param_bytes + 2*act) / mem_bw)
+///   compute(flops) = sum over the op's work parts p of b*flops_p / (peak * e_p(b*rows_p, S_p))
+///   fwd = max(compute(fwd_flops), (weight_read_bytes + act) / mem_bw) + kernel_overhead
+///   bwd = max(compute(bwd_flops), (weight_read_bytes + param_bytes + 2*act) / mem_bw)
 ///         + kernel_overhead
-/// `f16` selects the f16 (tensor core) peak. Source is always formula.
-OpTime roofline_time(ir::OpKind kind, const ir::OpCosts& c, double extra_bytes, const DeviceSpec& d,
-                     bool f16, int64_t b);
+/// with e_p the device's efficiency curve for the part's class. `f16` selects the f16 (tensor core)
+/// peak and curves. Source is always formula.
+OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d, bool f16, int64_t b);
 
 /// Cost of ops and transfers on one cluster. Cheap to query; construction precomputes tables.
 class CostModel {

@@ -64,19 +64,72 @@ std::string op_signature(const ir::Graph& g, OpId id) {
                      typed_shape(op.dtype, op.output_shape), op.attrs.dump());
 }
 
-std::optional<std::pair<double, double>> Profile::lookup(const std::string& signature,
-                                                         int64_t b) const {
+BatchFit fit_batch_curve(const std::vector<int64_t>& batches, const std::vector<double>& times) {
+  GP_ASSERT(batches.size() == times.size(), "{} batches, {} times", batches.size(), times.size());
+  // Minimise sum ((a + A b_i) / t_i - 1)^2: linear least squares in u_i = 1/t_i and b_i u_i,
+  // with times in units of the largest one (and u capped) so that no sum overflows.
+  double scale = 0;
+  for (double t : times) scale = std::max(scale, t);
+  BatchFit f;
+  if (!(scale > 0) || !std::isfinite(scale)) return f;  // no positive (finite) time
+  double suu = 0, sbuu = 0, sbbuu = 0, su = 0, sbu = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (!(times[i] > 0)) continue;
+    double u = std::min(scale / times[i], 1e100), b = static_cast<double>(batches[i]);
+    suu += u * u, sbuu += b * u * u, sbbuu += b * b * u * u, su += u, sbu += b * u;
+  }
+  double det = suu * sbbuu - sbuu * sbuu;
+  if (det > 1e-9 * suu * sbbuu) {
+    f.fixed_s = (su * sbbuu - sbu * sbuu) / det;
+    f.per_sample_s = (suu * sbu - sbuu * su) / det;
+  }
+  if (!(det > 1e-9 * suu * sbbuu) || f.fixed_s < 0) {  // one batch, or the fit wants a < 0
+    f.fixed_s = 0;
+    f.per_sample_s = sbu / sbbuu;
+  } else if (f.per_sample_s < 0) {  // time falls with the batch: the best constant
+    f.fixed_s = su / suu;
+    f.per_sample_s = 0;
+  }
+  f.fixed_s *= scale;
+  f.per_sample_s *= scale;
+  return f;
+}
+
+namespace {
+
+/// t at batch b beyond the measured range: the fit scaled through the edge point (b_edge, t_edge).
+double extrapolate(const BatchFit& fit, double b, double b_edge, double t_edge) {
+  double at_edge = fit.at(b_edge);
+  return at_edge > 0 ? t_edge * fit.at(b) / at_edge : t_edge;
+}
+
+}  // namespace
+
+std::optional<ProfileTime> Profile::estimate(const std::string& signature, int64_t b) const {
+  GP_ASSERT(b >= 1, "batch must be >= 1, got {}", b);
   auto it = ops.find(signature);
   if (it == ops.end()) return std::nullopt;
   const OpMeasurement& m = it->second;
-  if (m.batches.empty() || b < m.batches.front() || b > m.batches.back()) return std::nullopt;
+  if (m.batches.empty()) return std::nullopt;
+  if (b < m.batches.front() || b > m.batches.back()) {
+    size_t edge = b < m.batches.front() ? 0 : m.batches.size() - 1;
+    double bd = static_cast<double>(b), be = static_cast<double>(m.batches[edge]);
+    return ProfileTime{extrapolate(fit_batch_curve(m.batches, m.fwd_s), bd, be, m.fwd_s[edge]),
+                       extrapolate(fit_batch_curve(m.batches, m.bwd_s), bd, be, m.bwd_s[edge]), true};
+  }
   // First measured batch >= b; exact hits return the measurement itself.
   size_t hi = std::lower_bound(m.batches.begin(), m.batches.end(), b) - m.batches.begin();
-  if (m.batches[hi] == b) return std::make_pair(m.fwd_s[hi], m.bwd_s[hi]);
+  if (m.batches[hi] == b) return ProfileTime{m.fwd_s[hi], m.bwd_s[hi], false};
   size_t lo = hi - 1;
   double t = static_cast<double>(b - m.batches[lo]) / static_cast<double>(m.batches[hi] - m.batches[lo]);
-  return std::make_pair(m.fwd_s[lo] + t * (m.fwd_s[hi] - m.fwd_s[lo]),
-                        m.bwd_s[lo] + t * (m.bwd_s[hi] - m.bwd_s[lo]));
+  return ProfileTime{m.fwd_s[lo] + t * (m.fwd_s[hi] - m.fwd_s[lo]),
+                     m.bwd_s[lo] + t * (m.bwd_s[hi] - m.bwd_s[lo]), false};
+}
+
+std::optional<std::pair<double, double>> Profile::lookup(const std::string& signature, int64_t b) const {
+  auto e = estimate(signature, b);
+  if (!e) return std::nullopt;
+  return std::make_pair(e->fwd_s, e->bwd_s);
 }
 
 Json profile_to_json(const Profile& p) {

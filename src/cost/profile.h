@@ -29,6 +29,29 @@ struct LinkFit {
   bool operator==(const LinkFit&) const = default;
 };
 
+/// The efficiency-curve family over batches: with e(N) = Emax N / (N + N0) and N = b * rows, an
+/// op's time t(b) = t0 + work*b / (peak e(N)) is affine in b: t(b) = fixed_s + per_sample_s * b
+/// (fixed_s = the per-call overhead plus the N0 rows' worth of work). docs/cost-model.md, "Profiles".
+struct BatchFit {
+  double fixed_s = 0;
+  double per_sample_s = 0;
+  double at(double b) const { return fixed_s + per_sample_s * b; }
+  bool operator==(const BatchFit&) const = default;
+};
+
+/// Least-squares fit of t(b) = fixed_s + per_sample_s * b to measured (batch, time) points on the
+/// relative error, with both coefficients >= 0. One distinct batch (or all times 0): proportional
+/// to b (fixed_s = 0), the flat-efficiency answer. Points with time 0 carry no relative error and
+/// are skipped.
+BatchFit fit_batch_curve(const std::vector<int64_t>& batches, const std::vector<double>& times);
+
+/// A profiled op's time at one batch.
+struct ProfileTime {
+  double fwd_s = 0;
+  double bwd_s = 0;
+  bool extrapolated = false;  // b lies outside the measured batches
+};
+
 class Profile {
  public:
   std::string device;                      // e.g. "cpu: Intel Xeon ... (1 thread)"
@@ -36,8 +59,13 @@ class Profile {
   std::optional<LinkFit> p2p;              // measured point-to-point (c10d Gloo, local processes)
   std::optional<LinkFit> allreduce;        // measured 2-rank all-reduce, fitted the same way
 
-  /// Interpolated (piecewise linear in b) fwd/bwd time, or nullopt when the profile does not
-  /// cover this op or b lies outside the measured range (never extrapolates silently).
+  /// fwd/bwd time of the op with this signature at batch b >= 1, or nullopt when the profile does
+  /// not have it. Inside the measured range: piecewise linear between the two nearest measured
+  /// batches (exact at measured ones; each segment is the curve family through its two ends).
+  /// Outside: the BatchFit of all measured points, scaled to pass through the nearest measured
+  /// point (continuous at the edge), flagged `extrapolated`. Never the roofline.
+  std::optional<ProfileTime> estimate(const std::string& signature, int64_t b) const;
+  /// estimate() without the flag.
   std::optional<std::pair<double, double>> lookup(const std::string& signature, int64_t b) const;
   bool operator==(const Profile&) const = default;
 };

@@ -124,10 +124,16 @@ TEST(Roofline, TablesAgreeWithDirectComputationOffPowersOfTwo) {
   ir::Graph g = chain_model();
   CostModel cm(g, made_up_cluster());
   OpId fc1 = g.find("fc1");
+  Cluster curved = made_up_cluster();  // efficiency that depends on the batch
+  curved.device.efficiency = v100_efficiency();
+  CostModel cm_curved(g, curved);
   for (int64_t b : std::vector<int64_t>{1, 3, 4, 5, 1000, 1024, int64_t{1} << 21}) {
-    OpTime direct = roofline_time(OpKind::linear, g.costs(fc1), 0, made_up_cluster().device, false, b);
+    OpTime direct = roofline_time(op_work(g, fc1), g.costs(fc1), made_up_cluster().device, false, b);
     expect_close(cm.op_time(fc1, b).fwd_s, direct.fwd_s);
     expect_close(cm.op_time(fc1, b).bwd_s, direct.bwd_s);
+    OpTime direct_curved = roofline_time(op_work(g, fc1), g.costs(fc1), curved.device, false, b);
+    expect_close(cm_curved.op_time(fc1, b).fwd_s, direct_curved.fwd_s);
+    expect_close(cm_curved.op_time(fc1, b).bwd_s, direct_curved.bwd_s);
   }
   double sum = 0;
   for (size_t i = 1; i < 3; ++i) sum += cm.op_step_time(OpId(static_cast<int32_t>(i)), 16);

@@ -48,19 +48,47 @@ TEST(Profile, SignatureNamesKindShapesAndAttrs) {
   EXPECT_EQ(op_signature(g, g.find("loss")), "mse_loss(f32[B, 16],f32[B, 16])->f32[] {}");
 }
 
-TEST(Profile, LookupInterpolatesAndNeverExtrapolates) {
+TEST(Profile, LookupInterpolatesInsideTheRangeAndFollowsTheFittedCurveOutside) {
   Profile p = sample_profile("s");
   EXPECT_EQ(p.lookup("s", 2), std::make_pair(1.0, 2.0));
   EXPECT_EQ(p.lookup("s", 3), std::make_pair(2.0, 4.0));   // midpoint of 2 and 4
   EXPECT_EQ(p.lookup("s", 6), std::make_pair(5.0, 10.0));  // midpoint of 4 and 8
   EXPECT_EQ(p.lookup("s", 7), std::make_pair(6.0, 12.0));
   EXPECT_EQ(p.lookup("s", 8), std::make_pair(7.0, 14.0));
-  EXPECT_EQ(p.lookup("s", 1), std::nullopt);
-  EXPECT_EQ(p.lookup("s", 9), std::nullopt);
+  EXPECT_FALSE(p.estimate("s", 8)->extrapolated);
+  // t = b - 1 would need a negative fixed time: the fit is proportional (fixed_s = 0), scaled
+  // through the nearest measured point.
+  EXPECT_EQ(fit_batch_curve({2, 4, 8}, {1.0, 3.0, 7.0}).fixed_s, 0.0);
+  auto below = p.estimate("s", 1), above = p.estimate("s", 9);
+  ASSERT_TRUE(below && above);
+  EXPECT_TRUE(below->extrapolated);
+  EXPECT_DOUBLE_EQ(below->fwd_s, 0.5);  // 1.0 * 1/2
+  EXPECT_DOUBLE_EQ(below->bwd_s, 1.0);
+  EXPECT_TRUE(above->extrapolated);
+  EXPECT_DOUBLE_EQ(above->fwd_s, 7.875);  // 7.0 * 9/8
+  EXPECT_DOUBLE_EQ(above->bwd_s, 15.75);
   EXPECT_EQ(p.lookup("other", 4), std::nullopt);
 }
 
-TEST(Profile, CostModelUsesMeasurementsInsideTheRangeAndTheFormulaOutside) {
+TEST(Profile, BatchFitRecoversAnAffineCurveAndStaysNonNegative) {
+  // t(b) = 2e-4 + 1e-4 b: the efficiency-curve family (fixed time + per-sample time).
+  BatchFit f = fit_batch_curve({1, 2, 4, 8}, {3e-4, 4e-4, 6e-4, 10e-4});
+  EXPECT_NEAR(f.fixed_s, 2e-4, 1e-15);
+  EXPECT_NEAR(f.per_sample_s, 1e-4, 1e-15);
+  // One batch: proportional (flat efficiency).
+  EXPECT_EQ(fit_batch_curve({4}, {2.0}), (BatchFit{0.0, 0.5}));
+  // Time falling with the batch: the best constant on relative error.
+  BatchFit falling = fit_batch_curve({1, 2}, {2.0, 1.0});
+  EXPECT_EQ(falling.per_sample_s, 0.0);
+  EXPECT_NEAR(falling.fixed_s, 1.2, 1e-12);  // argmin (a/2 - 1)^2 + (a - 1)^2
+  // Zero times carry no relative error; all zero is the zero curve.
+  EXPECT_EQ(fit_batch_curve({1, 2}, {0.0, 0.0}), BatchFit{});
+  BatchFit skip_zero = fit_batch_curve({1, 2, 4}, {0.0, 2.0, 4.0});
+  EXPECT_NEAR(skip_zero.fixed_s, 0.0, 1e-12);
+  EXPECT_NEAR(skip_zero.per_sample_s, 1.0, 1e-12);
+}
+
+TEST(Profile, CostModelUsesTheProfileAtEveryBatchAndTheFormulaForUnprofiledOps) {
   ir::Graph g = two_layers();
   OpId fc1 = g.find("fc1"), loss = g.find("loss");
   auto prof = std::make_shared<Profile>(sample_profile(op_signature(g, fc1)));
@@ -77,12 +105,16 @@ TEST(Profile, CostModelUsesMeasurementsInsideTheRangeAndTheFormulaOutside) {
   EXPECT_EQ(cm.op_step_time(fc1, 3), 6.0);
   EXPECT_EQ(cm.op_time(g.find("fc2"), 8).fwd_s, 7.0);  // same signature
 
-  for (int64_t b : {1, 16, 17}) {
+  // Outside the measured batches 2..8: the profile's curve (here proportional, see above), never
+  // the roofline.
+  for (auto [b, fwd] : std::vector<std::pair<int64_t, double>>{{1, 0.5}, {16, 14.0}, {17, 14.875}}) {
     OpTime t = cm.op_time(fc1, b);
-    EXPECT_EQ(t.source, Source::formula) << b;
-    EXPECT_EQ(t.fwd_s, formula.op_time(fc1, b).fwd_s) << b;
+    EXPECT_EQ(t.source, Source::extrapolated) << b;
+    EXPECT_DOUBLE_EQ(t.fwd_s, fwd) << b;
+    EXPECT_NE(t.fwd_s, formula.op_time(fc1, b).fwd_s) << b;
   }
   EXPECT_EQ(cm.op_time(loss, 4).source, Source::formula);
+  EXPECT_EQ(cm.op_time(loss, 4).fwd_s, formula.op_time(loss, 4).fwd_s);
 
   // Measured links replace the intra-node link; the all-reduce fit t = a + n/B gives a ring
   // latency a/2 per step and bandwidth B.
