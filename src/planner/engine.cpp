@@ -541,9 +541,17 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0).tps;
-  return minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); },
-                         n_, tol, upper, guess, best_tps, best, [this] { return memory_probe(); },
-                         on_plan);
+  const bool ok =
+      minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); }, n_,
+                      tol, upper, guess, best_tps, best, [this] { return memory_probe(); }, on_plan);
+  if (ok && on_plan) {
+    // Slightly slower targets admit shallower pipelines (the DP returns the shallowest plan within
+    // a target): the caller weighs their fill against their bottleneck.
+    std::vector<StageChoice> st;
+    for (double f : {1.01, 1.02, 1.05, 1.1, 1.2})
+      if (solve(*best_tps * f, &st) >= 0) on_plan(st);
+  }
+  return ok;
 }
 
 bool SeqDp::memory_probe() {
