@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -84,11 +85,45 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   }
 
   PlanReport rep;
+  const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
+  // The planner, chosen once: the searches it runs per micro-batch size, each over its own space,
+  // reporting every plan it finds (to `on_plan`) and its optimal bottleneck (`tps`).
+  using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
+  enum Kind { kSp = 0, kChain = 1 };
+  struct Search {
+    Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
+    detail::Order order;  // how its plans are assembled
+    std::function<bool(int mbs, double* tps, const OnPlan& on_plan)> run;
+  };
+  std::vector<Search> searches;
   detail::Structure sp, chain;
-  if (opt.planner == "graphpipe") sp = detail::sp_structure(cm, &rep.sp_note);
-  if (opt.planner != "piper") chain = detail::chain_structure(cm);
-  detail::PiperSpace piper;
-  if (opt.planner == "piper") piper = detail::piper_space(cm, deadline, opt.time_limit_s);
+  detail::PiperSpace piper_space;
+  auto seq_dp = [&](const detail::Structure& st) {
+    return [&, st_ptr = &st](int mbs, double* tps, const OnPlan& on_plan) {
+      detail::SeqDp dp(cm, *st_ptr, mbs, opt.mini_batch, limit, n, same_node);
+      std::vector<StageChoice> best;
+      return dp.minimise(kTol, 0, tps, &best, on_plan);
+    };
+  };
+  if (graphpipe) {
+    sp = detail::sp_structure(cm, &rep.sp_note);
+    searches.push_back({kSp, detail::Order::dag, seq_dp(sp)});
+  }
+  if (!piper) {
+    chain = detail::chain_structure(cm);
+    // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
+    searches.push_back({kChain, graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain)});
+  } else {
+    piper_space = detail::piper_space(cm, deadline, opt.time_limit_s);
+    searches.push_back({kChain, detail::Order::chain_edges, [&](int mbs, double* tps, const OnPlan& on_plan) {
+                          std::vector<StageChoice> best;
+                          if (!detail::piper_minimise(cm, piper_space, mbs, opt.mini_batch, limit, n, same_node,
+                                                      deadline, opt.time_limit_s, kTol, tps, &best))
+                            return false;
+                          on_plan(best);
+                          return true;
+                        }});
+  }
 
   // Per micro-batch size each planner's DP minimises the bottleneck TPS; GraphPipe keeps two
   // candidates: the SP DP's plan and the best chain plan (sequential pipelines the SP DP cannot
@@ -108,11 +143,8 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     if (tb < ta * (1 - 1e-9)) return false;
     return a.predicted.bottleneck_tps_s < b.predicted.bottleneck_tps_s * (1 - 1e-9);
   };
-  const detail::Order chain_order =
-      opt.planner == "graphpipe" ? detail::Order::chain : detail::Order::chain_edges;
   // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
   // the planner's own, for the baselines).
-  enum Kind { kSp = 0, kChain = 1 };
   std::optional<Cand> best_of[2];
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
@@ -147,20 +179,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
         if (!here[kind] || better(c.plan, here[kind]->plan)) here[kind] = std::move(c);
       };
     };
-    double tps = 0, search_tps = 0;
-    std::vector<StageChoice> st;
-    auto note = [&] { search_tps = search_tps == 0 ? tps : std::min(search_tps, tps); };
-    if (opt.planner == "graphpipe") {
-      detail::SeqDp dp(cm, sp, mbs, opt.mini_batch, limit, n, same_node);
-      if (dp.minimise(kTol, 0, &tps, &st, seen(kSp, detail::Order::dag))) note();
-    }
-    if (opt.planner != "piper") {
-      detail::SeqDp cdp(cm, chain, mbs, opt.mini_batch, limit, n, same_node);
-      if (cdp.minimise(kTol, 0, &tps, &st, seen(kChain, chain_order))) note();
-    } else if (detail::piper_minimise(cm, piper, mbs, opt.mini_batch, limit, n, same_node, deadline,
-                                      opt.time_limit_s, kTol, &tps, &st)) {
-      note();
-      seen(kChain, detail::Order::chain_edges)(st);
+    double search_tps = 0;
+    for (const Search& sr : searches) {
+      double tps = 0;
+      if (sr.run(mbs, &tps, seen(sr.kind, sr.order)))
+        search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
     }
     PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
     const Cand* top = nullptr;
@@ -189,10 +212,10 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   std::vector<std::string> explain;
   rep.plan = detail::assemble(cm, best->stages, best->mbs, opt.mini_batch, limit, best->order,
                               opt.explain ? &explain : nullptr);
-  if (opt.planner == "graphpipe" && best->order == detail::Order::chain)
+  if (graphpipe && best->order == detail::Order::chain)
     explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;
-  if (opt.planner == "graphpipe") {
+  if (graphpipe) {
     rep.plan.search.winner = sp_wins ? "sp" : "chain";
     for (int kind : {kSp, kChain}) {
       if (!best_of[kind]) continue;
@@ -216,7 +239,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                                     : fmt::format(" {}: does not fit memory;", c.micro_batch);
     rep.explain.push_back(fmt::format("micro-batch {} chosen (smallest predicted iteration time); "
                                       "best plan per micro-batch size:{}", best->mbs, alt));
-    if (opt.planner == "graphpipe") {
+    if (graphpipe) {
       rep.explain.push_back("graph: " + rep.sp_note);
       std::string cands;
       for (const auto& c : rep.plan.search.candidates)
@@ -230,11 +253,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
           sp_wins ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
           cands));
     }
-    if (opt.planner == "piper")
+    if (piper)
       rep.explain.push_back(fmt::format(
           "piper: DP over {} downsets ({} stage splits) of a graph coarsened to {} nodes (series-parallel "
-          "subtrees of <= {} ops contracted)", piper.num_downsets, piper.num_splits, piper.nodes.size(),
-          piper.threshold));
+          "subtrees of <= {} ops contracted)", piper_space.num_downsets, piper_space.num_splits,
+          piper_space.nodes.size(), piper_space.threshold));
   }
   (void)g;
   return rep;
