@@ -63,8 +63,12 @@ TEST(Planner, BaselinesAreSequentialPipelines) {
     for (int k = 0; k < S; ++k) {
       const auto& s = p.stages[k];
       EXPECT_EQ(s.in_flight, S - k) << name << " stage " << k;
-      if (k + 1 < S) EXPECT_THAT(s.outputs_to, ::testing::Contains(k + 1)) << name << " stage " << k;
-      if (k > 0) EXPECT_THAT(s.inputs_from, ::testing::Contains(k - 1)) << name << " stage " << k;
+      if (k + 1 < S) {
+        EXPECT_THAT(s.outputs_to, ::testing::Contains(k + 1)) << name << " stage " << k;
+      }
+      if (k > 0) {
+        EXPECT_THAT(s.inputs_from, ::testing::Contains(k - 1)) << name << " stage " << k;
+      }
     }
   }
   // Pure ordering edges exist here (stage 1 = end of branch 0, stage 2 = start of branch 1) and the
