@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build test demo bench paper soak clean test-asan test-tsan fuzz
+.PHONY: all deps configure build cli test demo bench paper soak clean test-asan test-tsan fuzz
 
 all: build
 
@@ -15,23 +15,31 @@ $(BUILD)/build.ninja:
 
 configure: deps $(BUILD)/build.ninja
 
+# A first build compiles about 100 files, 20 of them LibTorch-heavy; nearly all of a first
+# `make test` is this (docs/results.md, "Build time").
 build: configure
+	@echo "building everything in $(BUILD) (first build: ~10 min on 2 cores; later builds are incremental)"
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The command-line tool alone (what demo, bench, paper and soak run): about half of the first build.
+cli: configure
+	@echo "building $(GP) (first build: ~5 min on 2 cores; later builds are incremental)"
+	cmake --build $(BUILD) -j $(JOBS) --target graphpipe
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-demo: build
+demo: cli
 	@scripts/demo.sh $(GP)
 
-bench: build
+bench: cli
 	@scripts/bench.sh $(BUILD)
 
-paper: build
+paper: cli
 	@scripts/paper.sh $(BUILD)
 
 # 500 steps on 4 workers with a crash and resume in the middle; final weights must be bit-identical.
-soak: build
+soak: cli
 	@GP=$(GP) scripts/soak.sh
 
 # Sanitizer builds (docs/hardening.md). ASan+UBSan: every library and test except the LibTorch ones

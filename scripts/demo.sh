@@ -13,7 +13,7 @@ DEVICES=${DEMO_DEVICES:-8}
 BATCH=${DEMO_BATCH:-128}
 
 echo "== 1. The model: $MODEL"
-"$GP" model info --model "$MODEL" | head -12
+"$GP" model info --model "$MODEL" | sed -n 1,12p  # not head: under pipefail it would SIGPIPE the writer
 echo
 for planner in graphpipe pipedream; do
   echo "== 2. Plan with $planner on $DEVICES summit devices (V100-16GB), mini-batch $BATCH"

@@ -15,7 +15,7 @@ trap 'rm -rf "$TMP"' EXIT
 START=$(date +%s)
 
 # field NAME FILE: a top-level number from a pretty-printed graphpipe JSON document.
-field() { grep -o "\"$1\": [-0-9.eE+]*" "$2" | head -1 | sed 's/.*: //'; }
+field() { grep -o "\"$1\": [-0-9.eE+]*" "$2" | sed -n '1s/.*: //p'; }  # sed reads to the end (pipefail)
 fmt() { awk -v x="$1" -v f="$2" 'BEGIN { if (x == "") print "-"; else printf(f, x) }'; }
 
 # run_one MODEL N PLANNER TAG: plans and simulates; leaves $TMP/TAG.sim.json or a reason in TAG.err

@@ -20,6 +20,9 @@ trap 'rm -rf "$T"' EXIT
 
 now() { date +%s.%N; }
 loss() { sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/' "$1"; }  # the losses of a --log file, one per line
+# Under pipefail never pipe into something that stops reading early (head, grep -m1/-q, sed q): the
+# writer then dies of SIGPIPE (exit 141) once its output outgrows the pipe buffer. `sed -n 1p` reads
+# to the end.
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 echo "== soak: $MODEL, $STEPS steps, 4 workers, checkpoint every $EVERY, crash of rank $CRASH_RANK in step $CRASH_STEP"
@@ -29,7 +32,7 @@ t0=$(now)
 "$GP" train --plan "$T/plan.json" --steps "$STEPS" --lr 0.001 --optimizer adam --seed 11 \
   --checkpoint-dir "$T/full" --log "$T/full.jsonl" --timeout 30 > "$T/full.out"
 t1=$(now)
-first_loss=$(loss "$T/full.jsonl" | head -1)
+first_loss=$(loss "$T/full.jsonl" | sed -n 1p)
 last_loss=$(loss "$T/full.jsonl" | tail -1)
 echo "uninterrupted: $STEPS steps in $(secs "$t0" "$t1") s, loss $first_loss -> $last_loss; $(grep -m1 'iteration time' "$T/full.out" || true)"
 
@@ -51,7 +54,7 @@ n=$(ls "$T/ck" | wc -l)
 "$GP" train --plan "$T/plan.json" --steps "$STEPS" --lr 0.001 --optimizer adam --seed 11 \
   --checkpoint-dir "$T/ck" --resume --log "$T/part2.jsonl" --timeout 30 > "$T/part2.out"
 t3=$(now)
-resumed_from=$(grep -o 'after [0-9]* steps' "$T/part2.out" | head -1)
+resumed_from=$(grep -o 'after [0-9]* steps' "$T/part2.out" | sed -n 1p || true)
 echo "resumed: $resumed_from, $(wc -l < "$T/part2.jsonl") steps in $(secs "$t2" "$t3") s"
 expect=$(( CRASH_STEP / EVERY * EVERY ))
 [ "$resumed_from" = "after $expect steps" ] || { echo "FAIL: expected to resume after $expect steps"; exit 1; }
@@ -59,7 +62,7 @@ expect=$(( CRASH_STEP / EVERY * EVERY ))
 # Resumed steps vs the same steps of the uninterrupted run (JSON numbers, full precision).
 tail -n "$(wc -l < "$T/part2.jsonl")" "$T/full.jsonl" | loss /dev/stdin > "$T/a"
 loss "$T/part2.jsonl" > "$T/b"
-if ! cmp -s "$T/a" "$T/b"; then echo "FAIL: resumed losses differ"; paste "$T/a" "$T/b" | head; exit 1; fi
+if ! cmp -s "$T/a" "$T/b"; then echo "FAIL: resumed losses differ"; paste "$T/a" "$T/b" | sed -n 1,10p; exit 1; fi
 echo "losses of steps $expect..$((STEPS - 1)): identical ($(wc -l < "$T/b") steps; first $(head -1 "$T/b"), last $(tail -1 "$T/b"))"
 "$GP" checkpoint diff "$T/full" "$T/ck" > "$T/diff" || { cat "$T/diff"; echo "FAIL: final checkpoints differ"; exit 1; }
 echo "final weights vs the uninterrupted run: $(cat "$T/diff")"

@@ -71,7 +71,7 @@ LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOption
 
 std::vector<std::string> link_worker_args(const LinkBenchOptions& o) {
   std::string sizes;
-  for (int64_t s : o.sizes_bytes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  for (int64_t s : o.sizes_bytes) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", s);
   return {"--sizes", sizes, "--warmup", std::to_string(o.warmup), "--repeats", std::to_string(o.repeats),
           "--timeout", fmt::format("{}", o.timeout_s)};
 }

@@ -137,8 +137,8 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   opt("--trace", o.trace_path);
   opt("--checkpoint-dir", o.checkpoint_dir);
   if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
-  if (o.resume) a.push_back("--resume");
-  if (o.seeded_weights) a.push_back("--seeded-weights");
+  if (o.resume) a.emplace_back("--resume");
+  if (o.seeded_weights) a.emplace_back("--seeded-weights");  // not push_back(string&&): GCC 12 -Warray-bounds
   return a;
 }
 
