@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "importers/resolve.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
@@ -357,6 +358,35 @@ std::string store_get(c10d::Store& s, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
+/// Two-phase save of every rank's checkpoint after `steps_done` steps: each rank with a stage
+/// writes its temporary file, all ranks agree, and only then are the files renamed into place. A
+/// rank that cannot write (a full disk) fails with its own message, the others as its peers, and
+/// the directory keeps the previous complete set.
+void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, StageRunner* runner,
+                      int64_t steps_done, const Json& identity) {
+  std::string failure;
+  if (runner && !ckpt.empty()) {
+    try {
+      write_checkpoint_tmp(ckpt, runner->module(), runner->optimizer(), steps_done, identity);
+    } catch (const RuntimeFailure& e) {
+      failure = e.what();
+    }
+  }
+  std::vector<torch::Tensor> v{torch::tensor({failure.empty() ? 0.0 : double(rank + 1)}, torch::kFloat64)};
+  world.all_reduce(v, detail::Reduce::max).wait();
+  int failed = static_cast<int>(v[0].item<double>()) - 1;
+  if (failed < 0) {
+    if (runner && !ckpt.empty()) commit_checkpoint(ckpt);
+    return;
+  }
+  if (!ckpt.empty()) abandon_checkpoint(ckpt);
+  if (!failure.empty()) throw RuntimeFailure(failure + "; no rank replaced its checkpoint");
+  throw detail::CommError(fmt::format("rank {} could not write its checkpoint after {} steps; kept the previous "
+                                      "checkpoints",
+                                      failed, steps_done),
+                          failed, /*timed_out=*/false);
+}
+
 }  // namespace
 
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
@@ -371,8 +401,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
   const std::string ckpt =
       opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
+  const Json identity = pipeline_identity(run.graph, run.plan, role.stage, io.rank, opt.optimizer);
   int64_t first = 0;
-  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer());
+  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
   {
     double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
     std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
@@ -444,8 +475,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     if (pending) report(*pending);
     pending = std::move(s);
     bool last = step + 1 == opt.steps;
-    if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoint(ckpt, runner->module(), runner->optimizer(), step + 1);
+    if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
+      save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
   }
   if (pending) report(*pending);
 

@@ -1,11 +1,14 @@
 // `graphpipe train --single`: the single-process reference (whole model, one micro-batch per step).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "importers/resolve.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
+#include "runtime/launcher.h"
 #include "runtime/train.h"
 #include "support/error.h"
 #include "support/json.h"
@@ -20,6 +23,7 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
   torch::set_num_threads(opt.threads);
 
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
@@ -31,9 +35,10 @@ int run_single(const TrainOptions& opt) {
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
+  const Json identity = single_identity(g, opt.batch, opt.optimizer);
   int64_t first = 0;
   if (opt.resume) {
-    first = load_checkpoint(ckpt, m, *optim);
+    first = load_checkpoint(ckpt, m, *optim, identity);
     std::printf("resumed from %s after %lld steps\n", ckpt.c_str(), static_cast<long long>(first));
   }
   std::ofstream log;
@@ -62,7 +67,7 @@ int run_single(const TrainOptions& opt) {
     }
     bool last = step + 1 == opt.steps;
     if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoint(ckpt, m, *optim, step + 1);
+      save_checkpoint(ckpt, m, *optim, step + 1, identity);
   }
   return 0;
 }

@@ -84,9 +84,10 @@ std::optional<FaultSpec> parse_fault(const std::string& spec) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  GP_CHECK(f.rank >= 0 && f.action >= 0, "GP_FAULT: needs rank= and action=");
-  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size",
-           "GP_FAULT: kind '{}' is not one of crash, hang, error, size", f.kind);
+  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size" || f.kind == "enospc",
+           "GP_FAULT: kind '{}' is not one of crash, hang, error, size, enospc", f.kind);
+  GP_CHECK(f.rank >= 0 && (f.action >= 0 || f.kind == "enospc"),
+           "GP_FAULT: needs rank= and action= (kind=enospc: rank= and step=)");
   return f;
 }
 
