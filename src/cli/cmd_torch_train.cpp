@@ -32,6 +32,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
   c->add_flag("--seeded-weights", o.seeded_weights,
               "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");
+  c->add_flag("--allow-nonfinite", o.allow_nonfinite,
+              "Train on through a nan/inf loss or gradient (by default it stops with exit 1 naming the step, "
+              "stage and op)");
 }
 
 /// Exits with a worker's non-zero code without running static destructors under live threads.

@@ -13,6 +13,7 @@
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/comm.h"
+#include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
@@ -20,6 +21,11 @@
 #include "support/json.h"
 
 namespace gp::runtime {
+
+std::atomic<bool>& poison_next_action() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
 
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
   std::string spec = model_spec.empty() ? p.model_spec : model_spec;
@@ -139,6 +145,7 @@ class StageRunner {
   }
 
   void run(const Action& a) {
+    if (poison_next_action().exchange(false)) poison_first_gradient(*module_);
     switch (a.kind) {
       case ActionKind::forward: forward(a.micro_batch); break;
       case ActionKind::backward: backward(a.micro_batch); break;
@@ -147,7 +154,10 @@ class StageRunner {
       case ActionKind::send_grad: transfer(a, true, true); break;
       case ActionKind::recv_grad: transfer(a, true, false); break;
       case ActionKind::allreduce: allreduce(); break;
-      case ActionKind::optimizer_step: optim_->step(); break;
+      case ActionKind::optimizer_step:
+        if (!opt_.allow_nonfinite) check_gradients_finite(*module_, {step_, st_.id});
+        optim_->step();
+        break;
     }
   }
 
@@ -264,7 +274,9 @@ class StageRunner {
       for (const auto& n : edge(st_.id, v)) ms.outputs[n] = outs.at(n);
     if (!module_->loss_ops().empty()) {
       ms.loss = module_->scaled_loss(outs, mi);
-      loss_sum_ += ms.loss.item<double>();
+      double v = ms.loss.item<double>();
+      if (!opt_.allow_nonfinite) check_loss_finite(v, *module_, ext, outs, {step_, st_.id});
+      loss_sum_ += v;
     }
   }
 

@@ -6,6 +6,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
 #include "runtime/launcher.h"
@@ -52,12 +53,15 @@ int run_single(const TrainOptions& opt) {
     auto t0 = std::chrono::steady_clock::now();
     optim->zero_grad();
     MicroBatchInfo info{0, b, b, step};
-    TensorMap outs = m.forward(synthetic_external_inputs(m, info), info);
+    TensorMap ins = synthetic_external_inputs(m, info);
+    TensorMap outs = m.forward(ins, info);
     torch::Tensor loss = m.scaled_loss(outs, info);
     GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-    loss.backward();
-    optim->step();
     double loss_v = loss.item<double>();
+    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
+    loss.backward();
+    if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
+    optim->step();
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
     std::fflush(stdout);

@@ -20,10 +20,13 @@ struct TrainOptions {
   int threads = 1;
   bool single = false;
   bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded
+  bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
 };
 
 /// The single-process reference: the whole model as one stage, one micro-batch = the mini-batch.
-/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError.
+/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError;
+/// a non-finite loss or gradient (unless allow_nonfinite) or a failed checkpoint save throws
+/// RuntimeFailure.
 int run_single(const TrainOptions& opt);
 
 /// Pipelined training of a plan: spawns (or, under a launcher, becomes) one worker per device.

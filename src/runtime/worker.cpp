@@ -84,8 +84,9 @@ std::optional<FaultSpec> parse_fault(const std::string& spec) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size" || f.kind == "enospc",
-           "GP_FAULT: kind '{}' is not one of crash, hang, error, size, enospc", f.kind);
+  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size" || f.kind == "nan" ||
+               f.kind == "enospc",
+           "GP_FAULT: kind '{}' is not one of crash, hang, error, size, nan, enospc", f.kind);
   GP_CHECK(f.rank >= 0 && (f.action >= 0 || f.kind == "enospc"),
            "GP_FAULT: needs rank= and action= (kind=enospc: rank= and step=)");
   return f;
@@ -140,6 +141,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
   if (o.resume) a.push_back("--resume");
   if (o.seeded_weights) a.push_back("--seeded-weights");
+  if (o.allow_nonfinite) a.push_back("--allow-nonfinite");
   return a;
 }
 
@@ -186,6 +188,10 @@ int run_worker(const TrainOptions& opt) {
           GP_CHECK(a.kind == schedule::ActionKind::send_act || a.kind == schedule::ActionKind::send_grad,
                    "GP_FAULT kind=size needs a send action; action {} of stage {} is '{}'", index, role.stage, current);
           detail::wrong_size_next_send() = true;
+          return;
+        }
+        if (fault->kind == "nan") {
+          poison_next_action() = true;
           return;
         }
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -68,6 +69,10 @@ struct WorkerResult {
 /// Runs steps [first, opt.steps) of this rank's stage (first from --resume), writing checkpoints,
 /// and on rank 0 the --log and --trace files. Communication failures throw CommError.
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io);
+
+/// Fault injection (GP_FAULT kind=nan): when set, the next action of this process first sets one
+/// value of its stage's first parameter gradient to NaN. Reset by that action.
+std::atomic<bool>& poison_next_action();
 
 /// Chrome trace of measured events, in the simulator's format (one process per device named
 /// "device D: stage S", thread 0 for its work, thread 1 for its sends).

@@ -255,7 +255,7 @@ TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) 
   EXPECT_NE(show.out.find("6 steps done"), std::string::npos) << show.out;
 }
 
-// --- reliability: corrupt checkpoints, another run's checkpoints, full disks ---
+// --- reliability: corrupt checkpoints, another run's checkpoints, full disks, divergence ---
 
 /// Inverts 64 bytes in the middle of the raw data of `t` inside file `f` (tensor data is stored
 /// uncompressed); false when the bytes are not found exactly once.
@@ -375,6 +375,28 @@ TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
   EXPECT_EQ(slurp(dir_ / "s.rc"), "0\n") << slurp(dir_ / "s.err");
   EXPECT_NE(slurp(dir_ / "s.out").find("1 steps done"), std::string::npos) << slurp(dir_ / "s.out");
   EXPECT_NE(slurp(dir_ / "s.out").find("match their checksums"), std::string::npos);
+}
+
+TEST_F(DistProcess, DivergenceStopsTheWorkersNamingStepStageAndOp) {
+  std::string plan = write_plan(two_stage_plan());
+  std::string common = "train --plan " + plan + " --steps 3 --timeout 10";
+  Proc big_lr = graphpipe(common + " --optimizer sgd --lr 1e30");
+  EXPECT_EQ(big_lr.code, 1) << big_lr.err;
+  EXPECT_NE(big_lr.err.find("exited with code 1: non-finite loss"), std::string::npos) << big_lr.err;
+  EXPECT_NE(big_lr.err.find(" at step 1, stage 1, loss op '"), std::string::npos) << big_lr.err;
+  EXPECT_EQ(lines(big_lr.err), 1) << big_lr.err;
+  EXPECT_LT(big_lr.seconds, 20);
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc nan = graphpipe(common, "GP_FAULT=rank=0,action=0,step=1,kind=nan");
+  EXPECT_EQ(nan.code, 1) << nan.err;
+  EXPECT_NE(nan.err.find("worker rank 0 (stage 0, replica 0) exited with code 1: non-finite gradient at step 1, "
+                         "stage 0, op '"),
+            std::string::npos)
+      << nan.err;
+  EXPECT_NE(nan.err.find("': 1 nan and 0 inf of "), std::string::npos) << nan.err;
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc allowed = graphpipe(common + " --optimizer sgd --lr 1e30 --allow-nonfinite");
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
 }
 
 }  // namespace
