@@ -18,7 +18,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--model", o.model_spec, "Model spec (with --single; overrides the plan's model_spec otherwise)");
   c->add_option("--batch", o.batch, "Mini-batch size (with --single)");
   c->add_option("--steps", o.steps, "Optimizer steps to run (in total, counting resumed ones)")->required();
-  c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")->capture_default_str();
+  c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--optimizer", o.optimizer, "adam | sgd (with momentum)")->capture_default_str();
   c->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
   c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();

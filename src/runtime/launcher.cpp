@@ -22,6 +22,7 @@
 #include "runtime/detail/pipeline.h"
 #include "runtime/launcher.h"
 #include "support/error.h"
+#include "support/memory.h"
 
 extern char** environ;
 
@@ -208,6 +209,11 @@ int run_pipeline(const TrainOptions& opt) {
   // Bad input ends here, before any worker starts.
   PreparedRun run = prepare_run(opt);
   const int world = run.plan.num_devices;
+  double local_bytes = 0;  // every worker runs on this machine
+  for (const auto& st : run.plan.stages)
+    local_bytes += double(st.devices.size()) * stage_bytes_estimate(run, st.id, opt.optimizer);
+  check_fits_in_memory(local_bytes, fmt::format("train --plan {} ({} local workers)", opt.plan_path, world),
+                       "parameters, gradients, optimizer state and in-flight activations of every stage");
   if (opt.resume)
     for (const auto& st : run.plan.stages)
       for (int d : st.devices) {

@@ -45,11 +45,22 @@ PreparedRun prepare_run(const TrainOptions& opt) {
   GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
   GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
-  GP_CHECK(opt.timeout_s > 0, "--timeout must be > 0, found {}", opt.timeout_s);
-  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  GP_CHECK(opt.timeout_s > 0 && opt.timeout_s <= kMaxTimeoutS, "--timeout must be in (0, {}] seconds, found {}",
+           kMaxTimeoutS, opt.timeout_s);
+  GP_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be in [1, {}], found {}", kMaxThreads,
+           opt.threads);
+  GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   PreparedRun run = prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
   if (opt.seeded_weights) run.weights.clear();
   return run;
+}
+
+double stage_bytes_estimate(const PreparedRun& run, int stage, const std::string& optimizer) {
+  const plan::Stage& st = run.plan.stages.at(stage);
+  std::vector<OpId> ops;
+  for (const auto& name : st.ops) ops.push_back(run.graph.find(name));
+  double held = double(st.in_flight) * st.micro_batch_size / double(st.devices.size());
+  return training_bytes_estimate(run.graph, ops, held, optimizer);
 }
 
 RankRole role_of_rank(const plan::Plan& p, int rank) {

@@ -1,5 +1,6 @@
 // `graphpipe train --single`: the single-process reference (whole model, one micro-batch per step).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,8 +14,20 @@
 #include "runtime/train.h"
 #include "support/error.h"
 #include "support/json.h"
+#include "support/memory.h"
 
 namespace gp::runtime {
+
+double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops, double samples,
+                               const std::string& optimizer) {
+  double copies = optimizer == "sgd" ? 3 : 4;  // value, gradient, optimizer state
+  double bytes = 0;
+  for (OpId id : ops) {
+    const ir::OpCosts& c = g.costs(id);
+    bytes += copies * static_cast<double>(c.param_bytes) + samples * (c.output_bytes + c.saved_bytes);
+  }
+  return bytes;
+}
 
 int run_single(const TrainOptions& opt) {
   GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
@@ -23,7 +36,9 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
   GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
-  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  GP_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be in [1, {}], found {}", kMaxThreads,
+           opt.threads);
+  GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
   torch::set_num_threads(opt.threads);
 
@@ -32,6 +47,9 @@ int run_single(const TrainOptions& opt) {
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
   if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
+  check_fits_in_memory(training_bytes_estimate(g, g.op_ids(), opt.batch, opt.optimizer),
+                       fmt::format("train --single of {} with --batch {}", g.name(), opt.batch),
+                       "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
 

@@ -36,6 +36,10 @@ struct PreparedRun {
 PreparedRun prepare_run(const TrainOptions& opt);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
 
+/// Rough bytes one replica of `stage` needs (training_bytes_estimate over its ops, with its
+/// in-flight micro-batch shares of activations).
+double stage_bytes_estimate(const PreparedRun& run, int stage, const std::string& optimizer);
+
 /// The rank's place in the plan: stage -1 for a device no stage uses.
 struct RankRole {
   int stage = -1;
