@@ -13,10 +13,15 @@
 #include "importers/resolve.h"
 #include "profiler/profiler.h"
 #include "runtime/link_bench.h"
+#include "runtime/train.h"
 #include "support/error.h"
+#include "support/memory.h"
 
 namespace gp::cli {
 namespace {
+
+constexpr int kMaxRepeats = 100000;
+constexpr int64_t kMaxLinkBytes = int64_t{1} << 30;
 
 struct ProfileArgs {
   std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes;
@@ -26,8 +31,11 @@ struct ProfileArgs {
 
 void run(const ProfileArgs& a) {
   GP_CHECK(!a.spec.empty() || a.links, "profile: needs --model SPEC, --links, or both");
-  GP_CHECK(a.repeats >= 1, "--repeats must be >= 1, found {}", a.repeats);
-  GP_CHECK(a.warmup >= 0, "--warmup must be >= 0, found {}", a.warmup);
+  GP_CHECK(a.repeats >= 1 && a.repeats <= kMaxRepeats, "--repeats must be in [1, {}], found {}", kMaxRepeats,
+           a.repeats);
+  GP_CHECK(a.warmup >= 0 && a.warmup <= kMaxRepeats, "--warmup must be in [0, {}], found {}", kMaxRepeats, a.warmup);
+  GP_CHECK(a.threads >= 1 && a.threads <= runtime::kMaxThreads, "--threads must be in [1, {}], found {}",
+           runtime::kMaxThreads, a.threads);
   auto t0 = std::chrono::steady_clock::now();
   cost::Profile p;
   std::string model = "-";
@@ -36,6 +44,17 @@ void run(const ProfileArgs& a) {
     model = g.name();
     profiler::ProfileOptions opt;
     opt.batches = profiler::parse_batches(a.batches, "--batches");
+    // The largest op run alone at the largest batch: its weights (and gradients) plus its inputs,
+    // output and saved activations.
+    double worst = 0;
+    int64_t max_batch = *std::max_element(opt.batches.begin(), opt.batches.end());
+    for (OpId id : g.op_ids()) {
+      const ir::OpCosts& c = g.costs(id);
+      worst = std::max(worst, 2.0 * static_cast<double>(c.param_bytes) +
+                                  static_cast<double>(max_batch) * (c.input_bytes + c.output_bytes + c.saved_bytes));
+    }
+    check_fits_in_memory(worst, fmt::format("profile --batches {}", max_batch),
+                         "the largest op's weights, gradients and activations at that batch");
     opt.warmup = a.warmup;
     opt.repeats = a.repeats;
     opt.threads = a.threads;
@@ -46,6 +65,9 @@ void run(const ProfileArgs& a) {
   if (a.links) {
     profiler::LinkOptions lo;
     if (!a.link_sizes.empty()) lo.sizes_bytes = profiler::parse_batches(a.link_sizes, "--link-sizes");
+    for (int64_t s : lo.sizes_bytes)
+      GP_CHECK(s <= kMaxLinkBytes, "--link-sizes: {} bytes is above the largest message measured, {} (1 GiB)", s,
+               kMaxLinkBytes);
     lo.warmup = a.warmup;
     lo.repeats = std::max(a.repeats, 3);
     profiler::profile_links(p, lo, &std::cerr);
@@ -101,6 +123,8 @@ Registrar reg(70, [](CLI::App& root) {
   w->add_option("--timeout", lo->timeout_s);
   w->callback([lo, sizes] {
     lo->sizes_bytes = profiler::parse_batches(*sizes, "--sizes");
+    for (int64_t s : lo->sizes_bytes)
+      GP_CHECK(s <= kMaxLinkBytes, "--sizes: {} bytes is above the largest message measured, {}", s, kMaxLinkBytes);
     int code = runtime::run_link_worker(*lo);
     if (code != 0) std::exit(code);
   });

@@ -18,7 +18,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--model", o.model_spec, "Model spec (with --single; overrides the plan's model_spec otherwise)");
   c->add_option("--batch", o.batch, "Mini-batch size (with --single)");
   c->add_option("--steps", o.steps, "Optimizer steps to run (in total, counting resumed ones)")->required();
-  c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")->capture_default_str();
+  c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--optimizer", o.optimizer, "adam | sgd (with momentum)")->capture_default_str();
   c->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
   c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
@@ -32,6 +34,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
   c->add_flag("--seeded-weights", o.seeded_weights,
               "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");
+  c->add_flag("--allow-nonfinite", o.allow_nonfinite,
+              "Train on through a nan/inf loss or gradient (by default it stops with exit 1 naming the step, "
+              "stage and op)");
 }
 
 /// Exits with a worker's non-zero code without running static destructors under live threads.

@@ -1,6 +1,7 @@
 // graphpipe: the command-line entry point. Dispatches to the registered subcommands.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cli/command.h"
@@ -16,6 +17,25 @@ std::vector<std::pair<int, Setup>>& registry() {
 
 Registrar::Registrar(int order, Setup setup) { registry().emplace_back(order, std::move(setup)); }
 
+namespace {
+
+/// Every error is one line on stderr (scripts and the CLI contract rely on it): line breaks inside
+/// a message become "; ", and anything after a c10 backtrace's first line is dropped.
+std::string one_line(std::string s, bool first_line_only = false) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (first_line_only) {
+    if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+    return s;
+  }
+  std::string out;
+  for (char c : s) {
+    if (c == '\n') out += "; ";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
 }  // namespace gp::cli
 
 int main(int argc, char** argv) {
@@ -25,6 +45,10 @@ int main(int argc, char** argv) {
       "and train it for real with LibTorch. See README.md and docs/."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  // Before the subcommands are added: they copy the root's failure message when created.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "graphpipe: error: " + gp::cli::one_line(e.what()) + " (see --help)\n";
+  });
   auto& reg = gp::cli::registry();
   std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : reg) setup(app);
@@ -34,13 +58,13 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   } catch (const gp::UserError& e) {
-    std::fprintf(stderr, "graphpipe: error: %s\n", e.what());
+    std::fprintf(stderr, "graphpipe: error: %s\n", gp::cli::one_line(e.what()).c_str());
     return 2;
   } catch (const gp::RuntimeFailure& e) {
-    std::fprintf(stderr, "graphpipe: failed: %s\n", e.what());
+    std::fprintf(stderr, "graphpipe: failed: %s\n", gp::cli::one_line(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "graphpipe: failed: %s\n", e.what());
+    std::fprintf(stderr, "graphpipe: failed: %s\n", gp::cli::one_line(e.what(), /*first_line_only=*/true).c_str());
     return 1;
   }
   return 0;

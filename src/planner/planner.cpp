@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -58,12 +59,17 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   const auto t0 = std::chrono::steady_clock::now();
   const ir::Graph& g = cm.graph();
   const int n = cm.cluster().num_devices();
-  GP_CHECK(opt.mini_batch >= 1, "--batch: mini-batch size must be >= 1, got {}", opt.mini_batch);
+  GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch, "--batch: mini-batch size must be in [1, {}], got {}",
+           kMaxMiniBatch, opt.mini_batch);
+  GP_CHECK(n <= kMaxDevices, "--devices: the planner handles at most {} devices, got {}", kMaxDevices, n);
+  GP_CHECK(g.num_ops() <= kMaxOps, "model \"{}\" has {} ops; the planner handles at most {}", g.name(), g.num_ops(),
+           kMaxOps);
   auto names = planner_names();
   GP_CHECK(std::find(names.begin(), names.end(), opt.planner) != names.end(),
            "--planner: unknown planner \"{}\" (valid: graphpipe, pipedream, piper)", opt.planner);
-  GP_CHECK(opt.memory_limit_bytes >= 0, "--memory-limit must be >= 0");
-  GP_CHECK(opt.time_limit_s > 0, "--time-limit must be > 0 s, got {}", opt.time_limit_s);
+  GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes), "--memory-limit must be >= 0 and finite");
+  GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
+           kMaxTimeLimitS, opt.time_limit_s);
   const double limit = opt.memory_limit_bytes > 0 ? opt.memory_limit_bytes : cm.cluster().device.memory_bytes;
   // Before placement the planner cannot know which links a stage uses: it assumes intra-node links
   // only when the whole cluster is one node (conservative elsewhere); the final plan is re-costed.

@@ -9,6 +9,13 @@
 
 namespace gp::planner {
 
+/// Input limits (checked first by run_planner; beyond them the search's tables do not fit its
+/// 16-bit indices, or the time limit would overflow the clock).
+inline constexpr int kMaxDevices = 65535;
+inline constexpr size_t kMaxOps = 65535;
+inline constexpr int kMaxMiniBatch = 1 << 30;
+inline constexpr double kMaxTimeLimitS = 1e6;
+
 struct PlannerOptions {
   int mini_batch = 0;
   int micro_batch = 0;                 // 0: search every power of two dividing mini_batch

@@ -1,5 +1,6 @@
 // `graphpipe checkpoint show|diff`: reads checkpoints written by --checkpoint-dir without a plan or
-// model (parameter names, shapes, values and the step count stored in each file).
+// model (parameter names, shapes, values and the step count stored in each file). Every file read
+// is verified against its manifest's checksums (read_checkpoint): a corrupt file is exit 2.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -43,6 +44,25 @@ std::string describe_checkpoints(const std::string& path) {
     int64_t total = 0;
     for (auto& [n, t] : l.params) total += t.numel();
     out += fmt::format("{}: {} steps done, {} parameter tensors, {} values\n", f, l.steps_done, l.params.size(), total);
+    if (!l.has_manifest()) {
+      out += "  integrity: not checked (no checksums: written before graphpipe.checkpoint/1 manifests)\n";
+    } else {
+      out += fmt::format("  integrity: {} tensors (parameters and optimizer state) match their checksums\n",
+                         l.verified_tensors);
+      const Json& id = l.manifest.value("identity", Json());
+      if (id.is_object() && id.contains("model") && id.contains("plan")) {
+        const Json& pl = id["plan"];
+        std::string plan = pl.value("kind", "") == "single"
+                               ? fmt::format("--single, mini-batch {}", pl.value("mini_batch_size", 0))
+                               : fmt::format("plan {} ({} stages on {} devices, mini-batch {}), stage {} rank {}",
+                                             pl.value("hash", ""), pl.value("num_stages", 0),
+                                             pl.value("num_devices", 0), pl.value("mini_batch_size", 0),
+                                             id.value("stage", -1), id.value("rank", 0));
+        out += fmt::format("  written for: model {} ({} ops, hash {}), {}, --optimizer {}\n",
+                           id["model"].value("name", ""), id["model"].value("ops", 0), id["model"].value("hash", ""),
+                           plan, id.value("optimizer", ""));
+      }
+    }
     for (auto& [n, t] : l.params)
       out += fmt::format("  {:<40} [{}]  norm {:.6g}\n", n, fmt::join(t.sizes(), ", "), t.norm().item<double>());
   }

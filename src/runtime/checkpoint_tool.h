@@ -6,7 +6,9 @@
 namespace gp::runtime {
 
 /// One paragraph per checkpoint file (`path` is a file or a --checkpoint-dir directory): steps done,
-/// parameter count, then each parameter's name, shape and L2 norm. UserError for unreadable files.
+/// parameter count, integrity (how many tensors matched their checksums) and what the file was
+/// written for, then each parameter's name, shape and L2 norm. UserError for unreadable or corrupt
+/// files (naming the tensor whose checksum fails).
 std::string describe_checkpoints(const std::string& path);
 
 struct CheckpointDiff {

@@ -17,10 +17,12 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
 #include "runtime/launcher.h"
 #include "support/error.h"
+#include "support/memory.h"
 
 extern char** environ;
 
@@ -63,6 +65,27 @@ Status read_status(const fs::path& file) {
     }
   }
   return s;
+}
+
+/// When `dir` holds checkpoints of a run with another plan or model: "; the checkpoints in DIR were
+/// written by a different run: WHAT"; else "".
+std::string other_run(const std::string& dir, const PreparedRun& run) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("stage", 0) != 0 || e.path().extension() != ".pt") continue;
+    Json saved;
+    try {
+      saved = read_checkpoint_identity(e.path().string());
+    } catch (const UserError&) {
+      continue;  // unreadable: its own load reports it
+    }
+    if (saved.is_null()) continue;
+    std::string diff =
+        identity_difference(saved, pipeline_identity(run.graph, run.plan, -1, 0, saved.value("optimizer", "")), true);
+    if (!diff.empty()) return fmt::format("; the checkpoints in {} were written by a different run: {}", dir, diff);
+  }
+  return "";
 }
 
 std::string exe_path() {
@@ -186,11 +209,18 @@ int run_pipeline(const TrainOptions& opt) {
   // Bad input ends here, before any worker starts.
   PreparedRun run = prepare_run(opt);
   const int world = run.plan.num_devices;
+  double local_bytes = 0;  // every worker runs on this machine
+  for (const auto& st : run.plan.stages)
+    local_bytes += double(st.devices.size()) * stage_bytes_estimate(run, st.id, opt.optimizer);
+  check_fits_in_memory(local_bytes, fmt::format("train --plan {} ({} local workers)", opt.plan_path, world),
+                       "parameters, gradients, optimizer state and in-flight activations of every stage");
   if (opt.resume)
     for (const auto& st : run.plan.stages)
       for (int d : st.devices) {
         std::string f = checkpoint_path(opt.checkpoint_dir, st.id, d);
-        GP_CHECK(fs::exists(f), "--resume: checkpoint {} of stage {} (rank {}) does not exist", f, st.id, d);
+        if (!fs::exists(f))
+          throw UserError(fmt::format("--resume: checkpoint {} of stage {} (rank {}) does not exist{}", f, st.id, d,
+                                      other_run(opt.checkpoint_dir, run)));
       }
 
   c10d::TCPStoreOptions so;

@@ -11,7 +11,9 @@
 #include <optional>
 
 #include "importers/resolve.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/comm.h"
+#include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
@@ -19,6 +21,11 @@
 #include "support/json.h"
 
 namespace gp::runtime {
+
+std::atomic<bool>& poison_next_action() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
 
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
   std::string spec = model_spec.empty() ? p.model_spec : model_spec;
@@ -38,11 +45,22 @@ PreparedRun prepare_run(const TrainOptions& opt) {
   GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
   GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
-  GP_CHECK(opt.timeout_s > 0, "--timeout must be > 0, found {}", opt.timeout_s);
-  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  GP_CHECK(opt.timeout_s > 0 && opt.timeout_s <= kMaxTimeoutS, "--timeout must be in (0, {}] seconds, found {}",
+           kMaxTimeoutS, opt.timeout_s);
+  GP_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be in [1, {}], found {}", kMaxThreads,
+           opt.threads);
+  GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   PreparedRun run = prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
   if (opt.seeded_weights) run.weights.clear();
   return run;
+}
+
+double stage_bytes_estimate(const PreparedRun& run, int stage, const std::string& optimizer) {
+  const plan::Stage& st = run.plan.stages.at(stage);
+  std::vector<OpId> ops;
+  for (const auto& name : st.ops) ops.push_back(run.graph.find(name));
+  double held = double(st.in_flight) * st.micro_batch_size / double(st.devices.size());
+  return training_bytes_estimate(run.graph, ops, held, optimizer);
 }
 
 RankRole role_of_rank(const plan::Plan& p, int rank) {
@@ -138,6 +156,7 @@ class StageRunner {
   }
 
   void run(const Action& a) {
+    if (poison_next_action().exchange(false)) poison_first_gradient(*module_);
     switch (a.kind) {
       case ActionKind::forward: forward(a.micro_batch); break;
       case ActionKind::backward: backward(a.micro_batch); break;
@@ -146,7 +165,10 @@ class StageRunner {
       case ActionKind::send_grad: transfer(a, true, true); break;
       case ActionKind::recv_grad: transfer(a, true, false); break;
       case ActionKind::allreduce: allreduce(); break;
-      case ActionKind::optimizer_step: optim_->step(); break;
+      case ActionKind::optimizer_step:
+        if (!opt_.allow_nonfinite) check_gradients_finite(*module_, {step_, st_.id});
+        optim_->step();
+        break;
     }
   }
 
@@ -263,7 +285,9 @@ class StageRunner {
       for (const auto& n : edge(st_.id, v)) ms.outputs[n] = outs.at(n);
     if (!module_->loss_ops().empty()) {
       ms.loss = module_->scaled_loss(outs, mi);
-      loss_sum_ += ms.loss.item<double>();
+      double v = ms.loss.item<double>();
+      if (!opt_.allow_nonfinite) check_loss_finite(v, *module_, ext, outs, {step_, st_.id});
+      loss_sum_ += v;
     }
   }
 
@@ -357,6 +381,35 @@ std::string store_get(c10d::Store& s, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
+/// Two-phase save of every rank's checkpoint after `steps_done` steps: each rank with a stage
+/// writes its temporary file, all ranks agree, and only then are the files renamed into place. A
+/// rank that cannot write (a full disk) fails with its own message, the others as its peers, and
+/// the directory keeps the previous complete set.
+void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, StageRunner* runner,
+                      int64_t steps_done, const Json& identity) {
+  std::string failure;
+  if (runner && !ckpt.empty()) {
+    try {
+      write_checkpoint_tmp(ckpt, runner->module(), runner->optimizer(), steps_done, identity);
+    } catch (const RuntimeFailure& e) {
+      failure = e.what();
+    }
+  }
+  std::vector<torch::Tensor> v{torch::tensor({failure.empty() ? 0.0 : double(rank + 1)}, torch::kFloat64)};
+  world.all_reduce(v, detail::Reduce::max).wait();
+  int failed = static_cast<int>(v[0].item<double>()) - 1;
+  if (failed < 0) {
+    if (runner && !ckpt.empty()) commit_checkpoint(ckpt);
+    return;
+  }
+  if (!ckpt.empty()) abandon_checkpoint(ckpt);
+  if (!failure.empty()) throw RuntimeFailure(failure + "; no rank replaced its checkpoint");
+  throw detail::CommError(fmt::format("rank {} could not write its checkpoint after {} steps; kept the previous "
+                                      "checkpoints",
+                                      failed, steps_done),
+                          failed, /*timed_out=*/false);
+}
+
 }  // namespace
 
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
@@ -371,8 +424,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
   const std::string ckpt =
       opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
+  const Json identity = pipeline_identity(run.graph, run.plan, role.stage, io.rank, opt.optimizer);
   int64_t first = 0;
-  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer());
+  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
   {
     double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
     std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
@@ -444,8 +498,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     if (pending) report(*pending);
     pending = std::move(s);
     bool last = step + 1 == opt.steps;
-    if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoint(ckpt, runner->module(), runner->optimizer(), step + 1);
+    if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
+      save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
   }
   if (pending) report(*pending);
 

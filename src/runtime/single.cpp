@@ -1,16 +1,33 @@
 // `graphpipe train --single`: the single-process reference (whole model, one micro-batch per step).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "importers/resolve.h"
+#include "runtime/checkpoint_manifest.h"
+#include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
+#include "runtime/launcher.h"
 #include "runtime/train.h"
 #include "support/error.h"
 #include "support/json.h"
+#include "support/memory.h"
 
 namespace gp::runtime {
+
+double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops, double samples,
+                               const std::string& optimizer) {
+  double copies = optimizer == "sgd" ? 3 : 4;  // value, gradient, optimizer state
+  double bytes = 0;
+  for (OpId id : ops) {
+    const ir::OpCosts& c = g.costs(id);
+    bytes += copies * static_cast<double>(c.param_bytes) + samples * (c.output_bytes + c.saved_bytes);
+  }
+  return bytes;
+}
 
 int run_single(const TrainOptions& opt) {
   GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
@@ -19,7 +36,10 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
   GP_CHECK(!opt.resume || !opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   GP_CHECK(opt.checkpoint_every == 0 || !opt.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
-  GP_CHECK(opt.threads >= 1, "--threads must be >= 1, found {}", opt.threads);
+  GP_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be in [1, {}], found {}", kMaxThreads,
+           opt.threads);
+  GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
+  if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
   torch::set_num_threads(opt.threads);
 
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
@@ -27,13 +47,17 @@ int run_single(const TrainOptions& opt) {
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
   if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
+  check_fits_in_memory(training_bytes_estimate(g, g.op_ids(), opt.batch, opt.optimizer),
+                       fmt::format("train --single of {} with --batch {}", g.name(), opt.batch),
+                       "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
+  const Json identity = single_identity(g, opt.batch, opt.optimizer);
   int64_t first = 0;
   if (opt.resume) {
-    first = load_checkpoint(ckpt, m, *optim);
+    first = load_checkpoint(ckpt, m, *optim, identity);
     std::printf("resumed from %s after %lld steps\n", ckpt.c_str(), static_cast<long long>(first));
   }
   std::ofstream log;
@@ -47,12 +71,15 @@ int run_single(const TrainOptions& opt) {
     auto t0 = std::chrono::steady_clock::now();
     optim->zero_grad();
     MicroBatchInfo info{0, b, b, step};
-    TensorMap outs = m.forward(synthetic_external_inputs(m, info), info);
+    TensorMap ins = synthetic_external_inputs(m, info);
+    TensorMap outs = m.forward(ins, info);
     torch::Tensor loss = m.scaled_loss(outs, info);
     GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-    loss.backward();
-    optim->step();
     double loss_v = loss.item<double>();
+    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
+    loss.backward();
+    if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
+    optim->step();
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
     std::fflush(stdout);
@@ -62,7 +89,7 @@ int run_single(const TrainOptions& opt) {
     }
     bool last = step + 1 == opt.steps;
     if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoint(ckpt, m, *optim, step + 1);
+      save_checkpoint(ckpt, m, *optim, step + 1, identity);
   }
   return 0;
 }

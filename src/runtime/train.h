@@ -3,8 +3,15 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "ir/model.h"
 
 namespace gp::runtime {
+
+/// The most intra-op threads a worker may ask for (--threads), and the longest --timeout (a week).
+inline constexpr int kMaxThreads = 1024;
+inline constexpr double kMaxTimeoutS = 7 * 24 * 3600;
 
 struct TrainOptions {
   std::string plan_path, model_spec;
@@ -20,10 +27,20 @@ struct TrainOptions {
   int threads = 1;
   bool single = false;
   bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded
+  bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
 };
 
+/// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held
+/// at once: parameters, gradients and optimizer state (Adam: 2 more copies, SGD: 1) plus each op's
+/// output and saved activations per sample. For the guard against absurd requests
+/// (gp::check_fits_in_memory), not for planning.
+double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops, double samples,
+                               const std::string& optimizer);
+
 /// The single-process reference: the whole model as one stage, one micro-batch = the mini-batch.
-/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError.
+/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError;
+/// a non-finite loss or gradient (unless allow_nonfinite) or a failed checkpoint save throws
+/// RuntimeFailure.
 int run_single(const TrainOptions& opt);
 
 /// Pipelined training of a plan: spawns (or, under a launcher, becomes) one worker per device.

@@ -84,9 +84,11 @@ std::optional<FaultSpec> parse_fault(const std::string& spec) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  GP_CHECK(f.rank >= 0 && f.action >= 0, "GP_FAULT: needs rank= and action=");
-  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size",
-           "GP_FAULT: kind '{}' is not one of crash, hang, error, size", f.kind);
+  GP_CHECK(f.kind == "crash" || f.kind == "hang" || f.kind == "error" || f.kind == "size" || f.kind == "nan" ||
+               f.kind == "enospc",
+           "GP_FAULT: kind '{}' is not one of crash, hang, error, size, nan, enospc", f.kind);
+  GP_CHECK(f.rank >= 0 && (f.action >= 0 || f.kind == "enospc"),
+           "GP_FAULT: needs rank= and action= (kind=enospc: rank= and step=)");
   return f;
 }
 
@@ -139,6 +141,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
   if (o.resume) a.emplace_back("--resume");
   if (o.seeded_weights) a.emplace_back("--seeded-weights");  // not push_back(string&&): GCC 12 -Warray-bounds
+  if (o.allow_nonfinite) a.emplace_back("--allow-nonfinite");
   return a;
 }
 
@@ -185,6 +188,10 @@ int run_worker(const TrainOptions& opt) {
           GP_CHECK(a.kind == schedule::ActionKind::send_act || a.kind == schedule::ActionKind::send_grad,
                    "GP_FAULT kind=size needs a send action; action {} of stage {} is '{}'", index, role.stage, current);
           detail::wrong_size_next_send() = true;
+          return;
+        }
+        if (fault->kind == "nan") {
+          poison_next_action() = true;
           return;
         }
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hang

@@ -1,18 +1,13 @@
-// Optimizers (SGD with momentum, Adam) and atomic checkpoints of a stage's parameters + optimizer
-// state, shared by run_single and the pipeline workers.
-// Checkpoint files: `<dir>/stage<S>-rank<R>.pt` for pipeline worker R holding stage S, and
-// `<dir>/single.pt` for `train --single` (checkpoint_path with stage < 0). Each file holds the
-// parameter names (to detect a mismatched stage), the parameters, the optimizer state and the
-// number of completed steps; it is written to `<file>.tmp` and renamed into place.
+// Optimizers (SGD with momentum, Adam), shared by run_single and the pipeline workers; the
+// checkpoint functions live in checkpoint.h (included here for their callers).
 #pragma once
 #include <torch/torch.h>
 
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "runtime/detail/executor.h"
+#include "runtime/detail/checkpoint.h"
 
 namespace gp::runtime {
 
@@ -20,24 +15,15 @@ namespace gp::runtime {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, std::vector<torch::Tensor> params,
                                                         double lr, double momentum);
 
-std::string checkpoint_path(const std::string& dir, int stage, int rank);
+/// "adam" or "sgd" for an optimizer make_optimizer built ("" for any other).
+std::string optimizer_kind(const torch::optim::Optimizer& opt);
 
-/// Saves atomically; `steps_done` is the number of optimizer steps completed so far.
-void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
-                     int64_t steps_done);
-
-/// What a checkpoint file holds besides the optimizer state.
-struct CheckpointContents {
-  int64_t steps_done = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> params;  // "op/param" names, in file order
-};
-
-/// Reads a checkpoint's parameters and step count without a model (`graphpipe checkpoint`).
-/// UserError when the file is unreadable or not a graphpipe checkpoint.
-CheckpointContents read_checkpoint(const std::string& path);
-
-/// Loads into `m`'s parameters (in place) and `opt`; returns steps_done. UserError when the file is
-/// missing, unreadable, or holds different parameters (names or shapes) than `m`.
-int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::Optimizer& opt);
+/// The optimizer state a checkpoint restores, as named tensors in a fixed order (for checkpoint
+/// checksums): per parameter (Adam: step, exp_avg, exp_avg_sq[, max_exp_avg_sq]; SGD:
+/// momentum_buffer), named "<param name>#<field>" after `param_names`; parameters without state
+/// yet are skipped. (Hyper-parameters are saved too but LibTorch does not load them: this run's
+/// --lr etc. apply.)
+std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
+    const torch::optim::Optimizer& opt, const std::vector<std::string>& param_names);
 
 }  // namespace gp::runtime

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -34,6 +35,10 @@ struct PreparedRun {
 /// builds + checks the schedule (opt.schedule).
 PreparedRun prepare_run(const TrainOptions& opt);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
+
+/// Rough bytes one replica of `stage` needs (training_bytes_estimate over its ops, with its
+/// in-flight micro-batch shares of activations).
+double stage_bytes_estimate(const PreparedRun& run, int stage, const std::string& optimizer);
 
 /// The rank's place in the plan: stage -1 for a device no stage uses.
 struct RankRole {
@@ -68,6 +73,10 @@ struct WorkerResult {
 /// Runs steps [first, opt.steps) of this rank's stage (first from --resume), writing checkpoints,
 /// and on rank 0 the --log and --trace files. Communication failures throw CommError.
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io);
+
+/// Fault injection (GP_FAULT kind=nan): when set, the next action of this process first sets one
+/// value of its stage's first parameter gradient to NaN. Reset by that action.
+std::atomic<bool>& poison_next_action();
 
 /// Chrome trace of measured events, in the simulator's format (one process per device named
 /// "device D: stage S", thread 0 for its work, thread 1 for its sends).

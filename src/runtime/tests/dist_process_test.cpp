@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -252,6 +253,150 @@ TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) 
   Proc show = graphpipe("checkpoint show ck");
   EXPECT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("6 steps done"), std::string::npos) << show.out;
+}
+
+// --- reliability: corrupt checkpoints, another run's checkpoints, full disks, divergence ---
+
+/// Inverts 64 bytes in the middle of the raw data of `t` inside file `f` (tensor data is stored
+/// uncompressed); false when the bytes are not found exactly once.
+bool flip_tensor_bytes(const fs::path& f, const torch::Tensor& t) {
+  std::string file = slurp(f);
+  torch::Tensor c = t.contiguous();
+  std::string data(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  size_t at = file.find(data);
+  if (data.size() < 128 || at == std::string::npos || file.find(data, at + 1) != std::string::npos) return false;
+  for (size_t i = at + data.size() / 2 - 32; i < at + data.size() / 2 + 32; ++i) file[i] = static_cast<char>(~file[i]);
+  std::ofstream(f, std::ios::binary | std::ios::trunc) << file;
+  return true;
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST_F(DistProcess, CorruptCheckpointIsRefusedNamingFileAndTensor) {
+  std::string plan = write_plan(two_stage_plan());
+  std::string common = "train --plan " + plan + " --timeout 10 --checkpoint-dir ck";
+  ASSERT_EQ(graphpipe(common + " --steps 2").code, 0);
+  Proc show_ok = graphpipe("checkpoint show ck");
+  ASSERT_EQ(show_ok.code, 0) << show_ok.err;
+  EXPECT_NE(show_ok.out.find("match their checksums"), std::string::npos) << show_ok.out;
+  fs::path f = dir_ / "ck" / "stage1-rank1.pt";
+  auto params = read_checkpoint(f.string()).params;
+  auto victim = params.front();
+  for (const auto& p : params)
+    if (p.second.numel() > victim.second.numel()) victim = p;
+  ASSERT_TRUE(flip_tensor_bytes(f, victim.second)) << victim.first;
+  std::string expect = "stage1-rank1.pt: corrupt checkpoint: tensor \"" + victim.first + "\" (parameter";
+  Proc resumed = graphpipe(common + " --steps 3 --resume");
+  EXPECT_EQ(resumed.code, 2) << resumed.err;
+  EXPECT_NE(resumed.err.find(expect), std::string::npos) << resumed.err;
+  EXPECT_EQ(lines(resumed.err), 1) << resumed.err;
+  Proc show = graphpipe("checkpoint show ck");
+  EXPECT_EQ(show.code, 2) << show.err;
+  EXPECT_NE(show.err.find(expect), std::string::npos) << show.err;
+  Proc diff = graphpipe("checkpoint diff ck ck");
+  EXPECT_EQ(diff.code, 2) << diff.err;
+  EXPECT_NE(diff.err.find(expect), std::string::npos) << diff.err;
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+TEST_F(DistProcess, ResumingWithAnotherPlanIsRefusedNamingTheDifference) {
+  std::string common = " --timeout 10 --checkpoint-dir ck";
+  ASSERT_EQ(graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2" + common).code, 0);
+  // Same stages, another micro-batch size.
+  Proc mbs = graphpipe("train --plan " + write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{}, {1}, 2}})) +
+                       " --steps 3 --resume" + common);
+  EXPECT_EQ(mbs.code, 2) << mbs.err;
+  EXPECT_NE(mbs.err.find("the checkpoint was written by a different run: this file's stage micro_batch_size: 4 in "
+                         "the checkpoint, 2 in this run"),
+            std::string::npos)
+      << mbs.err;
+  EXPECT_EQ(lines(mbs.err), 1) << mbs.err;
+  // Three stages: stage 2's file is missing, and the launcher says why.
+  Proc three = graphpipe("train --plan " +
+                         write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{"m1."}, {1}, 4}, {{}, {2}, 4}})) +
+                         " --steps 3 --resume" + common);
+  EXPECT_EQ(three.code, 2) << three.err;
+  EXPECT_NE(three.err.find("does not exist; the checkpoints in ck were written by a different run: plan "
+                           "num_devices: 2 in the checkpoint, 3 in this run"),
+            std::string::npos)
+      << three.err;
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+// One worker's disk fills up while saving (GP_FAULT kind=enospc): no rank replaces its
+// checkpoint, the run stops naming the worker and the error, and resuming continues from the
+// previous complete set.
+TEST_F(DistProcess, FullDiskInOneWorkerKeepsEveryPreviousCheckpoint) {
+  std::string plan = write_plan(two_stage_plan());
+  std::string common = "train --plan " + plan + " --steps 4 --timeout 10 --checkpoint-dir ck";
+  Proc r = graphpipe(common + " --checkpoint-every 2", "GP_FAULT=rank=1,kind=enospc,step=3");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("worker rank 1 (stage 1, replica 0) exited with code 1: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("could not save the checkpoint after 4 steps: No space left on device"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("no rank replaced its checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(leftover_processes(), 0);
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir_ / "ck")) {
+    ASSERT_EQ(e.path().extension(), ".pt") << "left-over temporary file " << e.path();
+    EXPECT_EQ(read_checkpoint(e.path().string()).steps_done, 2) << e.path();  // verified, and the older set
+    ++files;
+  }
+  EXPECT_EQ(files, 2);
+  Proc resumed = graphpipe(common + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("after 2 steps"), std::string::npos) << resumed.out;
+}
+
+// A real full disk: a tmpfs one and a half checkpoints large, mounted in a user + mount namespace
+// (skipped where namespaces are not allowed). The second save runs out of space.
+TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
+  std::string model = std::string(" --single --model ") + kMmt + " --batch 8";
+  ASSERT_EQ(graphpipe("train" + model + " --steps 1 --checkpoint-dir size").code, 0);
+  auto bytes = fs::file_size(dir_ / "size" / "single.pt");
+  auto kib = (bytes * 3 / 2 + 4095) / 4096 * 4;
+  fs::create_directories(dir_ / "mnt");
+  std::string gp = GP_BINARY;
+  std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs mnt || exit 77; " + gp + " train" +
+                       model + " --steps 3 --checkpoint-dir mnt/ck --checkpoint-every 1 >t.out 2>t.err; echo $? >t.rc; " +
+                       "ls -a mnt/ck >t.ls; " + gp + " checkpoint show mnt/ck >s.out 2>s.err; echo $? >s.rc";
+  std::ofstream(dir_ / "tiny.sh") << script << "\n";
+  std::string cmd = "cd " + dir_.string() + " && timeout -s KILL 120 unshare --user --map-root-user --mount sh tiny.sh "
+                    ">/dev/null 2>&1";
+  int st = std::system(cmd.c_str());
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !fs::exists(dir_ / "t.rc"))
+    GTEST_SKIP() << "cannot mount a tmpfs in a user namespace here (unshare/mount refused)";
+  std::string err = slurp(dir_ / "t.err");
+  EXPECT_EQ(slurp(dir_ / "t.rc"), "1\n") << err;
+  EXPECT_NE(err.find("could not save the checkpoint after 2 steps: No space left on device"), std::string::npos) << err;
+  EXPECT_NE(err.find("the previous checkpoint mnt/ck/single.pt is intact"), std::string::npos) << err;
+  EXPECT_EQ(slurp(dir_ / "t.ls"), ".\n..\nsingle.pt\n");  // the partial file was removed
+  EXPECT_EQ(slurp(dir_ / "s.rc"), "0\n") << slurp(dir_ / "s.err");
+  EXPECT_NE(slurp(dir_ / "s.out").find("1 steps done"), std::string::npos) << slurp(dir_ / "s.out");
+  EXPECT_NE(slurp(dir_ / "s.out").find("match their checksums"), std::string::npos);
+}
+
+TEST_F(DistProcess, DivergenceStopsTheWorkersNamingStepStageAndOp) {
+  std::string plan = write_plan(two_stage_plan());
+  std::string common = "train --plan " + plan + " --steps 3 --timeout 10";
+  Proc big_lr = graphpipe(common + " --optimizer sgd --lr 1e30");
+  EXPECT_EQ(big_lr.code, 1) << big_lr.err;
+  EXPECT_NE(big_lr.err.find("exited with code 1: non-finite loss"), std::string::npos) << big_lr.err;
+  EXPECT_NE(big_lr.err.find(" at step 1, stage 1, loss op '"), std::string::npos) << big_lr.err;
+  EXPECT_EQ(lines(big_lr.err), 1) << big_lr.err;
+  EXPECT_LT(big_lr.seconds, 20);
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc nan = graphpipe(common, "GP_FAULT=rank=0,action=0,step=1,kind=nan");
+  EXPECT_EQ(nan.code, 1) << nan.err;
+  EXPECT_NE(nan.err.find("worker rank 0 (stage 0, replica 0) exited with code 1: non-finite gradient at step 1, "
+                         "stage 0, op '"),
+            std::string::npos)
+      << nan.err;
+  EXPECT_NE(nan.err.find("': 1 nan and 0 inf of "), std::string::npos) << nan.err;
+  EXPECT_EQ(leftover_processes(), 0);
+  Proc allowed = graphpipe(common + " --optimizer sgd --lr 1e30 --allow-nonfinite");
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
 }
 
 }  // namespace
