@@ -118,6 +118,10 @@ int add_join_options(Structure& st, const cost::CostModel& cm, int max_tail) {
         if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
         for (int j = 0; j < r; ++j) {
           if (std::find(keys.begin(), keys.begin() + j, keys[j]) != keys.begin() + j) continue;
+          // The memo packs a sequence index in 16 bits and an option index in int16: beyond that
+          // the remaining join options are left out (graphs of tens of thousands of branches).
+          if (st.seqs.size() + 2 >= 65536 || (!st.joins[s].empty() && st.joins[s][i].size() >= 32767))
+            break;
           // The extended branch: branch j's own items (one item when it is an op or a parallel
           // block), then the tail ops.
           const Item& br = st.seqs[blk].items[j];
