@@ -47,6 +47,9 @@ ROWS=$(cat <<ROWS
 22222|plan --model $M --cluster cpu --devices {} --batch 8
 22222|plan --model mmt --cluster summit --devices {} --batch 64
 22222|plan --model $M --cluster summit --devices 4 --batch {}
+o2222|plan --model $M --cluster summit --devices 4 --batch 8 --micro-batch {}
+2|plan --model $M --cluster summit --devices 4 --batch 8 --micro-batch 3
+2|plan --model $M --cluster summit --devices 4 --batch 8 --micro-batch 16
 o2o22|plan --model $M --cluster summit --devices 4 --batch 8 --memory-limit {}
 22o22|plan --model $M --cluster summit --devices 4 --batch 8 --planner piper --time-limit {}
 22|plan --model $M --cluster {} --devices 4 --batch 8
