@@ -7,6 +7,7 @@
 #include "cost/cost_model.h"
 #include "cost/profile.h"
 #include "importers/resolve.h"
+#include "plan/costs.h"
 #include "planner/planner.h"
 
 namespace gp::cli {
@@ -53,6 +54,7 @@ void run(const PlanArgs& a) {
   plan::Plan& p = rep.plan;
   p.model_spec = a.model;
   p.cluster_spec = a.cluster;
+  plan::record_costs(p, c, prof.get(), a.profile);
   plan::validate_plan(p, g, "planner output");
   if (!a.out.empty()) plan::save_plan(a.out, p);
   if (!a.dot.empty()) write_text_file(a.dot, stage_dot(p));

@@ -8,6 +8,7 @@
 #include "cost/cost_model.h"
 #include "cost/profile.h"
 #include "importers/resolve.h"
+#include "plan/costs.h"
 #include "plan/plan.h"
 #include "schedule/schedule.h"
 #include "sim/sim.h"
@@ -23,15 +24,14 @@ struct SimArgs {
 void run(const SimArgs& a) {
   plan::Plan p = plan::load_plan(a.plan);
   std::string model = a.model.empty() ? p.model_spec : a.model;
-  std::string cluster = a.cluster.empty() ? p.cluster_spec : a.cluster;
   GP_CHECK(!model.empty(), "{}: the plan has no model.spec; pass --model SPEC", a.plan);
-  GP_CHECK(!cluster.empty(), "{}: the plan has no cluster.spec; pass --cluster SPEC", a.plan);
   ir::Graph g = importers::load_graph(model);
   plan::validate_plan(p, g, a.plan);
-  cost::Cluster c = cost::load_cluster(cluster, p.num_devices);
-  std::shared_ptr<const cost::Profile> prof;
-  if (!a.profile.empty()) prof = std::make_shared<cost::Profile>(cost::load_profile(a.profile));
-  cost::CostModel cm(g, c, cost::optimizer_from_string(p.optimizer), prof);
+  // The costs the plan was made with, unless --cluster / --profile replace them (with a note).
+  plan::CostSource costs = plan::plan_costs(p, a.plan, "simulate", a.cluster, a.profile);
+  for (const std::string& note : costs.notes) std::fprintf(stderr, "%s\n", note.c_str());
+  const cost::Cluster& c = costs.cluster;
+  cost::CostModel cm(g, c, cost::optimizer_from_string(p.optimizer), costs.profile);
   schedule::Schedule s;
   if (!a.schedule_file.empty()) {
     s = schedule::load_schedule(a.schedule_file);
@@ -59,10 +59,12 @@ void run(const SimArgs& a) {
     j["peak_memory_max_bytes"] = peak;
     j["predicted_iteration_time_s"] = p.predicted.iteration_time_s;
     j["search_time_s"] = p.search_time_s;
+    j["costs"] = {{"cluster", costs.cluster_from}, {"profile", costs.profile_from}};
     std::printf("%s\n", j.dump(1).c_str());
     return;
   }
   std::printf("%s\n", title.c_str());
+  std::printf("costs: cluster from %s, profile: %s\n", costs.cluster_from.c_str(), costs.profile_from.c_str());
   std::printf("%5s  %-10s  %5s  %9s  %9s  %12s  %10s\n", "stage", "devices", "mb", "in-flight",
               "peak held", "busy s", "memory GB");
   for (const plan::Stage& st : p.stages) {
@@ -95,8 +97,11 @@ Registrar reg(30, [](CLI::App& root) {
   c->add_option("--trace", a->trace, "Write a Chrome trace-event JSON (Perfetto, chrome://tracing)");
   c->add_option("--svg", a->svg, "Write a timeline picture (SVG)");
   c->add_option("--model", a->model, "Override the plan's model.spec");
-  c->add_option("--cluster", a->cluster, "Override the plan's cluster.spec");
-  c->add_option("--profile", a->profile, "Measured op costs (graphpipe.profile/1)");
+  c->add_option("--cluster", a->cluster,
+                 "Use this cluster instead of the one the plan was made with (recorded in the plan)");
+  c->add_option("--profile", a->profile,
+                 "Use these measured op costs (graphpipe.profile/1) instead of the profile the plan was "
+                 "made with (recorded in the plan; none if it was made without)");
   c->add_flag("--json", a->json, "Print graphpipe.sim/1 on stdout");
   c->callback([a] { run(*a); });
 });

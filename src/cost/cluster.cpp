@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <thread>
 
 #include "cost/cost_model.h"
@@ -138,6 +139,19 @@ Json link_to_json(const LinkSpec& l) {
 
 std::vector<std::string> cluster_preset_names() { return {"summit", "dgx-a100", "dgx-h100", "cpu"}; }
 
+std::string local_cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      auto start = colon == std::string::npos ? std::string::npos : line.find_first_not_of(' ', colon + 1);
+      if (start != std::string::npos) return line.substr(start);
+      break;
+    }
+  }
+  return "unknown CPU";
+}
+
 Cluster take_devices(Cluster c, int devices, const std::string& where) {
   GP_CHECK(devices >= 0, "{}: --devices must be positive, got {}", where, devices);
   if (devices == 0) return c;
@@ -193,7 +207,10 @@ Json cluster_to_json(const Cluster& c) {
 }
 
 Cluster cluster_from_json(const Json& json, const std::string& file) {
-  JsonAt j(json, file);
+  return cluster_from_json(JsonAt(json, file));
+}
+
+Cluster cluster_from_json(const JsonAt& j) {
   expect_format(j, kFormat);
   Cluster c;
   c.name = j.at("name").str();

@@ -59,8 +59,13 @@ struct Cluster {
 Cluster load_cluster(const std::string& spec, int devices = 0);
 Json cluster_to_json(const Cluster& c);
 std::vector<std::string> cluster_preset_names();
+/// This machine's CPU model (/proc/cpuinfo "model name"; "unknown CPU" without one). A profile
+/// measured here names it in its `device` ("cpu: MODEL (1 thread)").
+std::string local_cpu_model();
 /// Parses a graphpipe.cluster/1 document; errors name `file` and the JSON path of the bad value.
 Cluster cluster_from_json(const Json& j, const std::string& file);
+/// The same for a document inside another (a plan's costs.cluster): errors name its full path.
+Cluster cluster_from_json(const JsonAt& j);
 /// The first `devices` devices of `c` (whole nodes first); UserError when c has fewer.
 Cluster take_devices(Cluster c, int devices, const std::string& where);
 

@@ -148,7 +148,10 @@ Json profile_to_json(const Profile& p) {
 }
 
 Profile profile_from_json(const Json& json, const std::string& file) {
-  JsonAt j(json, file);
+  return profile_from_json(JsonAt(json, file));
+}
+
+Profile profile_from_json(const JsonAt& j) {
   expect_format(j, kFormat);
   Profile p;
   p.device = j.at("device").str();

@@ -75,6 +75,8 @@ std::string op_signature(const ir::Graph& g, OpId op);
 
 Json profile_to_json(const Profile& p);
 Profile profile_from_json(const Json& j, const std::string& file);
+/// The same for a document inside another (a plan's costs.profile): errors name its full path.
+Profile profile_from_json(const JsonAt& j);
 Profile load_profile(const std::string& path);
 void save_profile(const std::string& path, const Profile& p);
 

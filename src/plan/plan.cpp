@@ -6,6 +6,7 @@
 #include <set>
 
 #include "graph/dag.h"
+#include "plan/costs.h"
 
 namespace gp::plan {
 
@@ -53,6 +54,7 @@ Json plan_to_json(const Plan& p) {
                        {"bottleneck_tps_s", c.bottleneck_tps_s}};
     doc["search"] = {{"winner", p.search.winner}, {"candidates", cands}};
   }
+  if (p.costs.recorded()) doc["costs"] = costs_to_json(p.costs);
   return doc;
 }
 
@@ -169,6 +171,7 @@ Plan plan_from_json(const Json& j, const std::string& file) {
     if (!known)
       sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", p.search.winner));
   }
+  if (doc.has("costs")) p.costs = costs_from_json(doc.at("costs"), p.num_devices);
   return p;
 }
 

@@ -53,6 +53,20 @@ struct Search {
   bool operator==(const Search&) const = default;
 };
 
+/// The costs the plan was made with (`"costs"` in files; absent in plans written before it was
+/// recorded), so that `simulate` and `train` use the same costs without being given them again.
+/// plan/costs.h records them (`record_costs`) and rebuilds a cost model's inputs from them
+/// (`plan_costs`). Stored in canonical form: what cost::cluster_to_json / profile_to_json write.
+struct Costs {
+  Json cluster;                // graphpipe.cluster/1 of the cluster planned on; null: not recorded
+  Json profile;                // graphpipe.profile/1, embedded; null: none, or too large to embed
+  std::string profile_path;    // as given to `plan --profile`; "" without a profile
+  std::string profile_sha256;  // of profile_to_json(profile).dump() (compact); "" without a profile
+  bool recorded() const { return !cluster.is_null(); }
+  bool has_profile() const { return !profile_sha256.empty(); }
+  bool operator==(const Costs&) const = default;
+};
+
 struct Plan {
   std::string planner;             // graphpipe | pipedream | piper | manual
   std::string model_name;
@@ -67,6 +81,7 @@ struct Plan {
   Predicted predicted;
   double search_time_s = 0;
   Search search;
+  Costs costs;
   bool operator==(const Plan&) const = default;
 };
 

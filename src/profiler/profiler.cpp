@@ -2,10 +2,10 @@
 #include "profiler/profiler.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 
+#include "cost/cost_model.h"
 #include "runtime/link_bench.h"
 #include "runtime/op_timing.h"
 #include "support/error.h"
@@ -24,16 +24,8 @@ std::string describe_op(const ir::Graph& g, OpId id) {
 }
 
 std::string describe_device(int threads) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string model = "unknown CPU";
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) model = line.substr(line.find_first_not_of(' ', colon + 1));
-      break;
-    }
-  }
-  return fmt::format("cpu: {} ({} thread{})", model, threads, threads == 1 ? "" : "s");
+  // plan::prediction_scope matches a profile to this machine by this "cpu: MODEL (" prefix.
+  return fmt::format("cpu: {} ({} thread{})", cost::local_cpu_model(), threads, threads == 1 ? "" : "s");
 }
 
 std::vector<int64_t> parse_batches(const std::string& text, const std::string& flag) {

@@ -12,6 +12,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "plan/costs.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
@@ -521,14 +522,15 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     for (size_t i = skip; i < res.step_times_s.size(); ++i) sum += res.step_times_s[i];
     double measured = sum / double(res.step_times_s.size() - skip);
     double predicted = run.plan.predicted.iteration_time_s;
-    const std::string& cluster = run.plan.cluster_spec;
-    if (predicted > 0 && (cluster.empty() || cluster.rfind("cpu", 0) == 0 || cluster.find(".json") != std::string::npos))
-      std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%)\n", measured, predicted,
-                  100.0 * (measured - predicted) / predicted);
-    else if (predicted > 0)  // a preset of other hardware: a prediction for that machine, not this one
-      std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s on its cluster (%s), not this "
-                  "machine\n",
-                  measured, predicted, cluster.c_str());
+    // The prediction was made with the costs the plan records; compare only when they describe
+    // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
+    plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
+    if (predicted > 0 && scope.here)
+      std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
+                  measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
+    else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
+      std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
+                  measured, predicted, scope.why.c_str());
     else
       std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
   }
