@@ -391,7 +391,7 @@ void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, St
   if (runner && !ckpt.empty()) {
     try {
       write_checkpoint_tmp(ckpt, runner->module(), runner->optimizer(), steps_done, identity);
-    } catch (const RuntimeFailure& e) {
+    } catch (const std::exception& e) {  // every rank must still vote
       failure = e.what();
     }
   }
