@@ -19,7 +19,8 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--batch", o.batch, "Mini-batch size (with --single)");
   c->add_option("--steps", o.steps, "Optimizer steps to run (in total, counting resumed ones)")->required();
   c->add_option("--seed", o.seed, "Seed of weights, data and dropout masks")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, found " + v : std::string(); }, "S"))
       ->capture_default_str();
   c->add_option("--optimizer", o.optimizer, "adam | sgd (with momentum)")->capture_default_str();
   c->add_option("--lr", o.lr, "Learning rate")->capture_default_str();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
@@ -28,12 +29,35 @@ std::atomic<bool>& poison_next_action() {
   return flag;
 }
 
+namespace {
+
+/// What the message tags (transfer_tag) can address: sample indices below 2^22 and at most 64
+/// tensors on one stage edge. A valid plan beyond them is refused before any worker starts.
+void check_runtime_limits(const plan::Plan& p, const ir::Graph& g) {
+  GP_CHECK(p.mini_batch_size < kMaxMiniBatchSamples,
+           "plan: mini_batch_size {} is above what the runtime can train, {} samples per step", p.mini_batch_size,
+           kMaxMiniBatchSamples - 1);
+  auto stage_of = plan::stage_of_ops(p, g);
+  std::map<std::pair<int, int>, std::set<int>> crossing;  // stage edge -> source ops
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    for (OpId s : g.succs(OpId(static_cast<int32_t>(i))))
+      if (stage_of[i] != stage_of[s.v]) crossing[{stage_of[i], stage_of[s.v]}].insert(static_cast<int>(i));
+  for (const auto& [e, ops] : crossing)
+    GP_CHECK(ops.size() <= kMaxTensorsPerEdge,
+             "plan: stage {} sends {} op outputs to stage {}; the runtime carries at most {} per stage edge (cut "
+             "the model elsewhere)",
+             e.first, ops.size(), e.second, kMaxTensorsPerEdge);
+}
+
+}  // namespace
+
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
   std::string spec = model_spec.empty() ? p.model_spec : model_spec;
   GP_CHECK(!spec.empty(), "plan: no model_spec in the plan; pass --model SPEC");
   importers::ParamValues w;  // every rank starts from the same weights
   ir::Graph g = importers::load_graph(spec, w);
   plan::validate_plan(p, g, "plan");
+  check_runtime_limits(p, g);
   schedule::Schedule s = schedule::build_schedule(p, schedule_kind);
   schedule::check_schedule(s, p, "schedule");
   check_initial_values(g, w);
@@ -100,7 +124,8 @@ double now_s() {
 /// Messages between one pair of ranks are told apart by kind, first sample and tensor index;
 /// the step parity keeps a fast sender's next step apart from a slow receiver's current one.
 int transfer_tag(bool grad, int64_t sample, size_t tensor, int64_t step) {
-  GP_ASSERT(sample < (int64_t{1} << 22) && tensor < 64, "tag overflow: sample {} tensor {}", sample, tensor);
+  GP_ASSERT(sample < kMaxMiniBatchSamples && tensor < kMaxTensorsPerEdge, "tag overflow: sample {} tensor {}", sample,
+            tensor);
   return static_cast<int>(((step & 1) << 30) | (int64_t{grad} << 29) | (sample << 6) | int64_t(tensor));
 }
 
@@ -392,7 +417,7 @@ void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, St
   if (runner && !ckpt.empty()) {
     try {
       write_checkpoint_tmp(ckpt, runner->module(), runner->optimizer(), steps_done, identity);
-    } catch (const RuntimeFailure& e) {
+    } catch (const std::exception& e) {  // every rank must still vote
       failure = e.what();
     }
   }

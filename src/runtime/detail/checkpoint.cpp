@@ -148,7 +148,11 @@ void write_checkpoint_tmp(const std::string& path, const StageModule& m, torch::
                           int64_t steps_done, const Json& identity) {
   std::lock_guard<std::mutex> lock(archive_mutex());
   fs::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::error_code dir_error;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), dir_error);
+  if (dir_error)
+    throw RuntimeFailure(fmt::format("{}: could not save the checkpoint after {} steps: cannot create {}: {}", path,
+                                     steps_done, p.parent_path().string(), dir_error.message()));
   auto named = m.named_parameters();
   std::vector<std::pair<std::string, torch::Tensor>> params;
   torch::serialize::OutputArchive ar;

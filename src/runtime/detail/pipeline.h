@@ -22,6 +22,10 @@ class Store;
 
 namespace gp::runtime {
 
+/// Limits of the runtime's message tags: sample indices of a step, tensors on one stage edge.
+inline constexpr int64_t kMaxMiniBatchSamples = int64_t{1} << 22;
+inline constexpr size_t kMaxTensorsPerEdge = 64;
+
 /// Everything every rank derives identically from the inputs; bad input throws UserError.
 struct PreparedRun {
   plan::Plan plan;

@@ -14,6 +14,7 @@
 #include "importers/model_json.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/optim.h"
+#include "runtime/tests/dist_plans.h"
 #include "runtime/tests/test_models.h"
 #include "runtime/train.h"
 
@@ -310,6 +311,22 @@ TEST_F(Reliability, NonFiniteGradientIsNamedWithItsOpAndParameter) {
   std::string op = first.substr(0, first.rfind('/')), param = first.substr(first.rfind('/') + 1);
   EXPECT_NE(err.find("non-finite gradient at step 7, stage 2, op '" + op + "' parameter '" + param + "': 1 nan"),
             std::string::npos)
+      << err;
+}
+
+// Plans the validator accepts but the runtime's message tags cannot address are refused before
+// any worker starts (they were GP_ASSERT aborts inside a worker).
+TEST(RuntimeLimits, PlansBeyondTheMessageTagsAreUserErrors) {
+  const std::string wide = "mmt:branches=65,layers=1,hidden=8,seq=2,heads=1,ffn=8";
+  plan::Plan p = testing::make_plan(wide, 8, {{{"m"}, {0}, 8}, {{}, {1}, 8}});  // 65 branch outputs cross
+  std::string err = error_of([&] { prepare_run(p, "1f1b"); });
+  EXPECT_NE(err.find("plan: stage 0 sends 65 op outputs to stage 1; the runtime carries at most 64"),
+            std::string::npos)
+      << err;
+  plan::Plan big = testing::make_plan("mmt:branches=2,layers=1,hidden=8,seq=2,heads=1,ffn=8", 1 << 22,
+                                      {{{"m0."}, {0}, 1 << 22}, {{}, {1}, 1 << 22}});
+  err = error_of([&] { prepare_run(big, "1f1b"); });
+  EXPECT_NE(err.find("plan: mini_batch_size 4194304 is above what the runtime can train, 4194303"), std::string::npos)
       << err;
 }
 
