@@ -152,12 +152,14 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
   // the planner's own, for the baselines).
   std::optional<Cand> best_of[2];
+  // GraphPipe returns its SP plan unless the chain candidate is predicted strictly faster.
+  auto sp_wins = [&] {
+    return best_of[kSp] && (!best_of[kChain] || !better(best_of[kChain]->plan, best_of[kSp]->plan));
+  };
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
     // micro-batch time >= B x (the ops' cheapest device-seconds per sample) / N.
-    const std::optional<Cand>& overall =
-        best_of[kSp] && (!best_of[kChain] || better(best_of[kSp]->plan, best_of[kChain]->plan))
-            ? best_of[kSp] : best_of[kChain];
+    const std::optional<Cand>& overall = sp_wins() ? best_of[kSp] : best_of[kChain];
     if (overall) {
       double work = 0;
       for (size_t o = 0; o < g.num_ops(); ++o) {
@@ -210,9 +212,8 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                    rep.per_micro_batch.size(), mbs_cands.size(), el,
                    top ? "" : ", no plan fits memory at this size");
   }
-  // GraphPipe returns its SP plan unless the chain candidate is predicted strictly faster.
-  const bool sp_wins = best_of[kSp] && (!best_of[kChain] || !better(best_of[kChain]->plan, best_of[kSp]->plan));
-  const std::optional<Cand>& best = sp_wins ? best_of[kSp] : best_of[kChain];
+  const bool sp_won = sp_wins();
+  const std::optional<Cand>& best = sp_won ? best_of[kSp] : best_of[kChain];
   if (!best) impossible(cm, n, limit);
 
   std::vector<std::string> explain;
@@ -222,7 +223,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;
   if (graphpipe) {
-    rep.plan.search.winner = sp_wins ? "sp" : "chain";
+    rep.plan.search.winner = sp_won ? "sp" : "chain";
     for (int kind : {kSp, kChain}) {
       if (!best_of[kind]) continue;
       const plan::Plan& cp = best_of[kind]->plan;
@@ -256,7 +257,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
       rep.explain.push_back(fmt::format(
           "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
           "candidate is predicted faster) -- {}", rep.plan.search.winner,
-          sp_wins ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
+          sp_won ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
           cands));
     }
     if (piper)
