@@ -312,6 +312,7 @@ int SeqDp::go(int s, int i, int d, int down) {
   base_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) nested_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
+  if (best.val != floor_val) merge_case(s, i, d, down, floor_val, &best);
   best.dep = target_hit_;
   // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
   // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
@@ -417,6 +418,81 @@ void SeqDp::join_case(int s, int i, int d, int down, int floor_val, Entry* best)
   }
 }
 
+std::vector<OpId> SeqDp::merge_ops(int s, int i, int x) const {
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  std::vector<OpId> ops;
+  for (int j = i; j + 1 < k; ++j) ops.insert(ops.end(), q.items[j].ops.begin(), q.items[j].ops.end());
+  const Seq& c = st_.seqs[q.items[k - 1].seq];
+  for (int j = 0; j < x; ++j) ops.insert(ops.end(), c.items[j].ops.begin(), c.items[j].ops.end());
+  return ops;
+}
+
+SeqDp::StageCostLite SeqDp::merge_stage(int s, int i, int x, int plog) {
+  const uint64_t key = (uint64_t(s) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | uint64_t(plog);
+  auto it = merge_cost_.find(key);
+  if (it != merge_cost_.end()) return it->second;
+  // Not a contiguous range of one sequence, so RangeCost does not apply: cost it directly.
+  const std::vector<OpId> ops = merge_ops(s, i, x);
+  if (mask_.empty()) mask_.assign(cm_.graph().num_ops(), 0);
+  for (OpId o : ops) mask_[o.v] = 1;
+  const cost::StageCost c = cost::stage_cost(cm_, ops, mask_, 1 << plog, mbs_, mini_, same_node_);
+  for (OpId o : ops) mask_[o.v] = 0;
+  const StageCostLite lite{c.tps_s, c.compute_s / mbs_, c.state_bytes, c.act_bytes_per_mb};
+  merge_cost_.emplace(key, lite);
+  return lite;
+}
+
+// Merge case (parallel sequences): the remaining branches but the last, together with the first x
+// items of the last branch's series sequence, form one stage; the rest of that branch runs after
+// it on the other devices. (A branch's head shares a stage with the lighter branches beside it,
+// e.g. in a join block the extended branch's head with the branches that feed its join stage.)
+void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best) {
+  const Seq& q = st_.seqs[s];
+  const int k = static_cast<int>(q.items.size());
+  if (!q.parallel || i + 1 >= k) return;
+  const int c = q.items[k - 1].seq;
+  if (c < 0 || st_.seqs[c].parallel) return;
+  const Seq& cs = st_.seqs[c];
+  // The prefix stays clear of the join ops (they share the branch's last stage).
+  const int xmax = cs.join_from >= 0 ? cs.join_from : static_cast<int>(cs.items.size()) - 1;
+  const int others = std::min(down_of(q, i, k - 1, down) + 1, num_micro_);
+  const int own_down = down_of(q, k - 1, k, down);
+  const double tmax = target_ * (1 + 1e-12);
+  const int pcap = std::bit_width(static_cast<unsigned>(std::min(d - 1, mbs_))) - 1;
+  for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
+    const int p = 1 << plog;
+    const StageCostLite group = stage_head(s, i, k - 1, plog);
+    for (int x = 1; x <= xmax; ++x) {
+      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;
+      if (aborted_) {
+        target_hit_ = true;
+        break;
+      }
+      // Compute, state and activations add up over the two ranges: the breaks need no full cost.
+      const StageCostLite head = stage_head(c, 0, x, plog);
+      const StageCostLite sum{-1, group.compute_tps + head.compute_tps, group.state + head.state,
+                              group.act + head.act};
+      if (sum.compute_tps > tmax) {
+        target_hit_ = true;
+        break;
+      }
+      if (!fits(sum, floor_val)) break;
+      const StageCostLite cst = merge_stage(s, i, x, plog);
+      if (cst.tps > tmax) {
+        target_hit_ = true;
+        continue;
+      }
+      const int rest = go(c, x, floor_cand(d - p), own_down);
+      if (rest < 0) continue;
+      const int val = std::max(others, std::min(rest + 1, num_micro_));
+      if (!fits(cst, val)) continue;
+      keep(best, val, Case::merge, plog, x);
+      if (best->val == floor_val) break;
+    }
+  }
+}
+
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
   const Entry* found = find(s, i, d, down);
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
@@ -452,6 +528,15 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
       collect(s, jo.tail_end, rd, down, out);
       collect(jo.block, 0, d1, rest, out);
       return;
+    }
+    case Case::merge: {
+      StageChoice sc;
+      sc.ops = merge_ops(s, i, e.arg);
+      sc.dp = 1 << e.plog;
+      sc.tps_s = merge_stage(s, i, e.arg, e.plog).tps;
+      const int rd = floor_cand(d - sc.dp);
+      out->push_back(std::move(sc));
+      return collect(q.items[k - 1].seq, e.arg, rd, down_of(q, k - 1, k, down), out);
     }
     case Case::none:
       break;

@@ -136,6 +136,7 @@ class SeqDp {
     stage,   // items [i, arg) form one stage on 2^plog devices
     nested,  // item i is split recursively on arg devices
     join,    // join option `opt` of item i on arg devices
+    merge,   // parallel: items [i, k-1) and items [0, arg) of the last item's sequence on 2^plog
   };
   /// One memo entry: the best depth of a state and how it is reached.
   struct Entry {
@@ -187,6 +188,11 @@ class SeqDp {
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void join_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  void merge_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  // The ops of a merge stage: items [i, k-1) of parallel sequence s and items [0, x) of its last
+  // item's sequence; their cost (cached: independent of the target).
+  std::vector<OpId> merge_ops(int s, int i, int x) const;
+  StageCostLite merge_stage(int s, int i, int x, int plog);
   // The downstream depth of group [i, m) of parallel sequence q given the block's `down`.
   int down_of(const Seq& q, int i, int m, int down) const;
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
@@ -212,6 +218,8 @@ class SeqDp {
   uint32_t gen_ = 0;
   std::unordered_map<uint64_t, Entry> overflow_;
   RangeCost rc_;
+  std::unordered_map<uint64_t, StageCostLite> merge_cost_;
+  std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.

@@ -5,7 +5,8 @@
 // the ops into stages where EITHER every stage is a canonical SP subgraph (a contiguous range of a
 // series node's children, or a contiguous group of a parallel node's children in the planner's
 // sorted order, or the end of one branch of a parallel block together with up to kMaxJoinTail
-// single ops after the block: the join) OR every stage is a contiguous range of the topological op order (PipeDream's
+// single ops after the block: the join, or a group of a parallel node's children up to its last
+// one together with a head of that last child's series sequence: the merge) OR every stage is a contiguous range of the topological op order (PipeDream's
 // space); each stage a power-of-two data-parallel degree dividing m; degrees summing to <= N.
 // The optimum bottleneck TPS (cost::stage_cost) must equal the planner's within the binary
 // search tolerance.
@@ -65,6 +66,20 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
         // A branch extended by its join ops: the join ops share the branch's last stage.
         const bool ok = q.join_from < 0 || m + 1 <= q.join_from || (m + 1 == k && i <= q.join_from);
         if (ok) canonical.push_back(mask);
+      }
+    }
+    // A merge stage: the branches [i, k-1) of a parallel block with a head of its last branch.
+    const int c = k >= 2 && q.parallel ? q.items[k - 1].seq : -1;
+    if (c < 0 || st.seqs[c].parallel) continue;
+    const auto& cs = st.seqs[c];
+    const int xmax = cs.join_from >= 0 ? cs.join_from : static_cast<int>(cs.items.size()) - 1;
+    for (int i = 0; i + 1 < k; ++i) {
+      uint32_t mask = 0;
+      for (int m = i; m + 1 < k; ++m)
+        for (OpId o : q.items[m].ops) mask |= 1u << o.v;
+      for (int x = 0; x < xmax; ++x) {
+        for (OpId o : cs.items[x].ops) mask |= 1u << o.v;
+        canonical.push_back(mask);
       }
     }
   }

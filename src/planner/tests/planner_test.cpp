@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "importers/resolve.h"
 #include "planner/planner.h"
 #include "planner/tests/util.h"
@@ -167,6 +169,35 @@ TEST(Planner, JoinOpsShareABranchesLastStage) {
   const plan::Plan pd = run_planner(cm, o);
   EXPECT_LT(plan::pipeline_depth(p), plan::pipeline_depth(pd));
   EXPECT_LE(p.predicted.iteration_time_s, pd.predicted.iteration_time_s * (1 + 1e-9));
+}
+
+// The merge case: on candle-uno at 8 summit devices the best plan puts whole towers together with
+// the head of another tower in one stage (the rest of that tower joins the concat). Without the
+// merge case the SP DP cannot express it and the chain candidate won.
+TEST(Planner, MergeStageWinsCandleUno) {
+  ir::Graph g = importers::load_graph("candle-uno");
+  cost::CostModel cm(g, cost::load_cluster("summit", 8));
+  PlannerOptions o;
+  o.mini_batch = 128;
+  const plan::Plan p = run_planner(cm, o);
+  validate_plan(p, g, "graphpipe");
+  ASSERT_EQ(p.search.winner, "sp") << plan_to_json(p).dump();
+  ASSERT_EQ(p.search.candidates.size(), 2u);
+  const auto& chain = p.search.candidates[0].name == "chain" ? p.search.candidates[0] : p.search.candidates[1];
+  EXPECT_LT(p.predicted.iteration_time_s, chain.iteration_time_s * (1 - 1e-6));
+  auto tower = [](const std::string& op) { return op.rfind("tower", 0) == 0 ? op.substr(0, op.find('.')) : ""; };
+  std::map<std::string, int> size;
+  for (OpId o2 : g.op_ids()) ++size[tower(g.op(o2).name)];
+  bool merged = false;
+  for (const auto& s : p.stages) {
+    std::map<std::string, int> here;
+    for (const auto& op : s.ops)
+      if (!tower(op).empty()) ++here[tower(op)];
+    int whole = 0, part = 0;
+    for (const auto& [t, c] : here) (c == size[t] ? whole : part) += 1;
+    merged = merged || (whole >= 1 && part >= 1);
+  }
+  EXPECT_TRUE(merged) << "no stage holds whole towers and part of another: " << plan_to_json(p).dump();
 }
 
 // --micro-batch: every stage uses it, and GraphPipe is never predicted slower than PipeDream at any
