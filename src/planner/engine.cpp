@@ -69,7 +69,7 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
   } else {
     st.root = root.seq;
   }
-  add_join_options(st, cm, kMaxJoinTail);
+  add_boundary_options(st, cm, kMaxJoinTail);
   return st;
 }
 
@@ -101,63 +101,126 @@ std::string branch_key(const cost::CostModel& cm, const Item& br) {
 
 }  // namespace
 
-int add_join_options(Structure& st, const cost::CostModel& cm, int max_tail) {
-  const int base = static_cast<int>(st.seqs.size());
-  st.joins.assign(base, {});
+namespace {
+
+// Branch j of parallel block `blk` as the items of a series sequence: its own items (one item when
+// it is an op or a parallel block).
+std::vector<Item> branch_items(const Structure& st, int blk, int j) {
+  const Item& br = st.seqs[blk].items[j];
+  if (br.seq >= 0 && !st.seqs[br.seq].parallel) return st.seqs[br.seq].items;
+  return {br};
+}
+
+// The first branch of each set of mirror images in block `blk` (see branch_key).
+std::vector<int> distinct_branches(const Structure& st, const cost::CostModel& cm, int blk) {
+  const auto& items = st.seqs[blk].items;
+  std::vector<std::string> keys;
+  std::vector<int> out;
+  for (int j = 0; j < static_cast<int>(items.size()); ++j) {
+    std::string key = branch_key(cm, items[j]);
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) out.push_back(j);
+    keys.push_back(std::move(key));
+  }
+  return out;
+}
+
+// The memo packs a sequence index in 16 bits and an option index in int16: beyond that the
+// remaining options are left out (graphs of tens of thousands of branches).
+bool room_for(const Structure& st, const std::vector<std::vector<std::vector<JoinOption>>>& joins,
+              const std::vector<std::vector<std::vector<ForkOption>>>& forks, int s, int i) {
+  return st.seqs.size() + 2 < 65536 && (joins[s].empty() || joins[s][i].size() < 32767) &&
+         (forks[s].empty() || forks[s][i].size() < 32767);
+}
+
+// Join options of series sequence s (see JoinOption): block at item i, tail (i, t).
+int add_joins_at(Structure& st, const cost::CostModel& cm, int s, int lo, int hi, int max_tail) {
   int added = 0;
-  for (int s = 0; s < base; ++s) {
-    if (st.seqs[s].parallel || st.seqs[s].join_from >= 0) continue;
-    const int k = static_cast<int>(st.seqs[s].items.size());
-    for (int i = 0; i + 1 < k; ++i) {
-      const int blk = st.seqs[s].items[i].seq;
-      if (blk < 0 || !st.seqs[blk].parallel) continue;
-      const int r = static_cast<int>(st.seqs[blk].items.size());
-      std::vector<std::string> keys(r);
-      for (int j = 0; j < r; ++j) keys[j] = branch_key(cm, st.seqs[blk].items[j]);
-      for (int t = i + 2; t <= std::min(k, i + 1 + max_tail); ++t) {
-        if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
-        for (int j = 0; j < r; ++j) {
-          if (std::find(keys.begin(), keys.begin() + j, keys[j]) != keys.begin() + j) continue;
-          // The memo packs a sequence index in 16 bits and an option index in int16: beyond that
-          // the remaining join options are left out (graphs of tens of thousands of branches).
-          if (st.seqs.size() + 2 >= 65536 || (!st.joins[s].empty() && st.joins[s][i].size() >= 32767))
-            break;
-          // The extended branch: branch j's own items (one item when it is an op or a parallel
-          // block), then the tail ops.
-          const Item& br = st.seqs[blk].items[j];
-          Seq ext;
-          if (br.seq >= 0 && !st.seqs[br.seq].parallel)
-            ext.items = st.seqs[br.seq].items;
-          else
-            ext.items = {br};
-          ext.join_from = static_cast<int>(ext.items.size());
-          Item ext_item;
-          ext_item.ops = br.ops;
-          ext_item.work_s = br.work_s;
-          for (int x = i + 1; x < t; ++x) {
-            const Item& op = st.seqs[s].items[x];
-            ext.items.push_back(op);
-            ext_item.ops.insert(ext_item.ops.end(), op.ops.begin(), op.ops.end());
-            ext_item.work_s += op.work_s;
-          }
-          ext_item.seq = static_cast<int>(st.seqs.size());
-          st.seqs.push_back(std::move(ext));
-          // The block with branch j moved last, extended: the other branches (still sorted by
-          // work) feed it, so the sequence order stays topological (RangeCost relies on it) and
-          // groups with the join stage are the lightest other branches.
-          Seq block = st.seqs[blk];
-          block.items.erase(block.items.begin() + j);
-          block.items.push_back(std::move(ext_item));
-          block.join_item = r - 1;
-          if (st.joins[s].empty()) st.joins[s].resize(k);
-          st.joins[s][i].push_back({t, static_cast<int>(st.seqs.size())});
-          st.seqs.push_back(std::move(block));
-          ++added;
+  for (int i = lo; i + 1 < hi; ++i) {
+    const int blk = st.seqs[s].items[i].seq;
+    if (blk < 0 || !st.seqs[blk].parallel) continue;
+    const std::vector<int> branches = distinct_branches(st, cm, blk);
+    const int r = static_cast<int>(st.seqs[blk].items.size());
+    for (int t = i + 2; t <= std::min(hi, i + 1 + max_tail); ++t) {
+      if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
+      for (int j : branches) {
+        if (!room_for(st, st.joins, st.forks, s, i)) break;
+        const Item br = st.seqs[blk].items[j];
+        Seq ext;
+        ext.items = branch_items(st, blk, j);
+        ext.join_from = static_cast<int>(ext.items.size());
+        Item ext_item = br;
+        for (int x = i + 1; x < t; ++x) {
+          const Item& op = st.seqs[s].items[x];
+          ext.items.push_back(op);
+          ext_item.ops.insert(ext_item.ops.end(), op.ops.begin(), op.ops.end());
+          ext_item.work_s += op.work_s;
         }
+        ext_item.seq = static_cast<int>(st.seqs.size());
+        st.seqs.push_back(std::move(ext));
+        // The block with branch j moved last, extended: the other branches (still sorted by
+        // work) feed it, so the sequence order stays topological (RangeCost relies on it) and
+        // groups with the join stage are the lightest other branches.
+        Seq block = st.seqs[blk];
+        block.items.erase(block.items.begin() + j);
+        block.items.push_back(std::move(ext_item));
+        block.join_item = r - 1;
+        if (st.joins[s].empty()) st.joins[s].resize(st.seqs[s].items.size());
+        st.joins[s][i].push_back({t, static_cast<int>(st.seqs.size())});
+        st.seqs.push_back(std::move(block));
+        ++added;
       }
     }
   }
+  return added;
+}
+
+// Fork options of series sequence s (see ForkOption): head [h, i), block at item i.
+int add_forks_at(Structure& st, const cost::CostModel& cm, int s, int lo, int hi, int max_head) {
+  int added = 0;
+  for (int i = lo + 1; i < hi; ++i) {
+    const int blk = st.seqs[s].items[i].seq;
+    if (blk < 0 || !st.seqs[blk].parallel) continue;
+    const std::vector<int> branches = distinct_branches(st, cm, blk);
+    for (int h = i - 1; h >= std::max(lo, i - max_head); --h) {
+      if (st.seqs[s].items[h].seq >= 0) break;  // heads are single ops
+      for (int j : branches) {
+        if (!room_for(st, st.joins, st.forks, s, h)) break;
+        Seq ext;
+        ext.items.assign(st.seqs[s].items.begin() + h, st.seqs[s].items.begin() + i);
+        ext.fork_to = i - h;
+        for (Item& it : branch_items(st, blk, j)) ext.items.push_back(std::move(it));
+        Seq others = st.seqs[blk];
+        others.items.erase(others.items.begin() + j);
+        if (st.forks[s].empty()) st.forks[s].resize(st.seqs[s].items.size());
+        const int e = static_cast<int>(st.seqs.size());
+        st.seqs.push_back(std::move(ext));
+        st.seqs.push_back(std::move(others));
+        st.forks[s][h].push_back({i, e, e + 1});
+        ++added;
+      }
+    }
+  }
+  return added;
+}
+
+}  // namespace
+
+int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops) {
+  int added = 0;
+  // The extended branches are series sequences too: their own blocks get options in turn (only
+  // inside the branch's own items, not across its fork or join ops).
+  for (int s = 0; s < static_cast<int>(st.seqs.size()); ++s) {
+    st.joins.resize(st.seqs.size());
+    st.forks.resize(st.seqs.size());
+    const Seq& q = st.seqs[s];
+    if (q.parallel) continue;
+    const int lo = std::max(q.fork_to, 0);
+    const int hi = q.join_from >= 0 ? q.join_from : static_cast<int>(q.items.size());
+    added += add_joins_at(st, cm, s, lo, hi, max_ops);
+    added += add_forks_at(st, cm, s, lo, hi, max_ops);
+  }
   st.joins.resize(st.seqs.size());
+  st.forks.resize(st.seqs.size());
   return added;
 }
 
@@ -313,6 +376,7 @@ int SeqDp::go(int s, int i, int d, int down) {
   if (best.val != floor_val) nested_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) merge_case(s, i, d, down, floor_val, &best);
+  if (best.val != floor_val) fork_case(s, i, d, down, floor_val, &best);
   best.dep = target_hit_;
   // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
   // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
@@ -493,6 +557,82 @@ void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best
   }
 }
 
+// Fork case (series sequences): the ops [i, block) before a parallel block share the first stage
+// of one branch (ForkOption); the rest of the sequence after the block runs on the other devices.
+void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best) {
+  const auto* opts = st_.forks_at(s, i);
+  if (!opts) return;
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  for (int o = 0; o < static_cast<int>(opts->size()) && best->val != floor_val; ++o) {
+    const ForkOption& fo = (*opts)[o];
+    if (fo.block_item + 1 == k) {
+      keep(best, fork_block(fo, d, down).val, Case::fork, 0, d, o);
+      continue;
+    }
+    for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+      if (floor_cand(d1) != d1) continue;
+      const int rest = go(s, fo.block_item + 1, floor_cand(d - d1), down);
+      if (rest < 0) continue;
+      keep(best, fork_block(fo, d1, rest).val, Case::fork, 0, d1, o);
+    }
+  }
+}
+
+// Branch j with the fork ops on d1 devices (its first stage [0, m) on p of them, the rest of it
+// after), the other branches on d - d1: the first stage feeds both, so its depth is one more than
+// the deeper of the two.
+const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) {
+  const uint64_t key = (uint64_t(fo.ext) << 40) | (uint64_t(d) << 20) | uint64_t(down);
+  if (auto it = fork_memo_.find(key); it != fork_memo_.end()) {
+    target_hit_ = target_hit_ || it->second.dep;
+    return it->second;
+  }
+  const bool outer_hit = target_hit_;
+  target_hit_ = false;
+  ForkPick best;
+  const Seq& c = st_.seqs[fo.ext];
+  const int len = static_cast<int>(c.items.size());
+  const double tmax = target_ * (1 + 1e-12);
+  for (int d1 = 1; d1 < d; ++d1) {
+    if (floor_cand(d1) != d1) continue;
+    const int others = go(fo.others, 0, floor_cand(d - d1), down);
+    if (others < 0) continue;
+    const int lo = std::min(others + 1, num_micro_);  // no first stage is shallower
+    if (best.val >= 0 && lo >= best.val) continue;
+    const int pcap = std::bit_width(static_cast<unsigned>(std::min(d1, mbs_))) - 1;
+    for (int plog = 0; plog <= pcap && best.val != lo; ++plog) {
+      const int p = 1 << plog;
+      for (int m = d1 - p < 1 ? len : c.fork_to; m <= len; ++m) {
+        if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;
+        if (aborted_) {
+          target_hit_ = true;
+          break;
+        }
+        StageCostLite cst = stage_head(fo.ext, 0, m, plog);
+        if (cst.compute_tps > tmax) {
+          target_hit_ = true;
+          break;
+        }
+        if (!fits(cst, lo)) break;
+        complete(fo.ext, 0, m, plog, &cst);
+        if (cst.tps > tmax) {
+          target_hit_ = true;
+          continue;
+        }
+        const int rest = m < len ? go(fo.ext, m, floor_cand(d1 - p), down) : down;
+        if (rest < 0) continue;
+        const int val = std::min(std::max(rest, others) + 1, num_micro_);
+        if (!fits(cst, val)) continue;
+        if (best.val < 0 || val < best.val) best = {val, d1, plog, m};
+        if (best.val == lo) break;
+      }
+    }
+  }
+  best.dep = target_hit_;
+  target_hit_ = outer_hit || target_hit_;
+  return fork_memo_[key] = best;
+}
+
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
   const Entry* found = find(s, i, d, down);
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
@@ -538,6 +678,28 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
       out->push_back(std::move(sc));
       return collect(q.items[k - 1].seq, e.arg, rd, down_of(q, k - 1, k, down), out);
     }
+    case Case::fork: {
+      const ForkOption& fo = (*st_.forks_at(s, i))[e.opt];
+      int dblk = d, after_down = down;
+      if (fo.block_item + 1 < k) {
+        dblk = e.arg;
+        const int rd = floor_cand(d - dblk);
+        after_down = go(s, fo.block_item + 1, rd, down);
+        collect(s, fo.block_item + 1, rd, down, out);
+      }
+      const ForkPick fp = fork_block(fo, dblk, after_down);
+      const int len = static_cast<int>(st_.seqs[fo.ext].items.size());
+      StageChoice sc;
+      for (int j = 0; j < fp.m; ++j) {
+        const auto& ops = st_.seqs[fo.ext].items[j].ops;
+        sc.ops.insert(sc.ops.end(), ops.begin(), ops.end());
+      }
+      sc.dp = 1 << fp.plog;
+      sc.tps_s = stage(fo.ext, 0, fp.m, fp.plog).tps;
+      out->push_back(std::move(sc));
+      if (fp.m < len) collect(fo.ext, fp.m, floor_cand(fp.d1 - (1 << fp.plog)), after_down, out);
+      return collect(fo.others, 0, floor_cand(dblk - fp.d1), after_down, out);
+    }
     case Case::none:
       break;
   }
@@ -546,6 +708,7 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
 
 int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   overflow_.clear();
+  fork_memo_.clear();
   ++gen_;
   ++solves_;
   target_ = target_tps;

@@ -34,6 +34,9 @@ struct Seq {
   // holds the join); every other item feeds that stage, so it has one more micro-batch in flight
   // after it than the block as a whole. -1: an ordinary parallel sequence.
   int join_item = -1;
+  // A branch extended at its front by the ops before its parallel block (see ForkOption): items
+  // [0, fork_to) are those ops and share the sequence's first stage. -1: an ordinary sequence.
+  int fork_to = -1;
 };
 
 /// The paper's shared boundary node (section 5: "the sink node of G1 coincides with the source
@@ -47,25 +50,45 @@ struct JoinOption {
   int block = 0;     // the virtual parallel sequence
 };
 
+/// The fork side of the shared boundary node: in a series sequence, the single ops right before a
+/// parallel block (items [h, block_item), the op that feeds every branch) may share a stage with
+/// the start of one branch j. The option replaces items [h, block_item] by: the series sequence
+/// `ext` (those ops, then branch j's items; its first stage holds the ops and a head of branch j)
+/// and, beside the rest of branch j, the parallel sequence `others` (the block without branch j),
+/// which the first stage feeds.
+struct ForkOption {
+  int block_item = 0;
+  int ext = 0;
+  int others = 0;
+};
+
 struct Structure {
   std::vector<Seq> seqs;
   int root = 0;
   // Per series sequence s and item i: the join options of item i (empty for most).
   std::vector<std::vector<std::vector<JoinOption>>> joins;
+  // Per series sequence s and item h: the fork options whose ops start at item h.
+  std::vector<std::vector<std::vector<ForkOption>>> forks;
   const std::vector<JoinOption>* joins_at(int s, int i) const {
     if (joins.empty() || joins[s].empty() || joins[s][i].empty()) return nullptr;
     return &joins[s][i];
+  }
+  const std::vector<ForkOption>* forks_at(int s, int i) const {
+    if (static_cast<int>(forks.size()) <= s || forks[s].empty() || forks[s][i].empty()) return nullptr;
+    return &forks[s][i];
   }
 };
 
 /// The SP decomposition of the op graph (after SP-ization when it is not SP), as sequences.
 /// `note` says whether SP-ization was needed and how much parallelism it kept.
 Structure sp_structure(const cost::CostModel& cm, std::string* note);
-/// Adds the join options (see JoinOption) for every parallel block of a series sequence and tails
-/// of up to `max_tail` single ops after it (one per set of mirror-image branches: same ops, costs
-/// and edges). Returns how many options were added.
-int add_join_options(Structure& st, const cost::CostModel& cm, int max_tail);
+/// Adds the join options (see JoinOption) and fork options (see ForkOption) of every parallel block
+/// of a series sequence, with tails / heads of up to `max_ops` single ops, one per set of
+/// mirror-image branches (same ops, costs and edges); the extended branches get their own in turn.
+/// Returns how many options were added.
+int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops);
 constexpr int kMaxJoinTail = 4;
+
 /// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
 Structure chain_structure(const cost::CostModel& cm);
 
@@ -137,6 +160,7 @@ class SeqDp {
     nested,  // item i is split recursively on arg devices
     join,    // join option `opt` of item i on arg devices
     merge,   // parallel: items [i, k-1) and items [0, arg) of the last item's sequence on 2^plog
+    fork,    // fork option `opt` at item i; its block on arg devices
   };
   /// One memo entry: the best depth of a state and how it is reached.
   struct Entry {
@@ -189,6 +213,14 @@ class SeqDp {
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void join_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void merge_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  void fork_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  // The fork option's ops and block (ext and others) on d devices with `down` after the block:
+  // its minimal depth (memoised per solve, with how it is reached).
+  struct ForkPick {
+    int val = -1, d1 = 0, plog = 0, m = 0;  // branch j (with the fork ops) on d1 devices, first stage [0, m)
+    bool dep = false;
+  };
+  const ForkPick& fork_block(const ForkOption& fo, int d, int down);
   // The ops of a merge stage: items [i, k-1) of parallel sequence s and items [0, x) of its last
   // item's sequence; their cost (cached: independent of the target).
   std::vector<OpId> merge_ops(int s, int i, int x) const;
@@ -219,6 +251,7 @@ class SeqDp {
   std::unordered_map<uint64_t, Entry> overflow_;
   RangeCost rc_;
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
+  std::unordered_map<uint64_t, ForkPick> fork_memo_;  // per solve
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
   // One solve at an infinite target within a work budget: true when it proves that no plan fits

@@ -14,7 +14,7 @@ M="mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32"
 VALUES="0 -1 1099511627776 abc 1e999"
 NAMES="abc"
 HAS_TORCH=0
-"$GP" train --help >/dev/null 2>&1 && HAS_TORCH=1
+"$GP" --help 2>/dev/null | grep -q "^  train " && HAS_TORCH=1
 
 # Fixtures: a small plan, its schedule, a model file, a checkpoint, two broken files.
 "$GP" plan --model "$M" --cluster cpu --devices 2 --batch 8 --out "$T/plan.json" >/dev/null 2>&1 \

@@ -6,16 +6,20 @@
 // series node's children, or a contiguous group of a parallel node's children in the planner's
 // sorted order, or the end of one branch of a parallel block together with up to kMaxJoinTail
 // single ops after the block: the join, or a group of a parallel node's children up to its last
-// one together with a head of that last child's series sequence: the merge) OR every stage is a contiguous range of the topological op order (PipeDream's
+// one together with a head of that last child's series sequence: the merge, or up to
+// kMaxJoinTail single ops before a parallel node together with the head of one branch: the fork,
+// never with a join stage of the same parallel node) OR every stage is a contiguous range of the topological op order (PipeDream's
 // space); each stage a power-of-two data-parallel degree dividing m; degrees summing to <= N.
 // The optimum bottleneck TPS (cost::stage_cost) must equal the planner's within the binary
 // search tolerance.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "planner/engine.h"
@@ -57,15 +61,33 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
   const int ops = static_cast<int>(g.num_ops());
   std::vector<uint32_t> canonical, chain;
   detail::Structure st = detail::sp_structure(cm, nullptr);
-  for (const auto& q : st.seqs) {
+  // The DP takes a join option or a fork option of a parallel block, not both: a stage holding a
+  // branch's end with the join ops is tagged 2b, one holding the fork ops with a branch's head
+  // 2b + 1 (b: the block's sequence), and a partition may not hold both tags of one block.
+  std::map<int, int> tag_of;  // extended sequence -> tag
+  for (size_t s = 0; s < st.seqs.size(); ++s) {
+    for (size_t i = 0; i < st.joins[s].size(); ++i)
+      for (const auto& jo : st.joins[s][i]) tag_of[st.seqs[jo.block].items.back().seq] = 2 * st.seqs[s].items[i].seq;
+    if (s < st.forks.size())
+      for (size_t i = 0; i < st.forks[s].size(); ++i)
+        for (const auto& fo : st.forks[s][i]) tag_of[fo.ext] = 2 * st.seqs[s].items[fo.block_item].seq + 1;
+  }
+  std::vector<int> tags;  // per canonical mask, -1: none
+  for (size_t qi = 0; qi < st.seqs.size(); ++qi) {
+    const auto& q = st.seqs[qi];
     const int k = static_cast<int>(q.items.size());
     for (int i = 0; i < k; ++i) {
       uint32_t mask = 0;
       for (int m = i; m < k; ++m) {
         for (OpId o : q.items[m].ops) mask |= 1u << o.v;
         // A branch extended by its join ops: the join ops share the branch's last stage.
-        const bool ok = q.join_from < 0 || m + 1 <= q.join_from || (m + 1 == k && i <= q.join_from);
-        if (ok) canonical.push_back(mask);
+        const bool join_ok = q.join_from < 0 || m + 1 <= q.join_from || (m + 1 == k && i <= q.join_from);
+        // A branch extended by its fork ops: they share the branch's first stage.
+        const bool fork_ok = q.fork_to < 0 || (i == 0 ? m + 1 >= q.fork_to : i >= q.fork_to);
+        if (!join_ok || !fork_ok) continue;
+        canonical.push_back(mask);
+        const bool tagged = (q.join_from >= 0 && m + 1 == k && m >= q.join_from) || (q.fork_to >= 0 && i == 0);
+        tags.push_back(tagged ? tag_of.at(static_cast<int>(qi)) : -1);
       }
     }
     // A merge stage: the branches [i, k-1) of a parallel block with a head of its last branch.
@@ -80,19 +102,35 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
       for (int x = 0; x < xmax; ++x) {
         for (OpId o : cs.items[x].ops) mask |= 1u << o.v;
         canonical.push_back(mask);
+        tags.push_back(-1);
       }
     }
   }
   for (int i = 0; i < ops; ++i)
     for (int m = i + 1; m <= ops; ++m) chain.push_back(((1u << m) - 1) & ~((1u << i) - 1));
+  const std::vector<int> no_tags(chain.size(), -1);
+  {  // The extended branches repeat their branch's ranges: one copy of each (mask, tag).
+    std::vector<std::pair<uint32_t, int>> u;
+    for (size_t x = 0; x < canonical.size(); ++x) u.emplace_back(canonical[x], tags[x]);
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    canonical.clear();
+    tags.clear();
+    for (const auto& [m, t] : u) canonical.push_back(m), tags.push_back(t);
+  }
   double best = 1e300;
   for (int mbs = 1; mbs <= mini; mbs *= 2) {
     if (mini % mbs) continue;
-    for (const auto* family : {&canonical, &chain}) {
+    for (int fam = 0; fam < 2; ++fam) {
+      const std::vector<uint32_t>& family = fam == 0 ? canonical : chain;
+      const std::vector<int>& family_tags = fam == 0 ? tags : no_tags;
       std::vector<uint32_t> blocks;
+      std::vector<int> used_tags;
       std::function<void(uint32_t)> part = [&](uint32_t used) {
         if (used == (1u << ops) - 1) {
           if (static_cast<int>(blocks.size()) > n) return;
+          for (int t : used_tags)
+            if (t >= 0 && std::find(used_tags.begin(), used_tags.end(), t ^ 1) != used_tags.end()) return;
           // Best degrees: exhaustive over powers of two.
           std::vector<std::vector<double>> tps(blocks.size());
           for (size_t k = 0; k < blocks.size(); ++k) {
@@ -116,12 +154,16 @@ double brute_force(const cost::CostModel& cm, int n, int mini) {
           return;
         }
         int first = std::countr_one(used);
-        for (uint32_t blk : *family)
+        for (size_t b = 0; b < family.size(); ++b) {
+          const uint32_t blk = family[b];
           if ((blk >> first & 1) && !(blk & used)) {
             blocks.push_back(blk);
+            used_tags.push_back(family_tags[b]);
             part(used | blk);
             blocks.pop_back();
+            used_tags.pop_back();
           }
+        }
       };
       part(0);
     }
@@ -280,7 +322,7 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
 
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
   int compared = 0;
-  for (uint32_t seed = 1; compared < 40; ++seed) {
+  for (uint32_t seed = 1; compared < 150; ++seed) {
     ir::Graph g = random_sp_model(seed, 3 + seed % 6);
     if (g.num_ops() > 8) continue;
     for (int n : {1, 2, 3, 4}) {
