@@ -45,16 +45,18 @@ Count in_series(Count a, Count b) {
 }
 Count in_parallel(Count a, Count b) { return {a.downsets * b.downsets, a.pairs * b.pairs}; }
 
-// One coarsening of the SP tree: series runs of at most `limit` parallel-free ops become nodes;
-// parallel blocks keep each branch apart, or (max_groups > 0) merge adjacent branches, fewest ops
-// first, until at most max_groups remain (a union of branches of one block is convex).
+// One coarsening of the SP tree: series runs of at most `limit` parallel-free ops become nodes
+// inside parallel blocks, of at most `outside` ops elsewhere (a chain between blocks adds few
+// downsets, so it stays fine longest); parallel blocks keep each branch apart, or
+// (max_groups > 0) merge adjacent branches, fewest ops first, until at most max_groups remain (a
+// union of branches of one block is convex).
 struct Coarsening {
   std::vector<std::vector<int>> groups;  // op ids per coarse node
   Count count;
 };
 
 Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const std::vector<int>& width,
-                   int limit, int max_groups) {
+                   int limit, int outside, int max_groups) {
   Coarsening out;
   auto emit = [&](const std::vector<int>& tree_nodes) {
     std::vector<int> ops;
@@ -63,9 +65,10 @@ Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const s
     out.groups.push_back(std::move(ops));
     return kNode;
   };
-  auto whole = [&](int v) { return size[v] <= limit && (width[v] == 0 || max_groups == 1); };
-  std::function<Count(int)> cut = [&](int v) -> Count {
-    if (whole(v)) return emit({v});
+  auto whole = [&](int v, int lim) { return size[v] <= lim && (width[v] == 0 || max_groups == 1); };
+  std::function<Count(int, bool)> cut = [&](int v, bool inside) -> Count {
+    const int lim = inside ? limit : outside;
+    if (whole(v, lim)) return emit({v});
     const graph::SpNode& n = t.nodes[v];
     Count c;
     if (n.kind == graph::SpNode::Kind::parallel) {
@@ -81,10 +84,10 @@ Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const s
         grp.erase(grp.begin() + static_cast<long>(at) + 1);
         ops.erase(ops.begin() + static_cast<long>(at) + 1);
       }
-      for (const auto& gr : grp) c = in_parallel(c, gr.size() == 1 ? cut(gr[0]) : emit(gr));
+      for (const auto& gr : grp) c = in_parallel(c, gr.size() == 1 ? cut(gr[0], true) : emit(gr));
       return c;
     }
-    // Series: consecutive whole children are packed into runs of at most `limit` ops (a run of a
+    // Series: consecutive whole children are packed into runs of at most `lim` ops (a run of a
     // series composition is convex); the others are cut recursively.
     std::vector<int> run;
     int run_size = 0;
@@ -94,19 +97,19 @@ Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const s
       run_size = 0;
     };
     for (int ch : n.children) {
-      if (!whole(ch)) {
+      if (!whole(ch, lim)) {
         flush();
-        c = in_series(c, cut(ch));
+        c = in_series(c, cut(ch, inside));
         continue;
       }
-      if (run_size + size[ch] > limit) flush();
+      if (run_size + size[ch] > lim) flush();
       run.push_back(ch);
       run_size += size[ch];
     }
     flush();
     return c;
   };
-  out.count = cut(t.root);
+  out.count = cut(t.root, false);
   return out;
 }
 
@@ -221,21 +224,28 @@ bool enumerate(const ir::Graph& g, PiperGraph& pg, size_t cap, const std::functi
   return true;
 }
 
-std::string describe(int limit, int max_groups, int branch, bool has_branches) {
-  if (max_groups == 1) return "each parallel block one node";
-  if (max_groups > 0) return fmt::format("branches grouped into <= {} nodes per parallel block", max_groups);
-  if (limit == 1) return "op graph";
-  if (limit >= branch) return has_branches ? "one node per branch" : "one node";
-  return fmt::format("series runs of <= {} ops", limit);
+struct Level {
+  int limit = 1, outside = 1, groups = 0;  // see coarsen()
+};
+
+std::string describe(const Level& l, int branch, bool has_branches) {
+  if (!has_branches) return l.outside == 1 ? "op graph" : fmt::format("series runs of <= {} ops", l.outside);
+  const std::string rest = l.outside == 1 ? "ops elsewhere" : fmt::format("series runs of <= {} ops elsewhere", l.outside);
+  if (l.groups == 1) return "each parallel block one node, " + rest;
+  if (l.groups > 0) return fmt::format("branches grouped into <= {} nodes per parallel block, {}", l.groups, rest);
+  if (l.limit == 1) return "op graph";
+  if (l.limit >= branch) return "one node per branch, " + rest;
+  return fmt::format("series runs of <= {} ops in branches, {}", l.limit, rest);
 }
 
 }  // namespace
 
 size_t piper_split_budget(double time_limit_s, int devices, int sizes) {
   // The DP weighs each split at every device count for ~15 targets per micro-batch size; measured
-  // on the 2-core VM at 0.15-0.35 us per split, device count and size (dlrm, 1.6M-4.8M splits on
-  // 8 devices, docs/results.md). Half the time limit goes to the DP at the slower rate.
-  const double per_split_s = 0.35e-6 * (devices + 1) * std::max(sizes, 1);
+  // on the shared 2-core VM (wall clock, under load) at 0.15-0.8 us per split, device count and
+  // size (dlrm 1.6M-4.8M and mmt splits on 8 devices, docs/results.md). Half the time limit goes
+  // to the DP at 1 us.
+  const double per_split_s = 1e-6 * (devices + 1) * std::max(sizes, 1);
   return static_cast<size_t>(std::clamp(0.5 * time_limit_s / per_split_s, 1e3, 5e7));
 }
 
@@ -262,24 +272,34 @@ PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
       throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)",
                                   time_limit_s, explored));
   };
-  // Levels, finest first: series runs of 1, 2, 4, ... ops up to one node per branch (the largest
-  // branch of any parallel block; the whole graph when there is none), then the branches of each
-  // parallel block grouped into at most width - 1, ..., 1 nodes.
+  // Levels, finest first: inside parallel blocks, series runs of 1, 2, 4, ... ops up to one node
+  // per branch (the largest branch of any block), ops elsewhere; then the branches of each block
+  // grouped into at most width - 1, ..., 1 nodes; then runs of 2, 4, ... ops elsewhere too. Without
+  // parallel blocks: series runs of 1, 2, 4, ... ops.
   const int num_ops = static_cast<int>(g.num_ops());
   int branch = width[t.root] == 0 ? num_ops : 1;
   for (size_t v = 0; v < t.nodes.size(); ++v)
     if (t.nodes[v].kind == graph::SpNode::Kind::parallel)
       for (int c : t.nodes[v].children) branch = std::max(branch, size[c]);
-  std::vector<std::pair<int, int>> levels;  // (limit, max_groups)
-  for (int limit = 1;; limit *= 2) {
-    levels.push_back({std::min(limit, branch), 0});
-    if (limit >= branch) break;
+  const bool branches = width[t.root] > 0;
+  std::vector<Level> levels;
+  if (!branches) {
+    for (int limit = 1;; limit *= 2) {
+      levels.push_back({1, std::min(limit, num_ops), 0});
+      if (limit >= num_ops) break;
+    }
+  } else {
+    for (int limit = 1;; limit *= 2) {
+      levels.push_back({std::min(limit, branch), 1, 0});
+      if (limit >= branch) break;
+    }
+    for (int groups = width[t.root] - 1; groups >= 1; --groups) levels.push_back({branch, 1, groups});
+    for (int outside = 2; outside < 2 * num_ops; outside *= 2) levels.push_back({branch, std::min(outside, num_ops), 1});
   }
-  for (int groups = width[t.root] - 1; groups >= 1; --groups) levels.push_back({branch, groups});
   for (size_t i = 0; i < levels.size(); ++i) {
-    const auto [limit, groups] = levels[i];
+    const Level& level = levels[i];
     const bool last = i + 1 == levels.size();
-    Coarsening c = coarsen(t, size, width, limit, groups);
+    Coarsening c = coarsen(t, size, width, level.limit, level.outside, level.groups);
     // The count is exact for SP graphs; SP-ized ones have more, caught by enumerate's cap.
     if (!last && c.count.pairs - c.count.downsets > static_cast<double>(split_budget)) continue;
     PiperGraph pg;
@@ -288,9 +308,9 @@ PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
       explored = std::max(explored, pg.first_split.size());
       continue;
     }
-    pg.coarsening = {num_ops, static_cast<int>(pg.nodes.size()), limit, groups,
+    pg.coarsening = {num_ops, static_cast<int>(pg.nodes.size()), std::max(level.limit, level.outside), level.groups,
                      static_cast<int64_t>(pg.num_downsets()), static_cast<int64_t>(pg.num_splits()),
-                     static_cast<int64_t>(split_budget), describe(limit, groups, branch, width[t.root] > 0)};
+                     static_cast<int64_t>(split_budget), describe(level, branch, branches)};
     return pg;
   }
   GP_ASSERT(false, "piper: no coarsening level was tried");

@@ -31,9 +31,9 @@ struct PiperGraph {
 size_t piper_split_budget(double time_limit_s, int devices, int sizes);
 
 /// Coarsens the op graph only as far as the budget requires, finest first: series runs of 1, 2,
-/// 4, ... ops within each branch (layers, then spans of layers) until every branch is one node;
-/// then parallel branches grouped, fewest ops first, into ever fewer nodes. Throws UserError past
-/// `deadline`.
+/// 4, ... ops within each branch of a parallel block (layers, then spans of layers) until every
+/// branch is one node, ops outside blocks kept apart; then branches grouped, fewest ops first, into
+/// ever fewer nodes per block; then runs outside blocks. Throws UserError past `deadline`.
 PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
                        std::chrono::steady_clock::time_point deadline, double time_limit_s);
 

@@ -138,31 +138,31 @@ TEST(Planner, PiperTimeLimit) {
 }
 
 // Piper's graph is coarsened only as far as the split budget needs, within branches first:
-// candle-uno's 7 towers of 4 layers (fc + relu, 8 ops) and a 7-op head.
+// candle-uno's 7 towers of 4 layers (fc + relu, 8 ops), then 7 ops (concat, head, loss) in series.
 TEST(Planner, PiperCoarsensWithinBranchesFirst) {
   ir::Graph g = importers::load_graph("candle-uno:branches=7,layers=4,hidden=256");
   cost::CostModel cm(g, cost::load_cluster("summit", 4));
   const auto far = std::chrono::steady_clock::now() + std::chrono::hours(1);
-  // Runs of <= 4 ops: 2 nodes per tower and 2 for the head; 3^7 + 3 - 1 downsets, and
-  // 6^7 + 6 - 1 + (3^7 - 1) x 2 nested pairs of them less the downsets: 282,124 splits (runs of 2
+  // Runs of <= 4 ops in the towers (2 nodes each), the 7 ops after them apart: 3^7 + 7 downsets;
+  // 6^7 + 36 - 1 + (3^7 - 1) x 7 nested pairs of them less the downsets: 293,079 splits (runs of 2
   // ops would give 15^7 pairs).
   detail::PiperGraph a = detail::piper_graph(cm, 300000, far, 3600);
   EXPECT_EQ(a.coarsening.max_ops_per_node, 4);
   EXPECT_EQ(a.coarsening.branch_groups, 0);
-  EXPECT_EQ(a.coarsening.nodes, 16);
-  EXPECT_EQ(a.coarsening.downsets, 2189);
-  EXPECT_EQ(a.coarsening.splits, 282124);
-  EXPECT_EQ(a.coarsening.graph, "series runs of <= 4 ops");
-  // One split fewer in the budget: one node per tower (and one for the head), 3^7 splits.
-  detail::PiperGraph b = detail::piper_graph(cm, 282123, far, 3600);
-  EXPECT_EQ(b.coarsening.nodes, 8);
-  EXPECT_EQ(b.coarsening.splits, 2187);
-  EXPECT_EQ(b.coarsening.graph, "one node per branch");
-  // Only below that are towers grouped: 6 groups, 3^6 splits.
+  EXPECT_EQ(a.coarsening.nodes, 21);
+  EXPECT_EQ(a.coarsening.downsets, 2194);
+  EXPECT_EQ(a.coarsening.splits, 293079);
+  EXPECT_EQ(a.coarsening.graph, "series runs of <= 4 ops in branches, ops elsewhere");
+  // One split fewer in the budget: one node per tower, 2^7 + 7 downsets, 3^7 + 35 + 127 x 7 pairs.
+  detail::PiperGraph b = detail::piper_graph(cm, 293078, far, 3600);
+  EXPECT_EQ(b.coarsening.nodes, 14);
+  EXPECT_EQ(b.coarsening.splits, 3111 - 135);
+  EXPECT_EQ(b.coarsening.graph, "one node per branch, ops elsewhere");
+  // Only below that are towers grouped: 6 groups, 2^6 + 7 downsets, 3^6 + 35 + 63 x 7 pairs.
   detail::PiperGraph c = detail::piper_graph(cm, 2000, far, 3600);
   EXPECT_EQ(c.coarsening.branch_groups, 6);
-  EXPECT_EQ(c.coarsening.nodes, 7);
-  EXPECT_EQ(c.coarsening.splits, 729);
+  EXPECT_EQ(c.coarsening.nodes, 13);
+  EXPECT_EQ(c.coarsening.splits, 1205 - 71);
   // Every op in exactly one node.
   std::vector<int> seen(g.num_ops(), 0);
   for (const auto& node : c.nodes)
