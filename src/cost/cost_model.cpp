@@ -284,4 +284,8 @@ double stage_memory(const StageCost& s, int in_flight) {
   return s.state_bytes + in_flight * s.act_bytes_per_mb;
 }
 
+double optimizer_step_time(const Cluster& c, double state_bytes) {
+  return c.device.mem_bandwidth_Bps > 0 ? 2 * state_bytes / c.device.mem_bandwidth_Bps : 0;
+}
+
 }  // namespace gp::cost

@@ -189,4 +189,9 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
 /// Per-device memory of a stage with `in_flight` micro-batches alive: state + in_flight * acts.
 double stage_memory(const StageCost& s, int in_flight);
 
+/// The optimizer step of a stage, once per iteration: memory-bound, it reads and writes the
+/// weights, gradients and optimizer state about once each (2 x state bytes / memory bandwidth).
+/// The simulator and the planner's iteration estimate both use it.
+double optimizer_step_time(const Cluster& c, double state_bytes);
+
 }  // namespace gp::cost

@@ -54,6 +54,15 @@ Json plan_to_json(const Plan& p) {
                        {"bottleneck_tps_s", c.bottleneck_tps_s}};
     doc["search"] = {{"winner", p.search.winner}, {"candidates", cands}};
   }
+  if (p.piper.recorded())
+    doc["piper"] = {{"ops", p.piper.ops},
+                    {"nodes", p.piper.nodes},
+                    {"max_ops_per_node", p.piper.max_ops_per_node},
+                    {"branch_groups", p.piper.branch_groups},
+                    {"downsets", p.piper.downsets},
+                    {"splits", p.piper.splits},
+                    {"split_budget", p.piper.split_budget},
+                    {"graph", p.piper.graph}};
   if (p.costs.recorded()) doc["costs"] = costs_to_json(p.costs);
   return doc;
 }
@@ -170,6 +179,23 @@ Plan plan_from_json(const Json& j, const std::string& file) {
     for (const auto& c : p.search.candidates) known = known || c.name == p.search.winner;
     if (!known)
       sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", p.search.winner));
+  }
+  if (doc.has("piper")) {
+    JsonAt pc = doc.at("piper");
+    pc.expect_object();
+    auto count = [&](const char* key) {
+      const int64_t v = pc.i64_or(key, 0);
+      if (v < 0) pc.at(key).fail(fmt::format("must be >= 0, got {}", v));
+      return v;
+    };
+    p.piper.ops = static_cast<int>(count("ops"));
+    p.piper.nodes = static_cast<int>(count("nodes"));
+    p.piper.max_ops_per_node = static_cast<int>(count("max_ops_per_node"));
+    p.piper.branch_groups = static_cast<int>(count("branch_groups"));
+    p.piper.downsets = count("downsets");
+    p.piper.splits = count("splits");
+    p.piper.split_budget = count("split_budget");
+    if (pc.has("graph")) p.piper.graph = pc.at("graph").str();
   }
   if (doc.has("costs")) p.costs = costs_from_json(doc.at("costs"), p.num_devices);
   return p;

@@ -53,6 +53,24 @@ struct Search {
   bool operator==(const Search&) const = default;
 };
 
+/// How Piper's baseline coarsened the op graph before its DP over downsets (`"piper"` in files,
+/// written by the piper planner only; informational). Within each branch, series runs of at most
+/// `max_ops_per_node` ops become one node (1: the op graph); only when one node per branch is
+/// still too large a space are parallel branches grouped, into at most `branch_groups` nodes per
+/// parallel block (0: never).
+struct PiperCoarsening {
+  int ops = 0;                  // ops of the model
+  int nodes = 0;                // nodes of the graph the DP saw
+  int max_ops_per_node = 0;
+  int branch_groups = 0;
+  int64_t downsets = 0;         // of the coarse graph
+  int64_t splits = 0;           // (downset, first stage) pairs the DP weighs
+  int64_t split_budget = 0;     // the most splits allowed by the time limit
+  std::string graph;            // in words: "op graph", "series runs of <= 4 ops", ...
+  bool recorded() const { return nodes > 0; }
+  bool operator==(const PiperCoarsening&) const = default;
+};
+
 /// The costs the plan was made with (`"costs"` in files; absent in plans written before it was
 /// recorded), so that `simulate` and `train` use the same costs without being given them again.
 /// plan/costs.h records them (`record_costs`) and rebuilds a cost model's inputs from them
@@ -81,6 +99,7 @@ struct Plan {
   Predicted predicted;
   double search_time_s = 0;
   Search search;
+  PiperCoarsening piper;
   Costs costs;
   bool operator==(const Plan&) const = default;
 };

@@ -13,6 +13,51 @@ namespace gp::planner::detail {
 
 namespace {
 std::string ms(double s) { return fmt::format("{:.4g} ms", s * 1e3); }
+
+// The share of the stage's compute that is backward (the simulator splits it the same way).
+double backward_share(const cost::CostModel& cm, const std::vector<OpId>& ops, int64_t b) {
+  double f = 0, bw = 0;
+  for (OpId o : ops) {
+    cost::OpTime t = cm.op_time(o, b);
+    f += t.fwd_s;
+    bw += t.bwd_s;
+  }
+  return f + bw > 0 ? bw / (f + bw) : 0;
+}
+
+// Per stage, per micro-batch: fwd + bwd compute, the time its sends occupy its port (activations
+// out, gradients back: half of stage_cost's comm_s), the backward part of the compute; and per
+// iteration the tail after its last backward.
+struct StageTimes {
+  explicit StageTimes(size_t n) : compute(n), send(n), bwd(n), tail(n) {}
+  std::vector<double> compute, send, bwd, tail;
+};
+
+// Iteration time (1F1B, analytic, as the simulator runs it): sends overlap compute, so a stage
+// paces at max(compute, sends) per micro-batch; the first micro-batch crosses the longest path of
+// compute + transfers (each cut tensor once forward, once backward); the slowest stage paces the
+// remaining M - 1 and the sources' last backward ends there. Every other stage's last backward
+// ends earlier by the backward times on its longest path back to a source; after it the stage
+// all-reduces its gradients and steps its optimizer; the iteration ends at the last such step.
+double iteration_time(const plan::Plan& p, int num_micro, const StageTimes& st) {
+  const size_t n = p.stages.size();
+  std::vector<double> finish(n, 0), back(n, 0);
+  double path = 0, slowest = 0;
+  for (size_t k = 0; k < n; ++k) {  // stages are in a topological order
+    double start = 0;
+    for (int f : p.stages[k].inputs_from) {
+      start = std::max(start, finish[f]);
+      back[k] = std::max(back[k], back[f] + st.bwd[f]);
+    }
+    finish[k] = start + st.compute[k] + st.send[k];
+    path = std::max(path, finish[k]);
+    slowest = std::max(slowest, std::max(st.compute[k], st.send[k]));
+  }
+  const double pipe = (num_micro - 1) * slowest + path;
+  double end = pipe;
+  for (size_t k = 0; k < n; ++k) end = std::max(end, pipe - back[k] + st.tail[k]);
+  return end;
+}
 }  // namespace
 
 plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
@@ -96,7 +141,9 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
     plan::assign_min_in_flight(p);
     p.predicted = {};
     p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
-    std::vector<double> mb_time(p.stages.size());
+    // Per stage and micro-batch (see iteration_time): compute, sends, the backward's share, and
+    // the tail after the last backward (gradient all-reduce among replicas, optimizer step).
+    StageTimes st(p.stages.size());
     for (size_t k = 0; k < p.stages.size(); ++k) {
       plan::Stage& s = p.stages[k];
       int node = cl.node_of(s.devices.front());
@@ -112,7 +159,10 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       s.tps_s = c.tps_s;
       s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, num_micro));
       for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
-      mb_time[k] = c.tps_s * mbs;
+      st.compute[k] = c.compute_s;
+      st.send[k] = c.comm_s / 2;  // comm_s counts each cut tensor at both ends
+      st.bwd[k] = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
+      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + cost::optimizer_step_time(cl, c.state_bytes);
       p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
       if (explain) {
         std::string alt;
@@ -129,18 +179,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       }
       for (OpId o : ops[k]) mask[o.v] = 0;
     }
-    // Iteration time (1F1B, analytic): the first micro-batch crosses the longest path of stage
-    // micro-batch times, then the bottleneck stage paces the remaining M - 1.
-    std::vector<double> finish(p.stages.size(), 0);
-    double path = 0, slowest = 0;
-    for (size_t k = 0; k < p.stages.size(); ++k) {
-      double start = 0;
-      for (int f : p.stages[k].inputs_from) start = std::max(start, finish[f]);
-      finish[k] = start + mb_time[k];
-      path = std::max(path, finish[k]);
-      slowest = std::max(slowest, mb_time[k]);
-    }
-    p.predicted.iteration_time_s = (num_micro - 1) * slowest + path;
+    p.predicted.iteration_time_s = iteration_time(p, num_micro, st);
     p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
   };
   std::vector<std::vector<int>> bases = {ident};

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "planner/engine.h"
+#include "planner/piper.h"
 
 namespace gp::planner {
 
@@ -103,7 +104,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   };
   std::vector<Search> searches;
   detail::Structure sp, chain;
-  detail::PiperSpace piper_space;
+  detail::PiperGraph piper_graph;
   auto seq_dp = [&](const detail::Structure& st) {
     return [&, st_ptr = &st](int mbs, double* tps, const OnPlan& on_plan) {
       detail::SeqDp dp(cm, *st_ptr, mbs, opt.mini_batch, limit, n, same_node);
@@ -120,11 +121,12 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
     searches.push_back({kChain, graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain)});
   } else {
-    piper_space = detail::piper_space(cm, deadline, opt.time_limit_s);
+    piper_graph = detail::piper_graph(cm, detail::piper_split_budget(opt.time_limit_s, n, static_cast<int>(mbs_cands.size())), deadline,
+                                      opt.time_limit_s);
     searches.push_back({kChain, detail::Order::chain_edges, [&](int mbs, double* tps, const OnPlan& on_plan) {
                           std::vector<StageChoice> best;
-                          if (!detail::piper_minimise(cm, piper_space, mbs, opt.mini_batch, limit, n, same_node,
-                                                      deadline, opt.time_limit_s, kTol, tps, &best))
+                          if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, limit, n, same_node,
+                                                   deadline, opt.time_limit_s, kTol, tps, &best))
                             return false;
                           on_plan(best);
                           return true;
@@ -222,6 +224,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   if (graphpipe && best->order == detail::Order::chain)
     explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;
+  if (piper) rep.plan.piper = piper_graph.coarsening;
   if (graphpipe) {
     rep.plan.search.winner = sp_won ? "sp" : "chain";
     for (int kind : {kSp, kChain}) {
@@ -260,11 +263,13 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
           sp_won ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
           cands));
     }
-    if (piper)
+    if (piper) {
+      const plan::PiperCoarsening& pc = rep.plan.piper;
       rep.explain.push_back(fmt::format(
-          "piper: DP over {} downsets ({} stage splits) of a graph coarsened to {} nodes (series-parallel "
-          "subtrees of <= {} ops contracted)", piper_space.num_downsets, piper_space.num_splits,
-          piper_space.nodes.size(), piper_space.threshold));
+          "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
+          "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
+          opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
+    }
   }
   (void)g;
   return rep;

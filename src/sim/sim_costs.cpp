@@ -51,9 +51,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
-    // Optimizer step: memory-bound; it reads and writes the weights, gradients and optimizer
-    // state about once each.
-    t.optimizer_s = cl.device.mem_bandwidth_Bps > 0 ? 2 * sc.state_bytes / cl.device.mem_bandwidth_Bps : 0;
+    t.optimizer_s = cost::optimizer_step_time(cl, sc.state_bytes);
     // Bytes per sample on each out-edge: every op output read by an op of that successor.
     for (int v : st.outputs_to) {
       double bytes = 0;

@@ -99,6 +99,28 @@ TEST(PlanJson, SearchRecord) {
   }
 }
 
+// Piper's coarsening record: optional, round-trips, counts must be >= 0, older plans load without.
+TEST(PlanJson, PiperCoarseningRecord) {
+  Plan p = good_plan();
+  EXPECT_FALSE(plan_to_json(p).contains("piper"));
+  p.planner = "piper";
+  p.piper = {70, 15, 8, 0, 16385, 4782969, 20000000, "one node per branch"};
+  Json j = plan_to_json(p);
+  EXPECT_EQ(j["piper"]["nodes"], 15);
+  EXPECT_EQ(j["piper"]["splits"], 4782969);
+  EXPECT_EQ(j["piper"]["graph"], "one node per branch");
+  EXPECT_EQ(plan_from_json(j, "p.json"), p);
+  j["piper"]["downsets"] = -1;
+  try {
+    plan_from_json(j, "p.json");
+    FAIL() << "a negative count was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("piper"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("downsets"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PlanJson, SaveAndLoad) {
   auto path = std::filesystem::temp_directory_path() / "gp_plan_test_roundtrip.json";
   save_plan(path.string(), good_plan());

@@ -1,5 +1,6 @@
 // Planner tests: exact plans on tiny graphs, impossible requests, GraphPipe <= PipeDream / Piper.
 #include <algorithm>
+#include <chrono>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <map>
 
 #include "importers/resolve.h"
+#include "planner/piper.h"
 #include "planner/planner.h"
 #include "planner/tests/util.h"
 
@@ -120,13 +122,54 @@ TEST(Planner, PiperTimeLimit) {
   PlannerOptions o;
   o.mini_batch = 8;
   o.planner = "piper";
-  o.time_limit_s = 0.05;
+  o.time_limit_s = 5;
+  const plan::Plan p = run_planner(cm, o);
+  EXPECT_EQ(p.piper.ops, static_cast<int>(g.num_ops()));
+  EXPECT_GT(p.piper.nodes, 0);
+  EXPECT_LE(p.piper.splits, p.piper.split_budget);
+  // A shorter limit, a smaller budget of stage splits (so a coarser graph).
+  EXPECT_LT(detail::piper_split_budget(1, 4, 4), detail::piper_split_budget(60, 4, 4));
+  // Past the deadline before any downset is built: the error says so.
+  o.time_limit_s = 1e-9;
   try {
     run_planner(cm, o);
     FAIL() << "expected a time-limit error";
   } catch (const UserError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("piper: no plan within the time limit of 0.05 s (explored"));
+    EXPECT_THAT(e.what(), HasSubstr("piper: no plan within the time limit of 1e-09 s (explored"));
   }
+}
+
+// Piper's graph is coarsened only as far as the split budget needs, within branches first:
+// candle-uno's 7 towers of 4 layers (fc + relu, 8 ops), then 7 ops (concat, head, loss) in series.
+TEST(Planner, PiperCoarsensWithinBranchesFirst) {
+  ir::Graph g = importers::load_graph("candle-uno:branches=7,layers=4,hidden=256");
+  cost::CostModel cm(g, cost::load_cluster("summit", 4));
+  const auto far = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  // Runs of <= 4 ops in the towers (2 nodes each), the 7 ops after them apart: 3^7 + 7 downsets;
+  // 6^7 + 36 - 1 + (3^7 - 1) x 7 nested pairs of them less the downsets: 293,079 splits (runs of 2
+  // ops would give 15^7 pairs).
+  detail::PiperGraph a = detail::piper_graph(cm, 300000, far, 3600);
+  EXPECT_EQ(a.coarsening.max_ops_per_node, 4);
+  EXPECT_EQ(a.coarsening.branch_groups, 0);
+  EXPECT_EQ(a.coarsening.nodes, 21);
+  EXPECT_EQ(a.coarsening.downsets, 2194);
+  EXPECT_EQ(a.coarsening.splits, 293079);
+  EXPECT_EQ(a.coarsening.graph, "series runs of <= 4 ops in branches, ops elsewhere");
+  // One split fewer in the budget: one node per tower, 2^7 + 7 downsets, 3^7 + 35 + 127 x 7 pairs.
+  detail::PiperGraph b = detail::piper_graph(cm, 293078, far, 3600);
+  EXPECT_EQ(b.coarsening.nodes, 14);
+  EXPECT_EQ(b.coarsening.splits, 3111 - 135);
+  EXPECT_EQ(b.coarsening.graph, "one node per branch, ops elsewhere");
+  // Only below that are towers grouped: 6 groups, 2^6 + 7 downsets, 3^6 + 35 + 63 x 7 pairs.
+  detail::PiperGraph c = detail::piper_graph(cm, 2000, far, 3600);
+  EXPECT_EQ(c.coarsening.branch_groups, 6);
+  EXPECT_EQ(c.coarsening.nodes, 13);
+  EXPECT_EQ(c.coarsening.splits, 1205 - 71);
+  // Every op in exactly one node.
+  std::vector<int> seen(g.num_ops(), 0);
+  for (const auto& node : c.nodes)
+    for (OpId o : node) ++seen[o.v];
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(g.num_ops()));
 }
 
 TEST(Planner, GraphPipeNeverWorseThanPipeDreamOnTheZoo) {

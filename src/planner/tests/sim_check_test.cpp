@@ -18,17 +18,14 @@ struct Case {
   int devices;
 };
 
-// Tolerance: the simulated iteration (without the optimizer step, which the planner leaves out)
-// lies within [0.6, 1.05] x the prediction. The simulator overlaps sends with compute, so on these
-// small, communication-heavy models it is up to ~36% faster than the estimate, which charges
-// transfers to the stages (docs/schedule.md); it was never slower than predicted here.
-constexpr double kLo = 0.6, kHi = 1.05;
+// Tolerance on these small models: the simulated iteration lies within [0.85, 1.05] x the
+// prediction (measured 0.86-0.99). The estimate runs the simulator's model analytically (optimizer
+// step and all-reduce after each stage's last backward, sends overlapping compute); what it leaves
+// out is which transfers and backward passes overlap off the critical path, so it errs high.
+constexpr double kLo = 0.85, kHi = 1.05;
 
 double simulated_s(const plan::Plan& p, const cost::CostModel& cm) {
-  sim::SimCosts costs = sim::sim_costs(p, cm);
-  double step = 0;
-  for (const auto& st : costs.stages) step = std::max(step, st.optimizer_s);
-  return sim::simulate(p, schedule::build_schedule(p), costs).iteration_time_s - step;
+  return sim::simulate(p, schedule::build_schedule(p), cm).iteration_time_s;
 }
 
 TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
@@ -55,6 +52,37 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
     }
   }
 }
+
+// The paper's models at their preset sizes (summit, mini-batch 128, 4-32 devices): the simulated
+// iteration is within [0.9, 1.1] x the prediction for GraphPipe's and PipeDream's plans (and
+// Piper's at a short time limit). Before the estimate included the optimizer step, dlrm on 8
+// devices was predicted at 15.2 ms and simulated at 28.7 ms.
+void expect_preset_agrees(const char* model, const std::vector<std::string>& planners) {
+  ir::Graph g = importers::load_graph(model);
+  for (int n : {4, 8, 16, 32}) {
+    cost::CostModel cm(g, cost::load_cluster("summit", n));
+    for (const std::string& name : planners) {
+      PlannerOptions o;
+      o.mini_batch = 128;
+      o.planner = name;
+      o.time_limit_s = 2;
+      plan::Plan p = run_planner(cm, o);
+      const double ratio = simulated_s(p, cm) / p.predicted.iteration_time_s;
+      EXPECT_GE(ratio, 0.9) << model << " " << name << " on " << n;
+      EXPECT_LE(ratio, 1.1) << model << " " << name << " on " << n;
+      std::printf("%-10s %-9s %2d devices: predicted %.3f ms, simulated x%.3f\n", model, name.c_str(), n,
+                  p.predicted.iteration_time_s * 1e3, ratio);
+    }
+  }
+}
+
+TEST(SimCheck, PresetDlrmPredictionWithinTenPercent) {
+  expect_preset_agrees("dlrm", {"graphpipe", "pipedream", "piper"});
+}
+TEST(SimCheck, PresetCandleUnoPredictionWithinTenPercent) {
+  expect_preset_agrees("candle-uno", {"graphpipe", "pipedream", "piper"});
+}
+TEST(SimCheck, PresetMmtPredictionWithinTenPercent) { expect_preset_agrees("mmt", {"graphpipe", "pipedream"}); }
 
 // The micro-batch size picked by predicted iteration time is (nearly) the simulator's best: its
 // simulated iteration is within 10% of the fastest simulated plan over all sizes.
