@@ -275,8 +275,11 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   for (OpId o : senders)
     s.comm_s += 2 * cm.p2p_time(same_node, g.costs(o).output_bytes * static_cast<double>(b));
   s.allreduce_s = cm.allreduce_time(dp_degree, same_node, param_bytes);
+  // Per-iteration work is spread over the mini-batch's samples, so the planner's DP sees it: a
+  // stage of many embedding tables is cheap per sample in compute but not in its optimizer step.
+  s.optimizer_s = optimizer_step_time(cm.cluster(), s.state_bytes);
   s.tps_s = (s.compute_s + s.comm_s) / static_cast<double>(micro_batch) +
-            s.allreduce_s / static_cast<double>(mini_batch);
+            (s.allreduce_s + s.optimizer_s) / static_cast<double>(mini_batch);
   return s;
 }
 

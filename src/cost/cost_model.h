@@ -173,7 +173,9 @@ struct StageCost {
   double compute_s = 0;          // fwd + bwd of the stage's ops per micro-batch, on one device
   double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
   double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
-  double tps_s = 0;              // time per sample: (compute + comm)/micro_batch + allreduce/mini_batch
+  double optimizer_s = 0;        // the optimizer step, per mini-batch (optimizer_step_time)
+  double tps_s = 0;              // time per sample: (compute + comm)/micro_batch
+                                 //   + (allreduce + optimizer)/mini_batch
   double state_bytes = 0;        // weights + gradients + optimizer state
   double act_bytes_per_mb = 0;   // activations saved for backward per in-flight micro-batch
 };

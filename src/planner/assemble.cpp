@@ -129,8 +129,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   // the smallest predicted iteration time is kept.
   const int num_micro = mini_batch / mbs;
   std::vector<char> mask(g.num_ops(), 0);
-  auto place_and_cost = [&](const std::vector<int>& base, plan::Plan& p,
-                            std::vector<std::string>* explain) {
+  auto place_and_cost = [&](const std::vector<int>& base, std::vector<std::string>* lines) {
     std::vector<int> by_size(base);
     std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
     for (auto& s : p.stages) s.devices.clear();
@@ -162,9 +161,9 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       st.compute[k] = c.compute_s;
       st.send[k] = c.comm_s / 2;  // comm_s counts each cut tensor at both ends
       st.bwd[k] = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
-      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + cost::optimizer_step_time(cl, c.state_bytes);
+      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + c.optimizer_s;
       p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
-      if (explain) {
+      if (lines) {
         std::string alt;
         if (dp[k] > 1)
           alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mbs, mini_batch, local).tps_s),
@@ -172,7 +171,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
         if (dp[k] * 2 <= mbs)
           alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mbs, mini_batch, local).tps_s),
                              dp[k] * 2);
-        explain->push_back(fmt::format(
+        lines->push_back(fmt::format(
             "stage {} ({} ops, {} .. {}): {} device{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
             k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
             dp[k] == 1 ? "" : "s", ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
@@ -204,11 +203,11 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   if (bases.size() > 1) {
     double best = std::numeric_limits<double>::infinity();
     for (size_t b = 0; b < bases.size(); ++b) {
-      place_and_cost(bases[b], p, nullptr);
+      place_and_cost(bases[b], nullptr);
       if (p.predicted.iteration_time_s < best * (1 - 1e-12)) best = p.predicted.iteration_time_s, chosen = b;
     }
   }
-  place_and_cost(bases[chosen], p, explain);
+  place_and_cost(bases[chosen], explain);
   return p;
 }
 

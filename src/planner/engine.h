@@ -1,7 +1,6 @@
 // Internal: the memoised dynamic program shared by GraphPipe (over the series-parallel structure)
 // and PipeDream (over one topological chain), for one micro-batch size and one target TPS.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -109,30 +108,6 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
                      std::vector<StageChoice>* best,
                      const std::function<bool()>& never_feasible = {},
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
-
-/// Piper's search space: downsets of a coarsened graph (maximal series-parallel subtrees of at
-/// most `threshold` ops contracted into nodes, the smallest power of two that keeps the space
-/// within the caps in piper.cpp) and, per downset, its splits into a first stage and the rest.
-struct PiperSpace {
-  struct Split {
-    int rest = 0;            // downset id of what runs after the stage (0 = empty)
-    std::vector<OpId> ops;   // the stage, sorted
-    std::vector<int> nodes;  // the stage's coarse nodes
-  };
-  std::vector<std::vector<OpId>> nodes;      // coarse nodes, topologically ordered
-  std::vector<std::vector<Split>> splits;    // per downset id (0 = the empty downset)
-  int full = 0;                              // id of the whole graph
-  int threshold = 1;
-  size_t num_downsets = 0, num_splits = 0;
-};
-/// Builds the space; throws UserError past `deadline`.
-PiperSpace piper_space(const cost::CostModel& cm, std::chrono::steady_clock::time_point deadline,
-                       double time_limit_s);
-/// Piper's DP for one micro-batch size with a binary search on the target TPS.
-bool piper_minimise(const cost::CostModel& cm, const PiperSpace& space, int micro_batch,
-                    int mini_batch, double memory_limit, int num_devices, bool same_node,
-                    std::chrono::steady_clock::time_point deadline, double time_limit_s, double tol,
-                    double* best_tps, std::vector<StageChoice>* best);
 
 /// How assemble() orders the stages and declares stage edges.
 enum class Order {

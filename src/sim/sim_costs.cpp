@@ -51,7 +51,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
-    t.optimizer_s = cost::optimizer_step_time(cl, sc.state_bytes);
+    t.optimizer_s = sc.optimizer_s;
     // Bytes per sample on each out-edge: every op output read by an op of that successor.
     for (int v : st.outputs_to) {
       double bytes = 0;

@@ -211,7 +211,10 @@ TEST(StageCost, MiddleOfAChainWithDataParallelism) {
   // Ring of 2 in one node over fc2's 4160 gradient bytes.
   const double ar = 4160 / 1e11 + 2e-5;
   expect_close(s.allreduce_s, ar);
-  expect_close(s.tps_s, (compute + comm) / 8 + ar / 64);
+  // The Adam step reads and writes the stage's 16,640 state bytes once each at 1e11 B/s.
+  const double opt = 2 * 16640 / 1e11;
+  expect_close(s.optimizer_s, opt);
+  expect_close(s.tps_s, (compute + comm) / 8 + (ar + opt) / 64);
   EXPECT_DOUBLE_EQ(s.state_bytes, 2 * 4160 + 2 * 4 * 1040);
   EXPECT_DOUBLE_EQ(s.act_bytes_per_mb, 4 * (256 + 256));
   EXPECT_DOUBLE_EQ(stage_memory(s, 3), 16640 + 3 * 2048);
@@ -227,7 +230,8 @@ TEST(StageCost, WholeModelHasNoCutEdgesAndGraphInputsAreLocal) {
   EXPECT_EQ(s.comm_s, 0.0);
   EXPECT_EQ(s.allreduce_s, 0.0);
   expect_close(s.compute_s, cm.range_step_time(0, g.num_ops(), 16));
-  expect_close(s.tps_s, s.compute_s / 16);
+  expect_close(s.optimizer_s, 2 * s.state_bytes / 1e11);
+  expect_close(s.tps_s, (s.compute_s + s.optimizer_s) / 16);
   // Across nodes the same stage replicated 8 ways pays the inter-node ring.
   StageCost r = stage_cost(cm, ops, all, 8, 64, 512, false);
   EXPECT_EQ(r.per_device_batch, 8);

@@ -32,8 +32,8 @@ cost::Cluster free_links(int devices) {
   return c;
 }
 
-// The planner's estimate (planner/assemble.cpp): micro-batch time per stage from stage_cost,
-// iteration = (M - 1) x slowest + longest path.
+// The planner's former estimate (before planner/assemble.cpp's iteration_time): micro-batch time
+// per stage (compute + transfers) from stage_cost, iteration = (M - 1) x slowest + longest path.
 double planner_estimate(const plan::Plan& p, const cost::CostModel& cm) {
   const ir::Graph& g = cm.graph();
   std::vector<double> finish(p.stages.size(), 0);
@@ -47,7 +47,7 @@ double planner_estimate(const plan::Plan& p, const cost::CostModel& cm) {
     }
     cost::StageCost c = cost::stage_cost(cm, ops, mask, static_cast<int>(st.devices.size()),
                                          st.micro_batch_size, p.mini_batch_size, true);
-    double mb = c.tps_s * st.micro_batch_size, start = 0;
+    double mb = c.compute_s + c.comm_s, start = 0;  // tps_s also spreads per-iteration work
     for (int u : st.inputs_from) start = std::max(start, finish[u]);
     finish[st.id] = start + mb;
     path = std::max(path, finish[st.id]);
