@@ -47,9 +47,11 @@ CalibrationSource& source() {
 
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
   EfficiencyTable t;
-  t.source = fmt::format("calibrated on this machine ({}): GEMM N0 = {:.3g} rows", k.measured_at, k.gemm_n0_rows);
+  t.source = fmt::format("calibrated on this machine ({}): GEMM N0 = {:.3g} rows, attention at {:.3g} of it",
+                         k.measured_at, k.gemm_n0_rows, k.attention_efficiency);
   EfficiencyCurve gemm{1.0, k.gemm_n0_rows};
-  t.f32 = {gemm, gemm, gemm, EfficiencyCurve{0.25}};
+  EfficiencyCurve attention{k.attention_efficiency, k.gemm_n0_rows};
+  t.f32 = {gemm, attention, gemm, EfficiencyCurve{0.25}};
   t.f16 = t.f32;
   return t;
 }
@@ -63,6 +65,7 @@ Json calibration_to_json(const CpuCalibration& c) {
           {"seconds", c.seconds},
           {"gemm_flops", c.gemm_flops},
           {"gemm_n0_rows", c.gemm_n0_rows},
+          {"attention_efficiency", c.attention_efficiency},
           {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
           {"kernel_overhead_s", c.kernel_overhead_s},
           {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}}};
@@ -81,6 +84,11 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   c.seconds = j.has("seconds") ? non_negative(j.at("seconds")) : 0;
   c.gemm_flops = positive(j.at("gemm_flops"));
   c.gemm_n0_rows = non_negative(j.at("gemm_n0_rows"));
+  if (j.has("attention_efficiency")) {
+    c.attention_efficiency = positive(j.at("attention_efficiency"));
+    if (c.attention_efficiency > 1)
+      j.at("attention_efficiency").fail(fmt::format("must be in (0, 1], found {}", c.attention_efficiency));
+  }
   c.mem_bandwidth_Bps = positive(j.at("mem_bandwidth_Bps"));
   c.kernel_overhead_s = non_negative(j.at("kernel_overhead_s"));
   JsonAt link = j.at("link");

@@ -24,6 +24,7 @@ struct CpuCalibration {
   double seconds = 0;           // how long the measurement took
   double gemm_flops = 0;        // asymptotic fp32 GEMM rate of one thread (FLOP/s): the peak
   double gemm_n0_rows = 0;      // rows per call at which a GEMM reaches half of it
+  double attention_efficiency = 1;  // attention ops reach this fraction of the GEMM curve
   double mem_bandwidth_Bps = 0; // effective bandwidth of memory-bound ops (add, gelu, layernorm)
   double kernel_overhead_s = 0; // per op call, forward or backward (dispatch + autograd)
   double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
@@ -32,8 +33,9 @@ struct CpuCalibration {
 };
 
 /// The calibrated efficiency: the measured GEMM rate is the peak (emax 1) and N0 its half-rate rows,
-/// for GEMMs, attention and convolutions alike; memory-bound ops ("other") keep the flat 0.25 of it
-/// for compute (their bandwidth term decides them).
+/// for GEMMs and convolutions; attention gets the same curve scaled by attention_efficiency (emax);
+/// memory-bound ops ("other") keep the flat 0.25 of the peak for compute (their bandwidth term
+/// decides them).
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k);
 
 /// The `cpu` preset for `devices` workers (0: one per core) on this machine with calibration `k`

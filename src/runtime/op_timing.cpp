@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <torch/version.h>
 
 #include "runtime/detail/executor.h"
 #include "support/error.h"
@@ -71,5 +72,7 @@ void set_torch_threads(int threads) {
 }
 
 int torch_threads() { return torch::get_num_threads(); }
+
+std::string torch_version() { return TORCH_VERSION; }
 
 }  // namespace gp::runtime

@@ -26,5 +26,7 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
 /// Sets LibTorch's intra-op thread count (>= 1) for this process.
 void set_torch_threads(int threads);
 int torch_threads();
+/// The LibTorch version this binary was built with ("2.1.2").
+std::string torch_version();
 
 }  // namespace gp::runtime

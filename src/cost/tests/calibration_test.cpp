@@ -25,6 +25,7 @@ CpuCalibration made_up() {
   k.seconds = 4.5;
   k.gemm_flops = 40e9;
   k.gemm_n0_rows = 12;
+  k.attention_efficiency = 0.5;
   k.mem_bandwidth_Bps = 8e9;
   k.kernel_overhead_s = 20e-6;
   k.link_bandwidth_Bps = 1.5e9;
@@ -49,6 +50,7 @@ TEST(Calibration, JsonRoundTripAndStrictErrors) {
   EXPECT_THAT(error_with("mem_bandwidth_Bps", 0), HasSubstr("mem_bandwidth_Bps: must be a positive number"));
   EXPECT_THAT(error_with("kernel_overhead_s", -2e-6), HasSubstr("kernel_overhead_s: must be a non-negative"));
   EXPECT_THAT(error_with("link.latency_s", "x"), HasSubstr("k.json: link.latency_s"));
+  EXPECT_THAT(error_with("attention_efficiency", 1.5), HasSubstr("attention_efficiency: must be in (0, 1], found 1.5"));
   EXPECT_THAT(error_with("cores", 0), HasSubstr("k.json: cores: must be in [1, 1000000], found 0"));
   EXPECT_THAT(error_with("format", "graphpipe.profile/1"), HasSubstr("graphpipe.calibration/1"));
 }
@@ -87,7 +89,7 @@ TEST(Calibration, PresetUsesTheMeasuredRatesAndSharesCores) {
   EXPECT_NE(c.device.name, fixed.device.name);
   // The GEMM curve: half the rate at N0 rows, for gemm, attention and conv; memory-bound ops flat.
   EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::gemm, false).at(12, 1 << 20), 0.5);
-  EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::attention, false).at(36, 1 << 10), 0.75);
+  EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::attention, false).at(36, 1 << 10), 0.5 * 0.75);
   EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::other, false).at(1, 0), 0.25);
   // Four times as many workers as cores: each gets a quarter of a core; CPU-time costs stretch 4x.
   Cluster over = cpu_preset(4 * cores(), &k);
