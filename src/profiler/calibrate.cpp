@@ -42,7 +42,7 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
 
 std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o) {
   OpId op = g.find("op");
-  std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats);
+  std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
   std::vector<Timed> out;
   for (size_t i = 0; i < batches.size(); ++i) out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s});
   return out;
@@ -213,6 +213,17 @@ std::string calibration_cache_file() {
   return cost::calibration_cache_path(cost::local_cpu_model(),
                                       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
                                       runtime::torch_version());
+}
+
+std::optional<cost::CpuCalibration> cached_calibration() {
+  std::string path = calibration_cache_file();
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
+  try {
+    return cost::calibration_from_json(read_json_file(path), path);
+  } catch (const UserError&) {
+    return std::nullopt;
+  }
 }
 
 cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {

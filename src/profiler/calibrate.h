@@ -1,5 +1,6 @@
 // The `cpu` preset's self-calibration: a short measurement of this machine with LibTorch, as the
-// training workers use it (one intra-op thread, forward and backward through the runtime's ops):
+// training workers use it (one intra-op thread, forward and backward through the runtime's ops,
+// timed with the thread's CPU clock so that other jobs on a shared machine do not count):
 // per-op overhead, the GEMM rate and its N0, the bandwidth of memory-bound ops, and the loopback
 // link between two processes. The figures are fitted so that the cost model's roofline reproduces
 // the measured op times (docs/cost-model.md, "The calibrated cpu preset"), and cached per machine.
@@ -45,6 +46,9 @@ std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& row
 
 /// This machine's cache file for the LibTorch it was built with ("" when no cache directory).
 std::string calibration_cache_file();
+
+/// This machine's cached calibration, if there is a readable one.
+std::optional<cost::CpuCalibration> cached_calibration();
 
 /// The cached calibration of this machine, or (none cached, or `refresh`) a fresh measurement
 /// saved there. Used by `--cluster cpu`; progress goes to `progress`.

@@ -14,6 +14,8 @@ M="mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32"
 VALUES="0 -1 1099511627776 abc 1e999"
 NAMES="abc"
 HAS_TORCH=0
+# The cpu preset's fixed figures: measuring this machine (cli_calibrate_test) is not what this tests.
+export GRAPHPIPE_CALIBRATION=off
 "$GP" train --help >/dev/null 2>&1 && HAS_TORCH=1
 
 # Fixtures: a small plan, its schedule, a model file, a checkpoint, two broken files.
@@ -95,6 +97,10 @@ To2222|profile --model $M --batches 1 --repeats 1 --warmup {} --out $T/prof.json
 T22222|profile --model $M --batches 1 --repeats 1 --warmup 0 --threads {} --out $T/prof.json
 T22222|profile --links --link-sizes {} --repeats 1 --out $T/prof.json
 T2|profile --model {} --out $T/prof.json
+T22222|calibrate --repeats {}
+T2|calibrate --compare {} --model $M
+T2|calibrate --compare $P --model $M
+T2|calibrate --compare $T/prof.json --model {}
 T2|profile --model $M --batches 2147483647 --repeats 1 --warmup 0 --out $T/prof.json
 T2|checkpoint show {}
 T2|checkpoint diff {} $T/ck
