@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "cost/calibration.h"
+#include "cost/profile.h"
 #include "cost/tests/test_util.h"
 
 using namespace gp;
@@ -117,4 +119,30 @@ TEST(Calibration, RooflineWithTheCalibrationReproducesAGemmOnTheCurve) {
     double flops = rows * (g.costs(fc).fwd_flops + g.costs(fc).bwd_flops);
     EXPECT_NEAR(t.fwd_s + t.bwd_s, flops * (rows + 12.0) / (rows * 40e9) + 2 * 20e-6, 1e-12) << rows;
   }
+}
+
+TEST(Calibration, ProfiledTimesStretchWhenWorkersShareCores) {
+  // A profile is measured by one process on a free core: with 4x as many workers as cores each op
+  // takes 4x as long, and the profile's link is 4x slower.
+  ir::ModelBuilder b("g");
+  std::string y = b.linear("fc", b.unary("pre", ir::OpKind::relu, b.input("x", {64})), 64);
+  b.output(y);
+  ir::Graph g = ir::Graph::build(b.build());
+  OpId fc = g.find("fc");
+  auto prof = std::make_shared<Profile>();
+  std::string sig = op_signature(g, fc);
+  prof->ops.emplace(sig, OpMeasurement{sig, "linear", {1, 2}, {1e-4, 2e-4}, {3e-4, 6e-4}});
+  prof->p2p = LinkFit{1e-4, 1e9};
+  CostModel own(g, cpu_preset(cores(), nullptr), Optimizer::adam, prof);
+  CostModel shared(g, cpu_preset(4 * cores(), nullptr), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(own.op_time(fc, 2).fwd_s, 2e-4);
+  EXPECT_DOUBLE_EQ(shared.op_time(fc, 2).fwd_s, 8e-4);
+  EXPECT_DOUBLE_EQ(shared.op_time(fc, 2).bwd_s, 24e-4);
+  EXPECT_EQ(shared.op_time(fc, 2).source, Source::measured);
+  EXPECT_DOUBLE_EQ(own.intra_link().latency_s, 1e-4);
+  EXPECT_DOUBLE_EQ(shared.intra_link().latency_s, 4e-4);
+  EXPECT_DOUBLE_EQ(shared.intra_link().bandwidth_Bps, 0.25e9);
+  // Other clusters never stretch.
+  CostModel summit(g, load_cluster("summit", 4 * cores()), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(summit.op_time(fc, 2).fwd_s, 2e-4);
 }
