@@ -97,6 +97,8 @@ To2222|profile --model $M --batches 1 --repeats 1 --warmup {} --out $T/prof.json
 T22222|profile --model $M --batches 1 --repeats 1 --warmup 0 --threads {} --out $T/prof.json
 T22222|profile --links --link-sizes {} --repeats 1 --out $T/prof.json
 T2|profile --model {} --out $T/prof.json
+T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock {} --out $T/prof.json
+T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock cpu --threads 2 --out $T/prof.json
 T22222|calibrate --repeats {}
 T2|calibrate --compare {} --model $M
 T2|calibrate --compare $P --model $M
