@@ -9,13 +9,13 @@ GP=$(readlink -f "$1")
 JOBS="${2:-2}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+# The cpu preset's fixed figures: measuring this machine (cli_calibrate_test) is not what this tests.
+export GRAPHPIPE_CALIBRATION=off
 LIMIT=60   # seconds per run; the slowest legal case (a 2-worker train) takes a few
 M="mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32"
 VALUES="0 -1 1099511627776 abc 1e999"
 NAMES="abc"
 HAS_TORCH=0
-# The cpu preset's fixed figures: measuring this machine (cli_calibrate_test) is not what this tests.
-export GRAPHPIPE_CALIBRATION=off
 "$GP" train --help >/dev/null 2>&1 && HAS_TORCH=1
 
 # Fixtures: a small plan, its schedule, a model file, a checkpoint, two broken files.
