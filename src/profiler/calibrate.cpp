@@ -101,6 +101,29 @@ void say(std::ostream* progress, const std::string& line) {
   if (progress) *progress << "calibrating: " << line << "\n" << std::flush;
 }
 
+/// Linear layers of 64, 256 and 1024 features on [B, 4, h] (as in a transformer: a batch of
+/// sequences) at 4..256 rows, and on [B, h] at 1 row. Returns (rows, flops, seconds - 2 overheads)
+/// per timing for fit_gemm; the timings themselves go to `out`.
+std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const CalibrateOptions& o, std::ostream* progress,
+                                                 std::vector<Timed>& out) {
+  std::vector<std::array<double, 3>> pts;
+  for (int64_t h : {64, 256, 1024}) {
+    std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o);
+    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o)) ts.push_back(t);
+    for (Timed& t : ts) {
+      const ir::OpCosts& c = t.graph.costs(t.op);
+      double rows = static_cast<double>(t.batch) * (t.graph.op(t.op).output_shape.size() == 3 ? 4 : 1);
+      double y = t.seconds - 2 * overhead_s;
+      if (y > 0) pts.push_back({rows, t.batch * (c.fwd_flops + c.bwd_flops), y});
+      out.push_back(std::move(t));
+    }
+    if (!pts.empty())
+      say(progress, fmt::format("linear {}x{} at 1..256 rows: {:.1f} GFLOP/s at 256 rows", h, h,
+                                pts.back()[1] / pts.back()[2] / 1e9));
+  }
+  return pts;
+}
+
 }  // namespace
 
 std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& pts) {
@@ -143,23 +166,9 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   k.kernel_overhead_s = tiny.seconds / 2;
   say(progress, fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
 
-  // 2. GEMM: linear layers of 64, 256 and 1024 features on [B, 4, h] (as in a transformer: a
-  // batch of sequences) at 4..256 rows, and on [B, h] at 1 row.
+  // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..256 rows.
   std::vector<Timed> gemm;
-  std::vector<std::array<double, 3>> pts;
-  for (int64_t h : {64, 256, 1024}) {
-    std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o);
-    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o)) ts.push_back(t);
-    for (Timed& t : ts) {
-      const ir::OpCosts& c = t.graph.costs(t.op);
-      double rows = static_cast<double>(t.batch) * (t.graph.op(t.op).output_shape.size() == 3 ? 4 : 1);
-      double y = t.seconds - 2 * k.kernel_overhead_s;
-      if (y > 0) pts.push_back({rows, t.batch * (c.fwd_flops + c.bwd_flops), y});
-      gemm.push_back(std::move(t));
-    }
-    say(progress, fmt::format("linear {}x{} at 1..256 rows: {:.1f} GFLOP/s at 256 rows", h, h,
-                              pts.back()[1] / pts.back()[2] / 1e9));
-  }
+  std::vector<std::array<double, 3>> pts = measure_gemms(k.kernel_overhead_s, o, progress, gemm);
   std::tie(k.gemm_flops, k.gemm_n0_rows) = fit_gemm(pts);
   say(progress, fmt::format("GEMM fit: {:.1f} GFLOP/s, half of it at N0 = {:.1f} rows", k.gemm_flops / 1e9, k.gemm_n0_rows));
 
