@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak clean test-asan test-tsan fuzz
+.PHONY: all deps configure build cli test demo bench paper soak fidelity clean test-asan test-tsan fuzz
 
 all: build
 
@@ -37,6 +37,11 @@ bench: cli
 
 paper: cli
 	@scripts/paper.sh $(BUILD)
+
+# Measured vs predicted iteration time on this machine: profile, plan at 1, 2, 4 devices (with the
+# profile and with the calibrated cpu preset), train, compare (docs/results.md, "Fidelity").
+fidelity: cli
+	@scripts/fidelity.sh $(BUILD)
 
 # 500 steps on 4 workers with a crash and resume in the middle; final weights must be bit-identical.
 soak: cli

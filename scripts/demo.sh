@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make demo: GraphPipe on its embedded default. Plans the multi-branch model `mmt` (4 parallel
 # transformer encoders) with GraphPipe and with the sequential baseline (PipeDream) side by side,
-# simulates both, then trains a small multi-branch model with the GraphPipe plan across 4 local
-# worker processes (the synthetic task is learnable, so the loss falls) and checks the losses
+# simulates both, then plans a small multi-branch model for THIS machine (the calibrated `cpu`
+# preset), trains it across 4 local worker processes (the synthetic task is learnable, so the loss
+# falls), prints the predicted and measured iteration time side by side, and checks the losses
 # against the single-process reference.
 set -euo pipefail
 GP=${1:-build/graphpipe}
@@ -30,11 +31,34 @@ echo
 
 SMALL="mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128,classes=10"
 STEPS=${DEMO_STEPS:-30}
-echo "== 4. Train $SMALL with its GraphPipe plan (one branch per worker) on 4 local worker processes"
-echo "   (planned for 4 summit devices; on this machine's 'cpu' cluster the cost model prefers pure data"
-echo "   parallelism for so small a model, which would not show a graph pipeline)"
-"$GP" plan --model "$SMALL" --cluster summit --devices 4 --batch 32 --out "$T/small.json" | sed -n '1,8p'
+TDEV=${DEMO_TRAIN_DEVICES:-4}
+echo "== 4. Plan $SMALL for THIS machine ($TDEV worker processes on $(nproc) cores) and train it"
+echo "   (--cluster cpu: this machine's calibrated rates; the first use measures them, a few seconds, then"
+echo "   they are cached; see 'graphpipe calibrate')"
+"$GP" plan --model "$SMALL" --cluster cpu --devices "$TDEV" --batch 32 --out "$T/small.json" | sed -n '1,9p'
+python3 - "$T/small.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s in p["stages"]:
+    parts = sorted({op.split(".")[0] for op in s["ops"]})
+    names = ", ".join("branch " + x[1:] if x[1:].isdigit() else x for x in parts)
+    print("   stage %d on worker(s) %s: %s (%d ops), micro-batch %d%s" % (
+        s["id"], ",".join(map(str, s["devices"])), names, len(s["ops"]), s["micro_batch_size"],
+        ", split over its workers (data parallel)" if len(s["devices"]) > 1 else ""))
+PY
 "$GP" train --plan "$T/small.json" --steps "$STEPS" --seed 7 --lr 0.01 --log "$T/pipe.jsonl" | awk 'NR % 5 == 1 || /iteration time/'
+python3 - "$T/small.json" "$T/pipe.jsonl" <<'PY'
+import json, os, statistics, sys
+pred = json.load(open(sys.argv[1]))["predicted"]["iteration_time_s"]
+t = [json.loads(l)["step_time_s"] for l in open(sys.argv[2]) if l.strip()][2:]
+m = statistics.median(t)
+print("   side by side: predicted %.4f s per iteration | measured %.4f s (median of %d steps) | measured/predicted %.2f"
+      % (pred, m, len(t), m / pred))
+load, cores = float(open("/proc/loadavg").read().split()[0]), os.cpu_count()
+if load > cores:
+    print("   (load average %.1f on %d cores: other jobs share this machine, and the prediction is for it idle)"
+          % (load, cores))
+PY
 echo
 echo "== 5. The same training in one process (the reference)"
 "$GP" train --single --model "$SMALL" --batch 32 --steps "$STEPS" --seed 7 --lr 0.01 --log "$T/single.jsonl" | awk 'NR % 5 == 1'

@@ -24,7 +24,7 @@ constexpr int kMaxRepeats = 100000;
 constexpr int64_t kMaxLinkBytes = int64_t{1} << 30;
 
 struct ProfileArgs {
-  std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes;
+  std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes, clock = "wall";
   int warmup = 2, repeats = 5, threads = 1;
   bool json = false, links = false;
 };
@@ -58,6 +58,10 @@ void run(const ProfileArgs& a) {
     opt.warmup = a.warmup;
     opt.repeats = a.repeats;
     opt.threads = a.threads;
+    GP_CHECK(a.clock == "wall" || a.clock == "cpu", "--clock: expected wall or cpu, found \"{}\"", a.clock);
+    opt.cpu_clock = a.clock == "cpu";
+    GP_CHECK(!opt.cpu_clock || a.threads == 1, "--clock cpu: needs --threads 1 (found {}): it times the calling thread",
+             a.threads);
     p = profiler::profile_graph(g, opt, &std::cerr);
   } else {
     p.device = profiler::describe_device(a.threads);
@@ -104,6 +108,10 @@ Registrar reg(70, [](CLI::App& root) {
   c->add_option("--warmup", a->warmup, "Untimed calls before measuring")->capture_default_str();
   c->add_option("--repeats", a->repeats, "Timed calls; the median is recorded")->capture_default_str();
   c->add_option("--threads", a->threads, "LibTorch intra-op threads")->capture_default_str();
+  c->add_option("--clock", a->clock,
+                "wall, or cpu: the thread's CPU time (with --threads 1), which leaves out the time other jobs on "
+                "a shared machine take from it")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "Print a machine-readable summary");
   c->add_flag("--links", a->links,
               "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "

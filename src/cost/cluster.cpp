@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cost/calibration.h"
 #include "cost/cost_model.h"
 
 namespace gp::cost {
@@ -78,19 +79,21 @@ Cluster dgx_h100() {
   return c;
 }
 
-/// This machine: one node whose "devices" are worker processes, one per core. These numbers are
-/// deliberately conservative placeholders for what one LibTorch thread reaches; a measured profile
-/// (`graphpipe profile`) overrides op times and the local link. With more workers than cores the
-/// workers share cores, so each gets cores/workers of a core's FLOP/s and bandwidth. Efficiency
-/// stays flat (the default table): a single-thread OpenBLAS sgemm on the shared build machine
-/// saturated by 16-64 rows but was too noisy to fit a curve (docs/cost-model.md).
+/// This machine: one node whose "devices" are worker processes, one LibTorch thread each. Without a
+/// calibration (active_calibration(): `graphpipe calibrate`, cached per machine) these are fixed,
+/// conservative figures for one thread; with one, the measured rates of this machine (GEMM rate and
+/// its N0, bandwidth of memory-bound ops, per-op overhead, loopback link). With more workers than
+/// cores the workers share them: each gets cores/workers of a core's FLOP/s and bandwidth, and its
+/// per-op overhead (CPU time too) stretches by workers/cores. docs/cost-model.md ("The cpu preset").
 constexpr double kCpuCoreFlops = 50e9;       // one core, one thread, fp32 GEMM (AVX2/AVX-512 FMA)
 constexpr double kCpuCoreMemBw = 10 * GB;    // a core's share of DRAM bandwidth
 constexpr double kCpuKernelOverhead = 10e-6; // LibTorch dispatch + autograd bookkeeping per op
 constexpr double kCpuLinkBw = 2 * GB;        // loopback TCP through Gloo
 constexpr double kCpuLinkLatency = 50e-6;
 
-Cluster cpu(int devices) {
+}  // namespace
+
+Cluster cpu_preset(int devices, const CpuCalibration* k) {
   int cores = std::max(1u, std::thread::hardware_concurrency());
   int n = std::max(devices, cores);
   double share = std::min(1.0, static_cast<double>(cores) / n);
@@ -98,12 +101,25 @@ Cluster cpu(int devices) {
   Cluster c;
   c.name = "cpu";
   c.devices_per_node = n;
-  c.device = {fmt::format("cpu core ({} cores)", cores), ram / n, kCpuCoreFlops * share,
-              kCpuCoreFlops * share, kCpuCoreMemBw * share, kCpuKernelOverhead};
-  c.intra = {kCpuLinkBw, kCpuLinkLatency};
+  if (!k) {
+    c.device = {fmt::format("cpu core ({} cores)", cores), ram / n, kCpuCoreFlops * share,
+                kCpuCoreFlops * share, kCpuCoreMemBw * share, kCpuKernelOverhead};
+    c.intra = {kCpuLinkBw, kCpuLinkLatency};
+  } else {
+    c.device = {fmt::format("cpu core ({} cores; {}, calibrated {})", cores, k->cpu_model, k->measured_at),
+                ram / n,
+                k->gemm_flops * share,
+                k->gemm_flops * share,
+                k->mem_bandwidth_Bps * share,
+                k->kernel_overhead_s / share,
+                calibrated_efficiency(*k)};
+    c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
+  }
   c.inter = c.intra;  // one node: never used
   return c;
 }
+
+namespace {
 
 bool finite_positive(double v) { return std::isfinite(v) && v > 0; }
 
@@ -166,7 +182,8 @@ Cluster load_cluster(const std::string& spec, int devices) {
   GP_CHECK(devices >= 0, "--devices must be positive, got {}", devices);
   Cluster c;
   if (spec == "cpu") {
-    c = cpu(devices);
+    const std::optional<CpuCalibration>& k = active_calibration();
+    c = cpu_preset(devices, k ? &*k : nullptr);
   } else if (spec == "summit" || spec == "dgx-a100" || spec == "dgx-h100") {
     c = spec == "summit" ? summit() : spec == "dgx-a100" ? dgx_a100() : dgx_h100();
     // Presets have as many nodes as the request needs; without --devices, one node.

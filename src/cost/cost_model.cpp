@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <thread>
 
 #include "cost/profile.h"
 
@@ -80,20 +81,32 @@ struct CostModel::Tables {
   std::vector<double> prefix_saved;           // [i]: saved bytes per sample
 };
 
+namespace {
+/// Worker processes per core of the `cpu` preset (1 when each has its own core, 2 for 4 workers on
+/// 2 cores). A profile is measured with one process on a free core: with N workers on C < N cores
+/// each of its op times (CPU time) stretches by N / C, as the preset's own rates are divided.
+double cpu_oversubscription(const Cluster& c) {
+  if (c.name != "cpu") return 1;
+  static const double cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1.0, c.devices_per_node / cores);
+}
+}  // namespace
+
 CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
                      std::shared_ptr<const Profile> profile)
     : g_(&g), cluster_(std::move(c)), opt_(opt), profile_(std::move(profile)),
       tables_(std::make_unique<Tables>()) {
   intra_ = cluster_.intra;
   allreduce_intra_ = cluster_.intra;
+  const double over = cpu_oversubscription(cluster_);
   if (profile_ && profile_->p2p) {
-    intra_ = {profile_->p2p->bandwidth_Bps, profile_->p2p->latency_s};
+    intra_ = {profile_->p2p->bandwidth_Bps / over, profile_->p2p->latency_s * over};
     allreduce_intra_ = intra_;
     link_source_ = Source::measured;
   }
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
-    allreduce_intra_ = {profile_->allreduce->bandwidth_Bps, profile_->allreduce->latency_s / 2};
+    allreduce_intra_ = {profile_->allreduce->bandwidth_Bps / over, profile_->allreduce->latency_s / 2 * over};
   }
 
   Tables& t = *tables_;
@@ -137,8 +150,10 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   int row = table_row(b);
   if (tables_ready_ && row >= 0) return t.time[row * t.n + op.v];
   if (profile_) {
-    if (auto m = profile_->estimate(t.signature[op.v], b))
-      return {m->fwd_s, m->bwd_s, m->extrapolated ? Source::extrapolated : Source::measured};
+    if (auto m = profile_->estimate(t.signature[op.v], b)) {
+      double over = cpu_oversubscription(cluster_);
+      return {m->fwd_s * over, m->bwd_s * over, m->extrapolated ? Source::extrapolated : Source::measured};
+    }
   }
   return roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
 }

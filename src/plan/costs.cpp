@@ -136,6 +136,15 @@ PredictionScope prediction_scope(const Plan& p, const std::string& plan_file) {
   if (cost::cluster_to_json(local) == cost::cluster_to_json(cs.cluster))
     return {true, fmt::format("made for this machine's cpu preset ({}; roofline estimates, no profile)",
                               describe_cluster(local))};
+  // A calibrated preset names the CPU model and core count before ", calibrated <date>": another
+  // calibration of this machine (GRAPHPIPE_CALIBRATION=refresh since the plan) still describes it.
+  auto machine = [](const std::string& name) { return name.substr(0, name.find(", calibrated ")); };
+  const std::string& planned = cs.cluster.device.name;
+  if (cs.cluster.name == "cpu" && planned.find(", calibrated ") != std::string::npos &&
+      machine(planned) == machine(local.device.name))
+    return {true, fmt::format("made for this machine's calibrated cpu preset ({}; roofline estimates, no profile; "
+                              "calibrated again since)",
+                              describe_cluster(cs.cluster))};
   if (cs.cluster.name == "cpu")
     return {false, fmt::format("made for the cpu preset of another machine ({}; here: {})",
                                describe_cluster(cs.cluster), describe_cluster(local))};

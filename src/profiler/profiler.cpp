@@ -73,7 +73,7 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
     if (progress)
       *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id),
                                fmt::join(batches, ",")) << std::flush;
-    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats);
+    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock);
     cost::OpMeasurement m{sig, ir::to_string(g.op(id).kind), batches, {}, {}};
     for (const auto& x : t) {
       m.fwd_s.push_back(x.fwd_s);

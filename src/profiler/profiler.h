@@ -17,6 +17,7 @@ struct ProfileOptions {
   int warmup = 2;
   int repeats = 5;  // the median of these is recorded
   int threads = 1;  // LibTorch intra-op threads
+  bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
 };
 
 /// A short description of one op for progress lines: "linear [B, 64, 256] -> [B, 64, 1024]".

@@ -1,8 +1,11 @@
 // Per-op timing with LibTorch (forward, then backward with a random output gradient).
 #include "runtime/op_timing.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
+#include <torch/version.h>
 
 #include "runtime/detail/executor.h"
 #include "support/error.h"
@@ -18,14 +21,20 @@ double median(std::vector<double> v) {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 }  // namespace
 
-OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats) {
-  return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats).front();
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock) {
+  return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats, cpu_clock).front();
 }
 
 std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats) {
+                              int repeats, bool cpu_clock) {
+  double (*clock)() = cpu_clock ? thread_cpu_s : now_s;
   GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats,
            warmup);
   constexpr uint64_t kSeed = 1;
@@ -48,13 +57,13 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
       for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
       for (auto& [name, t] : ext)
         if (t.requires_grad()) t.mutable_grad() = torch::Tensor();
-      double t0 = now_s();
+      double t0 = clock();
       torch::Tensor y = m.forward(ext, info).at(out_name);
-      double t1 = now_s();
+      double t1 = clock();
       torch::Tensor grad = y.dim() == 0 ? torch::ones_like(y) : torch::randn_like(y);
-      double t2 = now_s();
+      double t2 = clock();
       if (y.requires_grad()) y.backward(grad);
-      double t3 = now_s();
+      double t3 = clock();
       if (i >= warmup) {
         fwd.push_back(t1 - t0);
         bwd.push_back(t3 - t2);
@@ -71,5 +80,7 @@ void set_torch_threads(int threads) {
 }
 
 int torch_threads() { return torch::get_num_threads(); }
+
+std::string torch_version() { return TORCH_VERSION; }
 
 }  // namespace gp::runtime

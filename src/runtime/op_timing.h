@@ -17,14 +17,19 @@ struct OpTiming {
 /// Runs op `op` of `g` alone at per-device batch `batch`: inputs are synthetic tensors of the
 /// op's input shapes (inputs produced by other ops require grad, as inside a pipeline stage),
 /// `warmup` untimed calls, then the median of `repeats` timed forward and backward calls.
-OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats);
+/// `cpu_clock`: time with the calling thread's CPU clock instead of the wall clock (with one intra-op
+/// thread LibTorch runs the op, forward and backward, on the calling thread), so that time the thread
+/// spends descheduled by other jobs on a shared machine does not count.
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock = false);
 
 /// Same at several batch sizes, building the op's parameters once (large embedding tables).
 std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats);
+                              int repeats, bool cpu_clock = false);
 
 /// Sets LibTorch's intra-op thread count (>= 1) for this process.
 void set_torch_threads(int threads);
 int torch_threads();
+/// The LibTorch version this binary was built with ("2.1.2").
+std::string torch_version();
 
 }  // namespace gp::runtime

@@ -9,6 +9,8 @@ GP=$(readlink -f "$1")
 JOBS="${2:-2}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+# The cpu preset's fixed figures: measuring this machine (cli_calibrate_test) is not what this tests.
+export GRAPHPIPE_CALIBRATION=off
 LIMIT=60   # seconds per run; the slowest legal case (a 2-worker train) takes a few
 M="mmt:branches=2,layers=1,hidden=16,seq=4,heads=2,ffn=32"
 VALUES="0 -1 1099511627776 abc 1e999"
@@ -95,6 +97,12 @@ To2222|profile --model $M --batches 1 --repeats 1 --warmup {} --out $T/prof.json
 T22222|profile --model $M --batches 1 --repeats 1 --warmup 0 --threads {} --out $T/prof.json
 T22222|profile --links --link-sizes {} --repeats 1 --out $T/prof.json
 T2|profile --model {} --out $T/prof.json
+T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock {} --out $T/prof.json
+T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock cpu --threads 2 --out $T/prof.json
+T22222|calibrate --repeats {}
+T2|calibrate --compare {} --model $M
+T2|calibrate --compare $P --model $M
+T2|calibrate --compare $T/prof.json --model {}
 T2|profile --model $M --batches 2147483647 --repeats 1 --warmup 0 --out $T/prof.json
 T2|checkpoint show {}
 T2|checkpoint diff {} $T/ck

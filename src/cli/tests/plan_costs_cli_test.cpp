@@ -39,6 +39,9 @@ std::string slurp(const fs::path& p) {
 class PlanCostsCli : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The cpu preset's fixed figures, as in this process (the synthetic profile is relative to them);
+    // the calibrated preset has its own test (cli_calibrate_test).
+    ::setenv("GRAPHPIPE_CALIBRATION", "off", 1);
     dir_ = fs::temp_directory_path() / ("gp_plan_costs_cli_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }

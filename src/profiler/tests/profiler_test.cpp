@@ -2,9 +2,12 @@
 // run whose numbers are positive, grow with the batch and stay within 100x of the cpu roofline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "cost/cost_model.h"
+#include "profiler/calibrate.h"
 #include "profiler/profiler.h"
 
 namespace gp::profiler {
@@ -90,6 +93,50 @@ TEST(Profiler, RealLinearTimesArePositiveOrderedAndNearRoofline) {
     std::printf("[roofline ratio] b=%lld %.3g\n", static_cast<long long>(m.batches[i]), ratio);
   }
   EXPECT_LT(m.fwd_s[0] + m.bwd_s[0], m.fwd_s[1] + m.bwd_s[1]);
+}
+
+TEST(Calibrate, FitGemmRecoversRateAndN0) {
+  // t = flops * (rows + N0) / (rows * P) with P = 40 GFLOP/s, N0 = 12 rows, for two weight sizes.
+  std::vector<std::array<double, 3>> pts;
+  for (double per_row : {6.0 * 64 * 64, 6.0 * 256 * 256})
+    for (double r : {1.0, 4.0, 16.0, 64.0, 256.0}) pts.push_back({r, r * per_row, r * per_row * (r + 12) / (r * 40e9)});
+  auto [p, n0] = fit_gemm(pts);
+  EXPECT_NEAR(p, 40e9, 1e-3 * 40e9);
+  EXPECT_NEAR(n0, 12, 1e-6);
+  // Faster at few rows than the line allows (noise): N0 clamps at 0, the rate comes from the slope.
+  std::vector<std::array<double, 3>> flat{{1, 1e6, 0.5e-4}, {2, 2e6, 1e-4}};
+  EXPECT_EQ(fit_gemm(flat).second, 0);
+  EXPECT_NEAR(fit_gemm(flat).first, 2e10, 1e-3 * 2e10);
+  EXPECT_THROW(fit_gemm({{4, 1e6, 1e-4}, {4, 1e6, 2e-4}}), UserError);  // one row count
+}
+
+TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
+  CalibrateOptions o;
+  o.warmup = 1;
+  o.repeats = 3;
+  o.links = false;  // spawns the graphpipe binary; the CLI test covers it
+  std::ostringstream progress;
+  CalibrationResult r = calibrate_cpu(o, &progress);
+  const cost::CpuCalibration& k = r.calibration;
+  EXPECT_GT(k.gemm_flops, 1e8);
+  EXPECT_GT(k.mem_bandwidth_Bps, 1e8);
+  EXPECT_GT(k.kernel_overhead_s, 0);
+  EXPECT_EQ(k.cpu_model, cost::local_cpu_model());
+  EXPECT_FALSE(k.torch_version.empty());
+  EXPECT_NE(progress.str().find("calibrating: GEMM fit:"), std::string::npos) << progress.str();
+  // The fit is of these very timings: the roofline with the fitted figures lands near most of them
+  // (median GEMM error within 2x even on a loaded machine).
+  std::vector<double> err;
+  for (const auto& p : r.points) {
+    EXPECT_GT(p.measured_s, 0) << p.what;
+    EXPECT_GT(p.fitted_s, 0) << p.what;
+    if (p.what.rfind("linear", 0) == 0) err.push_back(std::abs(std::log(p.fitted_s / p.measured_s)));
+    std::printf("[calibration] %-32s measured %.4g ms model %.4g ms\n", p.what.c_str(), p.measured_s * 1e3,
+                p.fitted_s * 1e3);
+  }
+  ASSERT_EQ(err.size(), 15u);
+  std::nth_element(err.begin(), err.begin() + 7, err.end());
+  EXPECT_LT(err[7], std::log(2.0));
 }
 
 }  // namespace

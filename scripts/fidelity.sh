@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# make fidelity: does the cost model predict this machine? Profiles a small mmt, plans it at 1, 2 and 4
+# devices (with the measured profile, and with the calibrated `cpu` preset alone), trains each plan
+# for STEPS steps and prints measured vs predicted iteration time per plan (median over the steps,
+# the first WARMUP steps left out). Writes the table to BUILD/fidelity.md too. Env: FID_MODEL,
+# FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), CALIBRATE=1 (measure the machine
+# again first).
+# On a machine shared with other jobs the wall-clock median measures the contention as much as the
+# model; a second figure is robust to it: the CPU time of the training processes per step (from a
+# run of STEPS steps minus one of 2 steps, so start-up cancels) divided by the cores in use,
+# min(devices, cores): the iteration time of an otherwise idle machine if no core waits.
+set -euo pipefail
+BUILD=${1:-build}
+GP=$BUILD/graphpipe
+OUT=$BUILD/fidelity.md
+MODEL=${FID_MODEL:-mmt:branches=2,layers=2,hidden=128,seq=32,heads=4,ffn=256}
+BATCH=${FID_BATCH:-32}
+STEPS=${STEPS:-12}
+WARMUP=${WARMUP:-2}
+DEVICES=${DEVICES:-1 2 4}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+echo "== fidelity: $MODEL, mini-batch $BATCH, $STEPS steps per plan on $(nproc) cores (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "-- calibrating the cpu preset (cached per machine; CALIBRATE=1 measures again)"
+if [ "${CALIBRATE:-0}" = 1 ]; then "$GP" calibrate | sed -n 1,3p
+else "$GP" calibrate --show 2>/dev/null | sed -n 1,3p || "$GP" calibrate | sed -n 1,3p; fi
+echo "-- profiling $MODEL (batches 1..$BATCH, links)"
+batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
+PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
+"$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --out "$PROF" 2>/dev/null | sed -n 1,2p
+echo "-- the calibrated preset against the profile, per op kind (graphpipe calibrate --compare)"
+"$GP" calibrate --compare "$PROF" --model "$MODEL" | grep -E "b=($BATCH|1) " || true
+
+# median of step_time_s over steps >= WARMUP of a train --log file
+median() { python3 -c "
+import json, statistics, sys
+t = [json.loads(l)['step_time_s'] for l in open('$1') if l.strip()]
+t = t[$WARMUP:] or t
+print('%.4f' % statistics.median(t))"; }
+field() { python3 -c "import json; d = json.load(open('$1')); print($2)"; }
+shape() { field "$1" "'%d stage(s): ' % len(d['stages']) + ', '.join('%d dev mb %d' % (len(s['devices']), s['micro_batch_size']) for s in d['stages'])"; }
+
+rows=()
+for costs in profile calibrated; do
+  for n in $DEVICES; do
+    extra=(); [ "$costs" = profile ] && extra=(--profile "$PROF")
+    "$GP" plan --model "$MODEL" --cluster cpu --devices "$n" --batch "$BATCH" "${extra[@]}" --out "$T/p.json" >/dev/null
+    pred=$(field "$T/p.json" "'%.4f' % d['predicted']['iteration_time_s']")
+    echo "-- $costs, $n device(s): $(shape "$T/p.json"); predicted $pred s; training $STEPS steps"
+    cpu_s() { /usr/bin/time -f "%U %S" -o "$T/time" "$GP" train --plan "$T/p.json" --steps "$1" --seed 1 \
+                --log "$T/log$1.jsonl" >/dev/null; awk '{ print $1 + $2 }' "$T/time"; }
+    long=$(cpu_s "$STEPS")
+    short=$(cpu_s 2)
+    meas=$(median "$T/log$STEPS.jsonl")
+    cpu=$(python3 -c "print('%.4f' % (($long - $short) / ($STEPS - 2) / min($n, $(nproc))))")
+    ratio=$(python3 -c "print('%.2f' % ($meas / $pred))")
+    cratio=$(python3 -c "print('%.2f' % ($cpu / $pred))")
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    echo "   measured $meas s (median; /predicted $ratio), CPU-time per step / cores $cpu s (/predicted $cratio), load $load"
+    rows+=("| $costs | $n | $(shape "$T/p.json") | $pred | $meas | $ratio | $cpu | $cratio | $load |")
+  done
+done
+{
+  echo "| costs | devices | plan | predicted s | measured s (median) | measured / predicted | CPU s per step / cores | CPU / predicted | load avg |"
+  echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT"
+echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"

@@ -1,0 +1,132 @@
+// graphpipe.calibration/1 files, the per-machine cache path, and the process-wide calibration source.
+#include "cost/calibration.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+namespace gp::cost {
+namespace {
+
+constexpr const char* kFormat = "graphpipe.calibration/1";
+
+double positive(const JsonAt& j) {
+  double v = j.num();
+  if (!std::isfinite(v) || v <= 0) j.fail(fmt::format("must be a positive number, found {}", j.json().dump()));
+  return v;
+}
+
+double non_negative(const JsonAt& j) {
+  double v = j.num();
+  if (!std::isfinite(v) || v < 0) j.fail(fmt::format("must be a non-negative number, found {}", j.json().dump()));
+  return v;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) out += static_cast<char>(std::tolower(ch));
+    else if (ch == '.') out += '.';
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+CalibrationSource& source() {
+  static CalibrationSource s;
+  return s;
+}
+
+}  // namespace
+
+EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
+  EfficiencyTable t;
+  t.source = fmt::format("calibrated on this machine ({}): GEMM N0 = {:.3g} rows, attention at {:.3g} of it",
+                         k.measured_at, k.gemm_n0_rows, k.attention_efficiency);
+  EfficiencyCurve gemm{1.0, k.gemm_n0_rows};
+  EfficiencyCurve attention{k.attention_efficiency, k.gemm_n0_rows};
+  t.f32 = {gemm, attention, gemm, EfficiencyCurve{0.25}};
+  t.f16 = t.f32;
+  return t;
+}
+
+Json calibration_to_json(const CpuCalibration& c) {
+  return {{"format", kFormat},
+          {"cpu_model", c.cpu_model},
+          {"cores", c.cores},
+          {"torch_version", c.torch_version},
+          {"measured_at", c.measured_at},
+          {"seconds", c.seconds},
+          {"gemm_flops", c.gemm_flops},
+          {"gemm_n0_rows", c.gemm_n0_rows},
+          {"attention_efficiency", c.attention_efficiency},
+          {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
+          {"kernel_overhead_s", c.kernel_overhead_s},
+          {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}}};
+}
+
+CpuCalibration calibration_from_json(const Json& json, const std::string& file) {
+  JsonAt j(json, file);
+  expect_format(j, kFormat);
+  CpuCalibration c;
+  c.cpu_model = j.at("cpu_model").str();
+  int64_t cores = j.at("cores").i64();
+  if (cores < 1 || cores > 1'000'000) j.at("cores").fail(fmt::format("must be in [1, 1000000], found {}", cores));
+  c.cores = static_cast<int>(cores);
+  c.torch_version = j.at("torch_version").str();
+  c.measured_at = j.str_or("measured_at", "");
+  c.seconds = j.has("seconds") ? non_negative(j.at("seconds")) : 0;
+  c.gemm_flops = positive(j.at("gemm_flops"));
+  c.gemm_n0_rows = non_negative(j.at("gemm_n0_rows"));
+  if (j.has("attention_efficiency")) {
+    c.attention_efficiency = positive(j.at("attention_efficiency"));
+    if (c.attention_efficiency > 1)
+      j.at("attention_efficiency").fail(fmt::format("must be in (0, 1], found {}", c.attention_efficiency));
+  }
+  c.mem_bandwidth_Bps = positive(j.at("mem_bandwidth_Bps"));
+  c.kernel_overhead_s = non_negative(j.at("kernel_overhead_s"));
+  JsonAt link = j.at("link");
+  link.expect_object();
+  c.link_bandwidth_Bps = positive(link.at("bandwidth_Bps"));
+  c.link_latency_s = non_negative(link.at("latency_s"));
+  return c;
+}
+
+std::string calibration_cache_dir() {
+  if (std::string d = env("GRAPHPIPE_CACHE_DIR"); !d.empty()) return d;
+  if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return d + "/graphpipe";
+  if (std::string d = env("HOME"); !d.empty()) return d + "/.cache/graphpipe";
+  return "";
+}
+
+std::string calibration_cache_path(const std::string& cpu_model, int cores, const std::string& torch_version) {
+  std::string dir = calibration_cache_dir();
+  if (dir.empty()) return "";
+  return fmt::format("{}/cpu-calibration-{}-{}c-torch{}.json", dir, slug(cpu_model), cores, slug(torch_version));
+}
+
+std::string calibration_env() { return env("GRAPHPIPE_CALIBRATION"); }
+
+void set_calibration_source(CalibrationSource s) { source() = std::move(s); }
+
+const std::optional<CpuCalibration>& active_calibration() {
+  static const std::optional<CpuCalibration> active = []() -> std::optional<CpuCalibration> {
+    std::string e = calibration_env();
+    if (e == "off") return std::nullopt;
+    if (!e.empty() && e != "refresh") {
+      CpuCalibration c = calibration_from_json(read_json_file(e), e);
+      return c;
+    }
+    if (source()) return source()();
+    return std::nullopt;
+  }();
+  return active;
+}
+
+}  // namespace gp::cost

@@ -1,0 +1,67 @@
+// The `cpu` preset's calibration: figures measured on this machine with LibTorch (by
+// profiler::calibrate_cpu, `graphpipe calibrate`) and cached as plain JSON
+// (graphpipe.calibration/1) per machine, so that `--cluster cpu` predicts this machine without a
+// profile. This file is LibTorch-free: the planning libraries only read the cached figures.
+// See docs/cost-model.md ("The calibrated cpu preset").
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "cost/cost_model.h"
+#include "cost/efficiency.h"
+#include "support/json.h"
+
+namespace gp::cost {
+
+/// One LibTorch thread's rates on this machine, in the cost model's own terms (the roofline of
+/// docs/cost-model.md reproduces the measured op times with them).
+struct CpuCalibration {
+  std::string cpu_model;        // /proc/cpuinfo "model name"
+  int cores = 0;                // hardware threads seen by the process
+  std::string torch_version;    // LibTorch the figures were measured with
+  std::string measured_at;      // UTC date and time
+  double seconds = 0;           // how long the measurement took
+  double gemm_flops = 0;        // asymptotic fp32 GEMM rate of one thread (FLOP/s): the peak
+  double gemm_n0_rows = 0;      // rows per call at which a GEMM reaches half of it
+  double attention_efficiency = 1;  // attention ops reach this fraction of the GEMM curve
+  double mem_bandwidth_Bps = 0; // effective bandwidth of memory-bound ops (add, gelu, layernorm)
+  double kernel_overhead_s = 0; // per op call, forward or backward (dispatch + autograd)
+  double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
+  double link_latency_s = 0;
+  bool operator==(const CpuCalibration&) const = default;
+};
+
+/// The calibrated efficiency: the measured GEMM rate is the peak (emax 1) and N0 its half-rate rows,
+/// for GEMMs and convolutions; attention gets the same curve scaled by attention_efficiency (emax);
+/// memory-bound ops ("other") keep the flat 0.25 of the peak for compute (their bandwidth term
+/// decides them).
+EfficiencyTable calibrated_efficiency(const CpuCalibration& k);
+
+/// The `cpu` preset for `devices` workers (0: one per core) on this machine with calibration `k`
+/// (nullptr: the fixed figures). load_cluster("cpu") passes active_calibration().
+Cluster cpu_preset(int devices, const CpuCalibration* k);
+
+Json calibration_to_json(const CpuCalibration& c);
+/// Strict (graphpipe.calibration/1); errors name `file`, the field and the value.
+CpuCalibration calibration_from_json(const Json& j, const std::string& file);
+
+/// The cache directory: $GRAPHPIPE_CACHE_DIR, else $XDG_CACHE_HOME/graphpipe, else
+/// $HOME/.cache/graphpipe (empty when none of them is set).
+std::string calibration_cache_dir();
+/// The cache file for this machine and LibTorch version, keyed by CPU model, core count and
+/// version: "<dir>/cpu-calibration-<model slug>-<cores>c-torch<version>.json".
+std::string calibration_cache_path(const std::string& cpu_model, int cores, const std::string& torch_version);
+
+/// Where `load_cluster("cpu")` gets its calibration, asked once per process. The LibTorch build of
+/// the CLI installs one that reads the cache or measures (graphpipe calibrate); without one (unit
+/// tests, the planner-only build) the preset keeps its fixed figures unless $GRAPHPIPE_CALIBRATION
+/// names a calibration file. $GRAPHPIPE_CALIBRATION=off always keeps the fixed figures.
+using CalibrationSource = std::function<std::optional<CpuCalibration>()>;
+void set_calibration_source(CalibrationSource source);
+/// The calibration the cpu preset uses in this process (asked once; nullopt: fixed figures).
+const std::optional<CpuCalibration>& active_calibration();
+/// $GRAPHPIPE_CALIBRATION ("" when unset).
+std::string calibration_env();
+
+}  // namespace gp::cost

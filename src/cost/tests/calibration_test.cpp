@@ -1,0 +1,148 @@
+// The calibrated cpu preset: graphpipe.calibration/1 round trip and strict errors, the per-machine
+// cache key, and what a calibration changes in the preset (rates, curve, sharing of cores).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "cost/calibration.h"
+#include "cost/profile.h"
+#include "cost/tests/test_util.h"
+
+using namespace gp;
+using namespace gp::cost;
+using namespace gp::cost::testing;
+using ::testing::HasSubstr;
+
+namespace {
+
+CpuCalibration made_up() {
+  CpuCalibration k;
+  k.cpu_model = "AMD EPYC 7B13 64-Core Processor";
+  k.cores = 2;
+  k.torch_version = "1.13.0";
+  k.measured_at = "2026-12-01T00:00:00Z";
+  k.seconds = 4.5;
+  k.gemm_flops = 40e9;
+  k.gemm_n0_rows = 12;
+  k.attention_efficiency = 0.5;
+  k.mem_bandwidth_Bps = 8e9;
+  k.kernel_overhead_s = 20e-6;
+  k.link_bandwidth_Bps = 1.5e9;
+  k.link_latency_s = 60e-6;
+  return k;
+}
+
+int cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+}  // namespace
+
+TEST(Calibration, JsonRoundTripAndStrictErrors) {
+  CpuCalibration k = made_up();
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  auto error_with = [&](const char* field, Json v) {
+    Json j = calibration_to_json(k);
+    if (std::string(field) == "link.latency_s") j["link"]["latency_s"] = v;
+    else j[field] = v;
+    return error_of([&] { calibration_from_json(j, "k.json"); });
+  };
+  EXPECT_THAT(error_with("gemm_flops", -1), HasSubstr("k.json: gemm_flops: must be a positive number, found -1"));
+  EXPECT_THAT(error_with("mem_bandwidth_Bps", 0), HasSubstr("mem_bandwidth_Bps: must be a positive number"));
+  EXPECT_THAT(error_with("kernel_overhead_s", -2e-6), HasSubstr("kernel_overhead_s: must be a non-negative"));
+  EXPECT_THAT(error_with("link.latency_s", "x"), HasSubstr("k.json: link.latency_s"));
+  EXPECT_THAT(error_with("attention_efficiency", 1.5), HasSubstr("attention_efficiency: must be in (0, 1], found 1.5"));
+  EXPECT_THAT(error_with("cores", 0), HasSubstr("k.json: cores: must be in [1, 1000000], found 0"));
+  EXPECT_THAT(error_with("format", "graphpipe.profile/1"), HasSubstr("graphpipe.calibration/1"));
+}
+
+TEST(Calibration, CacheFileIsKeyedByCpuCoresAndTorchVersion) {
+  ::setenv("GRAPHPIPE_CACHE_DIR", "/tmp/gp-cache", 1);
+  std::string a = calibration_cache_path("AMD EPYC 7B13 64-Core Processor", 2, "1.13.0");
+  EXPECT_EQ(a, "/tmp/gp-cache/cpu-calibration-amd-epyc-7b13-64-core-processor-2c-torch1.13.0.json");
+  EXPECT_NE(a, calibration_cache_path("AMD EPYC 7B13 64-Core Processor", 4, "1.13.0"));
+  EXPECT_NE(a, calibration_cache_path("AMD EPYC 7B13 64-Core Processor", 2, "2.1.0"));
+  EXPECT_NE(a, calibration_cache_path("Intel(R) Xeon(R) Gold 6248", 2, "1.13.0"));
+  ::unsetenv("GRAPHPIPE_CACHE_DIR");
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  EXPECT_EQ(calibration_cache_dir(), "/tmp/xdg/graphpipe");
+  ::unsetenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string saved = home ? home : "";
+  ::setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(calibration_cache_dir(), "/home/u/.cache/graphpipe");
+  if (home) ::setenv("HOME", saved.c_str(), 1);
+  else ::unsetenv("HOME");
+}
+
+TEST(Calibration, PresetUsesTheMeasuredRatesAndSharesCores) {
+  CpuCalibration k = made_up();
+  Cluster fixed = cpu_preset(0, nullptr);
+  Cluster c = cpu_preset(0, &k);
+  EXPECT_EQ(c.name, "cpu");
+  EXPECT_EQ(c.num_devices(), cores());
+  EXPECT_DOUBLE_EQ(c.device.peak_flops_f32, 40e9);
+  EXPECT_DOUBLE_EQ(c.device.mem_bandwidth_Bps, 8e9);
+  EXPECT_DOUBLE_EQ(c.device.kernel_overhead_s, 20e-6);
+  EXPECT_DOUBLE_EQ(c.intra.bandwidth_Bps, 1.5e9);
+  EXPECT_DOUBLE_EQ(c.intra.latency_s, 60e-6);
+  EXPECT_THAT(c.device.name, HasSubstr("AMD EPYC 7B13 64-Core Processor, calibrated 2026-12-01"));
+  EXPECT_NE(c.device.name, fixed.device.name);
+  // The GEMM curve: half the rate at N0 rows, for gemm, attention and conv; memory-bound ops flat.
+  EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::gemm, false).at(12, 1 << 20), 0.5);
+  EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::attention, false).at(36, 1 << 10), 0.5 * 0.75);
+  EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::other, false).at(1, 0), 0.25);
+  // Four times as many workers as cores: each gets a quarter of a core; CPU-time costs stretch 4x.
+  Cluster over = cpu_preset(4 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.peak_flops_f32, 10e9);
+  EXPECT_DOUBLE_EQ(over.device.mem_bandwidth_Bps, 2e9);
+  EXPECT_DOUBLE_EQ(over.device.kernel_overhead_s, 80e-6);
+  EXPECT_DOUBLE_EQ(over.intra.bandwidth_Bps, 1.5e9 / 4);
+  EXPECT_DOUBLE_EQ(over.intra.latency_s, 240e-6);
+  // The JSON the plan records round-trips the calibrated preset (efficiency included).
+  EXPECT_EQ(cluster_to_json(cluster_from_json(cluster_to_json(c), "c.json")), cluster_to_json(c));
+}
+
+TEST(Calibration, RooflineWithTheCalibrationReproducesAGemmOnTheCurve) {
+  // A 256 x 256 linear at b rows: compute = 6 * 256^2 * b * (b + N0) / (b * P) per fwd+bwd.
+  CpuCalibration k = made_up();
+  k.mem_bandwidth_Bps = 1e15;  // leave the memory term out
+  Cluster c = cpu_preset(1, &k);
+  ir::ModelBuilder b("g");
+  std::string y = b.linear("fc", b.unary("pre", ir::OpKind::relu, b.input("x", {256})), 256);
+  b.output(y);
+  ir::Graph g = ir::Graph::build(b.build());
+  OpId fc = g.find("fc");
+  for (int64_t rows : {1, 12, 64}) {
+    OpTime t = roofline_time(op_work(g, fc), g.costs(fc), c.device, false, rows);
+    double flops = rows * (g.costs(fc).fwd_flops + g.costs(fc).bwd_flops);
+    EXPECT_NEAR(t.fwd_s + t.bwd_s, flops * (rows + 12.0) / (rows * 40e9) + 2 * 20e-6, 1e-12) << rows;
+  }
+}
+
+TEST(Calibration, ProfiledTimesStretchWhenWorkersShareCores) {
+  // A profile is measured by one process on a free core: with 4x as many workers as cores each op
+  // takes 4x as long, and the profile's link is 4x slower.
+  ir::ModelBuilder b("g");
+  std::string y = b.linear("fc", b.unary("pre", ir::OpKind::relu, b.input("x", {64})), 64);
+  b.output(y);
+  ir::Graph g = ir::Graph::build(b.build());
+  OpId fc = g.find("fc");
+  auto prof = std::make_shared<Profile>();
+  std::string sig = op_signature(g, fc);
+  prof->ops.emplace(sig, OpMeasurement{sig, "linear", {1, 2}, {1e-4, 2e-4}, {3e-4, 6e-4}});
+  prof->p2p = LinkFit{1e-4, 1e9};
+  CostModel own(g, cpu_preset(cores(), nullptr), Optimizer::adam, prof);
+  CostModel shared(g, cpu_preset(4 * cores(), nullptr), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(own.op_time(fc, 2).fwd_s, 2e-4);
+  EXPECT_DOUBLE_EQ(shared.op_time(fc, 2).fwd_s, 8e-4);
+  EXPECT_DOUBLE_EQ(shared.op_time(fc, 2).bwd_s, 24e-4);
+  EXPECT_EQ(shared.op_time(fc, 2).source, Source::measured);
+  EXPECT_DOUBLE_EQ(own.intra_link().latency_s, 1e-4);
+  EXPECT_DOUBLE_EQ(shared.intra_link().latency_s, 4e-4);
+  EXPECT_DOUBLE_EQ(shared.intra_link().bandwidth_Bps, 0.25e9);
+  // Other clusters never stretch.
+  CostModel summit(g, load_cluster("summit", 4 * cores()), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(summit.op_time(fc, 2).fwd_s, 2e-4);
+}

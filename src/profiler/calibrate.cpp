@@ -1,0 +1,265 @@
+// `cpu` preset calibration: op timings through runtime::time_op (LibTorch, one thread), fitted so the
+// cost model's roofline reproduces them; the loopback link through profile_links; a per-machine cache.
+#include "profiler/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "cost/cost_model.h"
+#include "profiler/profiler.h"
+#include "runtime/op_timing.h"
+#include "support/error.h"
+
+namespace gp::profiler {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Timed {
+  ir::Graph graph;
+  OpId op;
+  int64_t batch = 0;
+  double seconds = 0;  // forward + backward, median of the repeats
+};
+
+/// x [per_sample] -> relu (so the measured op's input requires grad, as inside a stage) -> the op
+/// (`out_features`: a linear's outputs, an attention's heads).
+ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind, int64_t out_features) {
+  ir::ModelBuilder b(name);
+  std::string x = b.input("x", std::move(per_sample));
+  std::string pre = b.unary("pre", ir::OpKind::relu, x);
+  std::string y = kind == ir::OpKind::linear      ? b.linear("op", pre, out_features)
+                  : kind == ir::OpKind::attention ? b.op("op", kind, {pre}, {{"heads", out_features}})
+                  : kind == ir::OpKind::add  ? b.op("op", kind, {pre, b.unary("pre2", ir::OpKind::gelu, x)})
+                                             : b.unary("op", kind, pre);
+  b.output(y);
+  return ir::Graph::build(b.build(), "calibration");
+}
+
+std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o) {
+  OpId op = g.find("op");
+  std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
+  std::vector<Timed> out;
+  for (size_t i = 0; i < batches.size(); ++i) out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s});
+  return out;
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double roofline_s(const Timed& t, const cost::DeviceSpec& d) {
+  cost::OpTime r = cost::roofline_time(cost::op_work(t.graph, t.op), t.graph.costs(t.op), d, false, t.batch);
+  return r.fwd_s + r.bwd_s;
+}
+
+double log_error(const std::vector<Timed>& pts, const cost::DeviceSpec& d) {
+  double e = 0;
+  for (const Timed& t : pts) e += std::pow(std::log(roofline_s(t, d) / t.seconds), 2);
+  return e;
+}
+
+/// The value in [lo, hi] of one device figure (set by `set`) at which the roofline best reproduces
+/// `pts`: golden section on its log, least squares on log error.
+template <class Set>
+double fit_log_param(const std::vector<Timed>& pts, cost::DeviceSpec d, double lo, double hi, Set set) {
+  lo = std::log(lo), hi = std::log(hi);
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  auto err = [&](double x) {
+    set(d, std::exp(x));
+    return log_error(pts, d);
+  };
+  for (int i = 0; i < 80; ++i) {
+    double a = hi - g * (hi - lo), b = lo + g * (hi - lo);
+    if (err(a) < err(b)) hi = b;
+    else lo = a;
+  }
+  return std::exp(0.5 * (lo + hi));
+}
+
+cost::DeviceSpec device_of(const cost::CpuCalibration& k) {
+  cost::DeviceSpec d;
+  d.name = "calibration";
+  d.memory_bytes = 1;
+  d.peak_flops_f32 = d.peak_flops_f16 = k.gemm_flops;
+  d.mem_bandwidth_Bps = k.mem_bandwidth_Bps;
+  d.kernel_overhead_s = k.kernel_overhead_s;
+  d.efficiency = cost::calibrated_efficiency(k);
+  return d;
+}
+
+void say(std::ostream* progress, const std::string& line) {
+  if (progress) *progress << "calibrating: " << line << "\n" << std::flush;
+}
+
+/// Linear layers of 64, 256 and 1024 features on [B, 4, h] (as in a transformer: a batch of
+/// sequences) at 4..256 rows, and on [B, h] at 1 row. Returns (rows, flops, seconds - 2 overheads)
+/// per timing for fit_gemm; the timings themselves go to `out`.
+std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const CalibrateOptions& o, std::ostream* progress,
+                                                 std::vector<Timed>& out) {
+  std::vector<std::array<double, 3>> pts;
+  for (int64_t h : {64, 256, 1024}) {
+    std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o);
+    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o)) ts.push_back(t);
+    for (Timed& t : ts) {
+      const ir::OpCosts& c = t.graph.costs(t.op);
+      double rows = static_cast<double>(t.batch) * (t.graph.op(t.op).output_shape.size() == 3 ? 4 : 1);
+      double y = t.seconds - 2 * overhead_s;
+      if (y > 0) pts.push_back({rows, t.batch * (c.fwd_flops + c.bwd_flops), y});
+      out.push_back(std::move(t));
+    }
+    if (!pts.empty())
+      say(progress, fmt::format("linear {}x{} at 1..256 rows: {:.1f} GFLOP/s at 256 rows", h, h,
+                                pts.back()[1] / pts.back()[2] / 1e9));
+  }
+  return pts;
+}
+
+}  // namespace
+
+std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& pts) {
+  // y = a x + c f, f = flops per row; weights 1/y^2. a = 1/P, c = N0/P.
+  double sxx = 0, sxf = 0, sff = 0, sxy = 0, sfy = 0;
+  std::vector<double> rows;
+  for (const auto& [r, x, y] : pts) {
+    GP_CHECK(r > 0 && x > 0 && y > 0, "calibration: a GEMM timing is not positive (rows {}, {} FLOPs, {} s)", r, x, y);
+    double f = x / r, w = 1 / (y * y);
+    sxx += w * x * x, sxf += w * x * f, sff += w * f * f, sxy += w * x * y, sfy += w * f * y;
+    rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end());
+  GP_CHECK(std::unique(rows.begin(), rows.end()) - rows.begin() >= 2,
+           "calibration: need GEMM timings at two or more row counts to fit");
+  double det = sxx * sff - sxf * sxf;
+  double a = (sxy * sff - sfy * sxf) / det, c = (sxx * sfy - sxf * sxy) / det;
+  if (c < 0 || !(a > 0)) {  // N0 = 0: through the origin in x alone
+    a = sxy / sxx;
+    c = 0;
+  }
+  GP_CHECK(a > 0, "calibration: GEMM time does not grow with its FLOPs; the machine is too noisy to measure");
+  return {1 / a, c / a};
+}
+
+CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  runtime::set_torch_threads(1);  // as each training worker runs
+  CalibrationResult res;
+  cost::CpuCalibration& k = res.calibration;
+  k.cpu_model = cost::local_cpu_model();
+  k.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  k.torch_version = runtime::torch_version();
+  k.measured_at = utc_now();
+
+  // 1. Per-op overhead: a 16-element relu, forward + backward = 2 overheads.
+  CalibrateOptions many = o;
+  many.repeats = std::max(o.repeats, 21);
+  Timed tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many).front();
+  k.kernel_overhead_s = tiny.seconds / 2;
+  say(progress, fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
+
+  // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..256 rows.
+  std::vector<Timed> gemm;
+  std::vector<std::array<double, 3>> pts = measure_gemms(k.kernel_overhead_s, o, progress, gemm);
+  std::tie(k.gemm_flops, k.gemm_n0_rows) = fit_gemm(pts);
+  say(progress, fmt::format("GEMM fit: {:.1f} GFLOP/s, half of it at N0 = {:.1f} rows", k.gemm_flops / 1e9, k.gemm_n0_rows));
+
+  // 3. Memory-bound ops of a transformer layer on [64, 256] floats per sample (64 KB .. 4 MB calls).
+  std::vector<Timed> mem;
+  for (ir::OpKind kind : {ir::OpKind::add, ir::OpKind::gelu, ir::OpKind::layernorm})
+    for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o)) mem.push_back(std::move(t));
+  k.mem_bandwidth_Bps = fit_log_param(mem, device_of(k), 1e8, 1e13,
+                                      [](cost::DeviceSpec& d, double v) { d.mem_bandwidth_Bps = v; });
+  say(progress, fmt::format("memory-bound ops (add, gelu, layernorm): {:.2f} GB/s", k.mem_bandwidth_Bps / 1e9));
+
+  // 4. Attention (projections, batched QK^T and PV, softmax) of 32 x 128 and 64 x 256 sequences with
+  // 4 heads: the fraction of the GEMM curve it reaches.
+  std::vector<Timed> att;
+  for (auto [seq, hidden] : {std::pair<int64_t, int64_t>{32, 128}, {64, 256}})
+    for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16}, o))
+      att.push_back(std::move(t));
+  k.attention_efficiency = fit_log_param(att, device_of(k), 1e-3, 1.0, [&](cost::DeviceSpec& d, double v) {
+    k.attention_efficiency = v;
+    d.efficiency = cost::calibrated_efficiency(k);
+  });
+  say(progress, fmt::format("attention: {:.2f} of the GEMM curve", k.attention_efficiency));
+
+  // 5. The loopback link between two worker processes.
+  if (o.links) {
+    cost::Profile p;
+    LinkOptions lo;
+    lo.sizes_bytes = {4096, 65536, 262144, 1 << 20, 4 << 20};
+    lo.repeats = 7;  // the fastest of these per size: other jobs only add time
+    profile_links(p, lo, progress);
+    k.link_latency_s = p.p2p->latency_s;
+    k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
+  }
+  k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  cost::DeviceSpec d = device_of(k);
+  auto record = [&](const std::vector<Timed>& v) {
+    for (const Timed& t : v)
+      res.points.push_back({fmt::format("{} {} b={}", ir::to_string(t.graph.op(t.op).kind),
+                                        ir::shape_str(t.graph.op(t.op).output_shape), t.batch),
+                            t.seconds, roofline_s(t, d)});
+  };
+  record({tiny});
+  record(gemm);
+  record(mem);
+  record(att);
+  return res;
+}
+
+std::string calibration_cache_file() {
+  return cost::calibration_cache_path(cost::local_cpu_model(),
+                                      static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                                      runtime::torch_version());
+}
+
+std::optional<cost::CpuCalibration> cached_calibration() {
+  std::string path = calibration_cache_file();
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
+  try {
+    return cost::calibration_from_json(read_json_file(path), path);
+  } catch (const UserError&) {
+    return std::nullopt;
+  }
+}
+
+cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
+  std::string path = calibration_cache_file();
+  std::error_code ec;
+  if (!refresh && !path.empty() && fs::exists(path, ec)) {
+    try {
+      return cost::calibration_from_json(read_json_file(path), path);
+    } catch (const UserError& e) {
+      if (progress) *progress << "calibration cache unreadable, measuring again: " << e.what() << "\n";
+    }
+  }
+  if (progress)
+    *progress << fmt::format("calibrating the cpu preset on this machine (a few seconds, once; cached in {}; "
+                             "GRAPHPIPE_CALIBRATION=refresh measures again)\n",
+                             path.empty() ? "nothing: no HOME or XDG_CACHE_HOME" : path)
+              << std::flush;
+  cost::CpuCalibration k = calibrate_cpu(CalibrateOptions{}, progress).calibration;
+  if (!path.empty()) {
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    try {
+      write_json_file(path, cost::calibration_to_json(k));
+    } catch (const UserError& e) {
+      if (progress) *progress << "calibration not cached: " << e.what() << "\n";
+    }
+  }
+  return k;
+}
+
+}  // namespace gp::profiler

@@ -1,0 +1,57 @@
+// The `cpu` preset's self-calibration: a short measurement of this machine with LibTorch, as the
+// training workers use it (one intra-op thread, forward and backward through the runtime's ops,
+// timed with the thread's CPU clock so that other jobs on a shared machine do not count):
+// per-op overhead, the GEMM rate and its N0, the bandwidth of memory-bound ops, and the loopback
+// link between two processes. The figures are fitted so that the cost model's roofline reproduces
+// the measured op times (docs/cost-model.md, "The calibrated cpu preset"), and cached per machine.
+#pragma once
+#include <array>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cost/calibration.h"
+#include "ir/model.h"
+
+namespace gp::profiler {
+
+struct CalibrateOptions {
+  int warmup = 2;
+  int repeats = 7;    // the median of these is used per op and batch
+  bool links = true;  // measure the loopback link (spawns two `link-worker` processes of this binary)
+};
+
+/// One measured op time and what the roofline predicts for it with the fitted figures.
+struct CalibrationPoint {
+  std::string what;  // "linear 512x512 rows=64"
+  double measured_s = 0;
+  double fitted_s = 0;
+};
+
+struct CalibrationResult {
+  cost::CpuCalibration calibration;
+  std::vector<CalibrationPoint> points;  // every op timing the fit used
+};
+
+/// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
+CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);
+
+/// The fit of the GEMM rate: least squares on relative error of y = x / P + r0 / P, where for each
+/// timing x = its FLOPs and r0 = its FLOPs per row times N0 (the roofline's compute term with
+/// e(N) = N / (N + N0)). Points are (rows, flops, seconds without the per-op overhead). Returns
+/// {P, N0}; N0 is clamped at 0. UserError when fewer than two row counts were measured.
+std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& rows_flops_seconds);
+
+/// This machine's cache file for the LibTorch it was built with ("" when no cache directory).
+std::string calibration_cache_file();
+
+/// This machine's cached calibration, if there is a readable one.
+std::optional<cost::CpuCalibration> cached_calibration();
+
+/// The cached calibration of this machine, or (none cached, or `refresh`) a fresh measurement
+/// saved there. Used by `--cluster cpu`; progress goes to `progress`.
+cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress);
+
+}  // namespace gp::profiler
