@@ -207,6 +207,11 @@ double CostModel::saved_extra_bytes(OpId op, int64_t b) const {
   return extra * activation_scale(o, cluster_.mixed_precision) * static_cast<double>(b);
 }
 
+double CostModel::largest_param_tensor(OpId op) const {
+  double params = static_cast<double>(g_->costs(op).params);
+  return g_->op(op).kind == ir::OpKind::attention ? params / 4 : params;
+}
+
 double CostModel::usable_memory_bytes(double limit) const {
   return (limit > 0 ? limit : cluster_.device.memory_bytes) - cluster_.device.memory_reserve_bytes;
 }
@@ -350,6 +355,8 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
     s.state.optimizer += sp.optimizer;
     s.act_bytes_per_mb += cm.saved_bytes(op, b);
     param_bytes += static_cast<double>(g.costs(op).param_bytes);
+    if (cm.optimizer() == Optimizer::adam)
+      s.step_transient_bytes = std::max(s.step_transient_bytes, 2 * 4.0 * cm.largest_param_tensor(op));
     for (OpId p : g.preds(op)) {
       if (!in_stage[p.v]) producers.push_back(p);
     }
@@ -367,6 +374,7 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   for (OpId o : senders) s.comm_s += 2 * cm.p2p_time(same_node, cm.output_bytes(o, b));
   s.allreduce_s = cm.allreduce_time(dp_degree, same_node, param_bytes);
   s.state_bytes = s.state.total();
+  if (dp_degree > 1) s.step_transient_bytes = std::max(s.step_transient_bytes, s.state.gradients);
   s.micro_batches = static_cast<int>((mini_batch + micro_batch - 1) / micro_batch);
   for (OpId p : producers)
     if (g.op(p).dtype != ir::DType::i64) s.sent_grad_bytes_per_mb += cm.output_bytes(p, b);
@@ -382,7 +390,7 @@ StageMemory stage_memory_parts(const StageCost& s, int in_flight) {
   m.gradients = s.state.gradients;
   m.optimizer = s.state.optimizer;
   m.activations = in_flight * s.act_bytes_per_mb + s.micro_batches * s.sent_grad_bytes_per_mb;
-  m.transient = s.transient_bytes;
+  m.transient = std::max(s.transient_bytes, s.step_transient_bytes - in_flight * s.act_bytes_per_mb);
   return m;
 }
 

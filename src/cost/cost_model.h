@@ -146,6 +146,8 @@ class CostModel {
   /// Bytes of tensors op keeps for backward beyond its inputs and output (layernorm statistics,
   /// dropout masks, attention's projections and scores, maxpool indices), for b samples.
   double saved_extra_bytes(OpId op, int64_t b) const;
+  /// Elements of op's largest parameter tensor (attention: one of its four projections).
+  double largest_param_tensor(OpId op) const;
   /// Bytes a device's tensors may use: `limit` (0: the device's memory) minus memory_reserve_bytes.
   double usable_memory_bytes(double limit = 0) const;
 
@@ -206,6 +208,11 @@ struct StageCost {
   /// Gradients w.r.t. the stage's received inputs, per micro-batch: kept until their sends finish
   /// at the end of the step, so a step holds one per micro-batch of the step.
   double sent_grad_bytes_per_mb = 0;
+  /// Temporaries at the end of the step, once the activations are gone (so they count only where
+  /// they exceed them): the gradient all-reduce of a replicated stage flattens all gradients into
+  /// one buffer; the optimizer (Adam) holds two fp32 copies of the largest parameter tensor while it
+  /// computes the denominator (SGD with momentum: none). The larger of the two.
+  double step_transient_bytes = 0;
   int micro_batches = 1;         // micro-batches per step (mini_batch / micro_batch, rounded up)
 };
 
