@@ -1,6 +1,7 @@
 // `graphpipe train`: real training with LibTorch, either pipelined from a plan (one worker process
 // per device, spawned locally or started by torchrun/mpirun/srun) or as the single-process
 // reference (--single). Also the hidden `graphpipe worker` subcommand the local launcher spawns.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -38,6 +39,19 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_flag("--allow-nonfinite", o.allow_nonfinite,
               "Train on through a nan/inf loss or gradient (by default it stops with exit 1 naming the step, "
               "stage and op)");
+  c->add_flag("--json", o.json, "Print a graphpipe.train/1 summary (losses, time, per-rank memory) on stdout");
+  c->add_option("--memory-limit", o.memory_limit_gb,
+                "Stop with exit 1 when a rank's measured tensor memory exceeds this many GB (0: no limit)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              double x = std::stod(v);
+              return std::isfinite(x) && x >= 0 ? std::string() : "must be a finite number >= 0 GB, found " + v;
+            } catch (const std::exception&) {
+              return "must be a number of GB, found " + v;
+            }
+          },
+          "GB"));
 }
 
 /// Exits with a worker's non-zero code without running static destructors under live threads.

@@ -22,6 +22,12 @@ constexpr const char* kFormat = "graphpipe.cluster/1";
 // framework's dispatch. Link latencies are NCCL-level estimates, not datasheet figures.
 constexpr double kGpuKernelOverhead = 5e-6;
 
+/// Memory a GPU's tensors cannot use (DeviceSpec::memory_reserve_bytes): the CUDA context with the
+/// framework's kernels and the cuBLAS/cuDNN workspaces, about 1 GiB with PyTorch (the context alone
+/// is 0.3-0.9 GB depending on the CUDA version and lazy module loading), plus 5% of the device for
+/// the caching allocator's fragmentation. An estimate, not measured here (docs/cost-model.md).
+double gpu_reserve(double memory_bytes) { return 1 * GiB + 0.05 * memory_bytes; }
+
 /// Efficiency curves of the GPU presets: the DeepBench V100 fit (efficiency.h). The A100 and H100
 /// presets keep the same curves (N0 in rows): no public per-kernel data of the same kind was fitted
 /// for them. A larger GPU likely needs more rows to fill, so their small-batch times are optimistic.
@@ -43,6 +49,7 @@ Cluster summit() {
   c.devices_per_node = 4;
   c.device = {"V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, kGpuKernelOverhead,
               gpu_efficiency("V100")};
+  c.device.memory_reserve_bytes = gpu_reserve(16 * GiB);
   c.intra = {50 * GB, 5e-6};
   c.inter = {12.5 * GB, 10e-6};
   c.node_injection_Bps = 25 * GB;
@@ -58,6 +65,7 @@ Cluster dgx_a100() {
   c.devices_per_node = 8;
   c.device = {"A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, kGpuKernelOverhead,
               gpu_efficiency("A100")};
+  c.device.memory_reserve_bytes = gpu_reserve(80 * GiB);
   c.intra = {300 * GB, 5e-6};
   c.inter = {25 * GB, 10e-6};
   c.node_injection_Bps = 200 * GB;
@@ -73,6 +81,7 @@ Cluster dgx_h100() {
   c.devices_per_node = 8;
   c.device = {"H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, kGpuKernelOverhead,
               gpu_efficiency("H100")};
+  c.device.memory_reserve_bytes = gpu_reserve(80 * GiB);
   c.intra = {450 * GB, 5e-6};
   c.inter = {50 * GB, 10e-6};
   c.node_injection_Bps = 400 * GB;
@@ -90,6 +99,10 @@ constexpr double kCpuCoreMemBw = 10 * GB;    // a core's share of DRAM bandwidth
 constexpr double kCpuKernelOverhead = 10e-6; // LibTorch dispatch + autograd bookkeeping per op
 constexpr double kCpuLinkBw = 2 * GB;        // loopback TCP through Gloo
 constexpr double kCpuLinkLatency = 50e-6;
+/// A worker process's own resident memory (LibTorch, Gloo, the binary): 178-188 MB measured for workers
+/// of small models whose tensors peak below 7 MB (`train` prints the resident peak); with the allocator's
+/// free lists we reserve 200 MB per device.
+constexpr double kCpuWorkerBytes = 200e6;
 
 }  // namespace
 
@@ -115,6 +128,7 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 calibrated_efficiency(*k)};
     c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
   }
+  c.device.memory_reserve_bytes = kCpuWorkerBytes;
   c.inter = c.intra;  // one node: never used
   return c;
 }
@@ -215,6 +229,7 @@ Json cluster_to_json(const Cluster& c) {
               {"peak_flops_f16", c.device.peak_flops_f16},
               {"mem_bandwidth_Bps", c.device.mem_bandwidth_Bps},
               {"kernel_overhead_s", c.device.kernel_overhead_s},
+              {"memory_reserve_bytes", c.device.memory_reserve_bytes},
               {"efficiency", efficiency_to_json(c.device.efficiency)}}},
             {"intra", link_to_json(c.intra)},
             {"inter", link_to_json(c.inter)},
@@ -253,6 +268,13 @@ Cluster cluster_from_json(const JsonAt& j) {
       d.has("peak_flops_f16") ? positive(d.at("peak_flops_f16")) : c.device.peak_flops_f32;
   c.device.mem_bandwidth_Bps = positive(d.at("mem_bandwidth_Bps"));
   c.device.kernel_overhead_s = d.has("kernel_overhead_s") ? non_negative(d.at("kernel_overhead_s")) : 0;
+  if (d.has("memory_reserve_bytes")) {
+    c.device.memory_reserve_bytes = non_negative(d.at("memory_reserve_bytes"));
+    if (c.device.memory_reserve_bytes >= c.device.memory_bytes)
+      d.at("memory_reserve_bytes")
+          .fail(fmt::format("must be below memory_bytes ({}), found {}", c.device.memory_bytes,
+                            c.device.memory_reserve_bytes));
+  }
   if (d.has("efficiency")) c.device.efficiency = efficiency_from_json(d.at("efficiency"));
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.

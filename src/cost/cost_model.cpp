@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <thread>
+#include <set>
 
 #include "cost/profile.h"
 
@@ -163,16 +164,71 @@ double CostModel::op_step_time(OpId op, int64_t b) const {
   return t.fwd_s + t.bwd_s;
 }
 
-double CostModel::state_bytes(OpId op) const {
-  const ir::OpCosts& c = g_->costs(op);
-  // Weights and gradients in the op's dtype; optimizer state in fp32 (SGD momentum: 1 buffer,
-  // Adam: first and second moments).
-  double opt_buffers = opt_ == Optimizer::sgd ? 1.0 : 2.0;
-  return 2.0 * static_cast<double>(c.param_bytes) + opt_buffers * 4.0 * static_cast<double>(c.params);
+namespace {
+
+bool half_dtype(ir::DType t) { return t == ir::DType::f16 || t == ir::DType::bf16; }
+
+/// Under mixed precision an fp32 op's floating activations are held in fp16: half the bytes. Masks
+/// (dropout) and index tensors (embedding inputs) keep their size.
+double activation_scale(const ir::Op& op, bool mixed) {
+  if (!mixed || op.dtype != ir::DType::f32) return 1.0;
+  switch (op.kind) {
+    case ir::OpKind::dropout:
+    case ir::OpKind::embedding:
+    case ir::OpKind::embedding_bag: return 1.0;
+    default: return 0.5;
+  }
 }
 
+}  // namespace
+
+CostModel::StateParts CostModel::state_parts(OpId op) const {
+  const ir::OpCosts& c = g_->costs(op);
+  const ir::Op& o = g_->op(op);
+  double params = static_cast<double>(c.params);
+  // Weights and gradients in the op's dtype (fp16 under mixed precision); optimizer state in fp32
+  // (SGD momentum: 1 buffer, Adam: first and second moments), plus fp32 master weights when the
+  // working copy is fp16/bf16 (ZeRO's 2 + 2 + 12 bytes per parameter for mixed-precision Adam).
+  bool half = half_dtype(o.dtype) || (cluster_.mixed_precision && o.dtype == ir::DType::f32);
+  double elt = half ? 2.0 : static_cast<double>(c.param_bytes) / std::max(1.0, params);
+  double opt_buffers = (opt_ == Optimizer::sgd ? 1.0 : 2.0) + (half ? 1.0 : 0.0);
+  return {elt * params, elt * params, opt_buffers * 4.0 * params};
+}
+
+double CostModel::state_bytes(OpId op) const { return state_parts(op).total(); }
+
 double CostModel::saved_bytes(OpId op, int64_t b) const {
-  return g_->costs(op).saved_bytes * static_cast<double>(b);
+  return g_->costs(op).saved_bytes * activation_scale(g_->op(op), cluster_.mixed_precision) * static_cast<double>(b);
+}
+
+double CostModel::output_bytes(OpId op, int64_t b) const {
+  const ir::Op& o = g_->op(op);
+  bool floating = o.dtype != ir::DType::i64;
+  double scale = floating && cluster_.mixed_precision && o.dtype == ir::DType::f32 ? 0.5 : 1.0;
+  return g_->costs(op).output_bytes * scale * static_cast<double>(b);
+}
+
+double CostModel::saved_extra_bytes(OpId op, int64_t b) const {
+  const ir::Op& o = g_->op(op);
+  const ir::OpCosts& c = g_->costs(op);
+  double extra = 0;
+  switch (o.kind) {
+    case ir::OpKind::dropout: extra = c.saved_bytes; break;  // the mask
+    case ir::OpKind::layernorm:
+    case ir::OpKind::attention:
+    case ir::OpKind::maxpool: extra = std::max(0.0, c.saved_bytes - c.input_bytes); break;
+    default: break;
+  }
+  return extra * activation_scale(o, cluster_.mixed_precision) * static_cast<double>(b);
+}
+
+double CostModel::largest_param_tensor(OpId op) const {
+  double params = static_cast<double>(g_->costs(op).params);
+  return g_->op(op).kind == ir::OpKind::attention ? params / 4 : params;
+}
+
+double CostModel::usable_memory_bytes(double limit) const {
+  return (limit > 0 ? limit : cluster_.device.memory_bytes) - cluster_.device.memory_reserve_bytes;
 }
 
 double CostModel::range_step_time(size_t begin, size_t end, int64_t b) const {
@@ -252,6 +308,45 @@ double CostModel::allreduce_time(int degree, bool same_node, double bytes) const
                    cluster_.inter.latency_s);
 }
 
+namespace {
+
+/// Views share their input's storage (flatten, reshape, slice): no bytes of their own.
+bool is_view(const ir::Op& op) {
+  return op.kind == ir::OpKind::flatten || op.kind == ir::OpKind::reshape || op.kind == ir::OpKind::slice;
+}
+
+/// The rise above the held activations while one micro-batch of b samples runs on the stage:
+/// forward keeps every op output (and the received inputs and graph inputs) alive until it returns,
+/// beyond what backward keeps (`saved`); backward holds the gradients received for the stage's
+/// outputs plus one op's output gradient, input gradients and a parameter gradient before it is
+/// accumulated. The larger of the two.
+double stage_transient_bytes(const CostModel& cm, const std::vector<OpId>& ops, const std::vector<OpId>& producers,
+                             const std::vector<OpId>& senders, double saved, int64_t b) {
+  const ir::Graph& g = cm.graph();
+  double fwd = 0, out_grads = 0, worst_op = 0;
+  std::set<std::string> graph_inputs;
+  for (OpId op : ops) {
+    const ir::Op& o = g.op(op);
+    if (!is_view(o)) fwd += cm.output_bytes(op, b);
+    fwd += cm.saved_extra_bytes(op, b);
+    for (const std::string& in : o.inputs)
+      if (g.find_input(in)) graph_inputs.insert(in);
+    double in_bytes = 0;
+    for (OpId p : g.preds(op)) in_bytes += cm.output_bytes(p, b);
+    double w = cm.state_parts(op).gradients;
+    worst_op = std::max(worst_op, (is_view(o) ? 0 : cm.output_bytes(op, b)) + in_bytes + w);
+  }
+  for (OpId p : producers) fwd += cm.output_bytes(p, b);
+  for (const std::string& in : graph_inputs) {
+    const ir::Input* x = g.find_input(in);
+    fwd += static_cast<double>(ir::per_sample_elems(x->shape)) * ir::dtype_bytes(x->dtype) * static_cast<double>(b);
+  }
+  for (OpId o : senders) out_grads += cm.output_bytes(o, b);
+  return std::max(std::max(0.0, fwd - saved), out_grads + worst_op);
+}
+
+}  // namespace
+
 StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
                      const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
                      int64_t mini_batch, bool same_node) {
@@ -269,9 +364,14 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   for (OpId op : ops) {
     GP_ASSERT(in_stage[op.v], "op {} listed but not marked in_stage", op.v);
     s.compute_s += cm.op_step_time(op, b);
-    s.state_bytes += cm.state_bytes(op);
+    CostModel::StateParts sp = cm.state_parts(op);
+    s.state.weights += sp.weights;
+    s.state.gradients += sp.gradients;
+    s.state.optimizer += sp.optimizer;
     s.act_bytes_per_mb += cm.saved_bytes(op, b);
     param_bytes += static_cast<double>(g.costs(op).param_bytes);
+    if (cm.optimizer() == Optimizer::adam)
+      s.step_transient_bytes = std::max(s.step_transient_bytes, 2 * 4.0 * cm.largest_param_tensor(op));
     for (OpId p : g.preds(op)) {
       if (!in_stage[p.v]) producers.push_back(p);
     }
@@ -285,11 +385,15 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   std::sort(producers.begin(), producers.end());
   producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
   // Each cut tensor crosses twice per micro-batch: activation forward, gradient backward.
-  for (OpId p : producers)
-    s.comm_s += 2 * cm.p2p_time(same_node, g.costs(p).output_bytes * static_cast<double>(b));
-  for (OpId o : senders)
-    s.comm_s += 2 * cm.p2p_time(same_node, g.costs(o).output_bytes * static_cast<double>(b));
+  for (OpId p : producers) s.comm_s += 2 * cm.p2p_time(same_node, cm.output_bytes(p, b));
+  for (OpId o : senders) s.comm_s += 2 * cm.p2p_time(same_node, cm.output_bytes(o, b));
   s.allreduce_s = cm.allreduce_time(dp_degree, same_node, param_bytes);
+  s.state_bytes = s.state.total();
+  if (dp_degree > 1) s.step_transient_bytes = std::max(s.step_transient_bytes, s.state.gradients);
+  s.micro_batches = static_cast<int>((mini_batch + micro_batch - 1) / micro_batch);
+  for (OpId p : producers)
+    if (g.op(p).dtype != ir::DType::i64) s.sent_grad_bytes_per_mb += cm.output_bytes(p, b);
+  s.transient_bytes = stage_transient_bytes(cm, ops, producers, senders, s.act_bytes_per_mb, b);
   // Per-iteration work is spread over the mini-batch's samples, so the planner's DP sees it: a
   // stage of many embedding tables is cheap per sample in compute but not in its optimizer step.
   s.optimizer_s = optimizer_step_time(cm.cluster(), s.state_bytes);
@@ -298,9 +402,17 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   return s;
 }
 
-double stage_memory(const StageCost& s, int in_flight) {
-  return s.state_bytes + in_flight * s.act_bytes_per_mb;
+StageMemory stage_memory_parts(const StageCost& s, int in_flight) {
+  StageMemory m;
+  m.weights = s.state.weights;
+  m.gradients = s.state.gradients;
+  m.optimizer = s.state.optimizer;
+  m.activations = in_flight * s.act_bytes_per_mb + s.micro_batches * s.sent_grad_bytes_per_mb;
+  m.transient = std::max(s.transient_bytes, s.step_transient_bytes - in_flight * s.act_bytes_per_mb);
+  return m;
 }
+
+double stage_memory(const StageCost& s, int in_flight) { return stage_memory_parts(s, in_flight).total(); }
 
 double optimizer_step_time(const Cluster& c, double state_bytes) {
   return c.device.mem_bandwidth_Bps > 0 ? 2 * state_bytes / c.device.mem_bandwidth_Bps : 0;

@@ -22,6 +22,10 @@ struct DeviceSpec {
   /// Fraction of peak reached per op class, by rows per call (efficiency.h). Default: the flat
   /// table (no dependence on the batch); the GPU presets carry the DeepBench V100 fit.
   EfficiencyTable efficiency;
+  /// Bytes of each device that tensors cannot use: the runtime's context (CUDA context and library
+  /// kernels; on the cpu preset the worker process itself), library workspaces and allocator
+  /// fragmentation. The planner fits plans into memory_bytes - memory_reserve_bytes.
+  double memory_reserve_bytes = 0;
 };
 
 struct LinkSpec {
@@ -41,7 +45,8 @@ struct Cluster {
   LinkSpec intra;                   // between devices of one node
   LinkSpec inter;                   // between nodes
   double node_injection_Bps = 0;    // a node's network bandwidth shared by its devices (0 = none)
-  /// Use fp16 peak for compute (mixed precision) instead of fp32.
+  /// Mixed precision: fp16 peak for compute, fp16 activations and messages, fp16 weights and
+  /// gradients with fp32 master weights and optimizer state (docs/cost-model.md, "Memory").
   bool mixed_precision = false;
 
   int num_devices() const { return devices > 0 ? devices : num_nodes * devices_per_node; }
@@ -122,10 +127,29 @@ class CostModel {
   /// fwd + bwd time of one op at per-device batch b; O(1) for power-of-two b.
   double op_step_time(OpId op, int64_t b) const;
 
+  /// Per device: the model state of one op. weights: the copy forward reads (fp16 under mixed
+  /// precision); gradients: the same size; optimizer: its moments in fp32 (SGD momentum 1, Adam 2)
+  /// plus, under mixed precision or for an fp16/bf16 op, the fp32 master weights.
+  struct StateParts {
+    double weights = 0, gradients = 0, optimizer = 0;
+    double total() const { return weights + gradients + optimizer; }
+  };
+  StateParts state_parts(OpId op) const;
   /// Per device: weights + gradients + optimizer state of these ops.
   double state_bytes(OpId op) const;
-  /// Per device: activation bytes kept for backward for one micro-batch of b samples.
+  /// Per device: activation bytes kept for backward for one micro-batch of b samples (fp16 under
+  /// mixed precision, except dropout masks and index tensors).
   double saved_bytes(OpId op, int64_t b) const;
+  /// Bytes of op's output for b samples as it is held or sent: fp16 under mixed precision for a
+  /// floating output (activation messages and their gradients).
+  double output_bytes(OpId op, int64_t b) const;
+  /// Bytes of tensors op keeps for backward beyond its inputs and output (layernorm statistics,
+  /// dropout masks, attention's projections and scores, maxpool indices), for b samples.
+  double saved_extra_bytes(OpId op, int64_t b) const;
+  /// Elements of op's largest parameter tensor (attention: one of its four projections).
+  double largest_param_tensor(OpId op) const;
+  /// Bytes a device's tensors may use: `limit` (0: the device's memory) minus memory_reserve_bytes.
+  double usable_memory_bytes(double limit = 0) const;
 
   /// Point-to-point transfer time of `bytes` between two devices (latency + bytes/bandwidth).
   double p2p_time(int dev_a, int dev_b, double bytes) const;
@@ -178,6 +202,20 @@ struct StageCost {
                                  //   + (allreduce + optimizer)/mini_batch
   double state_bytes = 0;        // weights + gradients + optimizer state
   double act_bytes_per_mb = 0;   // activations saved for backward per in-flight micro-batch
+  CostModel::StateParts state;   // state_bytes split into weights, gradients, optimizer state
+  /// Working memory above the held activations while one micro-batch runs (docs/cost-model.md,
+  /// "Memory"): forward holds every op output of the stage until it returns, backward holds
+  /// the output gradients and the largest op's gradient buffers.
+  double transient_bytes = 0;
+  /// Gradients w.r.t. the stage's received inputs, per micro-batch: kept until their sends finish
+  /// at the end of the step, so a step holds one per micro-batch of the step.
+  double sent_grad_bytes_per_mb = 0;
+  /// Temporaries at the end of the step, once the activations are gone (so they count only where
+  /// they exceed them): the gradient all-reduce of a replicated stage flattens all gradients into
+  /// one buffer; the optimizer (Adam) holds two fp32 copies of the largest parameter tensor while it
+  /// computes the denominator (SGD with momentum: none). The larger of the two.
+  double step_transient_bytes = 0;
+  int micro_batches = 1;         // micro-batches per step (mini_batch / micro_batch, rounded up)
 };
 
 /// Cost of the stage made of `ops` (with in_stage[i] = 1 iff OpId(i) is in it; size num_ops) on
@@ -188,7 +226,15 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
                      const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
                      int64_t mini_batch, bool same_node);
 
-/// Per-device memory of a stage with `in_flight` micro-batches alive: state + in_flight * acts.
+/// Per-device peak memory of a stage with `in_flight` micro-batches alive, by part.
+struct StageMemory {
+  double weights = 0, gradients = 0, optimizer = 0;
+  double activations = 0;  // in_flight * act_bytes_per_mb + the step's sent gradients
+  double transient = 0;
+  double total() const { return weights + gradients + optimizer + activations + transient; }
+};
+StageMemory stage_memory_parts(const StageCost& s, int in_flight);
+/// stage_memory_parts(s, in_flight).total().
 double stage_memory(const StageCost& s, int in_flight);
 
 /// The optimizer step of a stage, once per iteration: memory-bound, it reads and writes the

@@ -383,11 +383,11 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
         for (OpId p : inbound[x])
           if (!in_split[node_of[p.v]] && seen[p.v] != si) {
             seen[p.v] = si;
-            cut_bytes.push_back(g.costs(p).output_bytes);
+            cut_bytes.push_back(cm.output_bytes(p, 1));
           }
         for (const auto& [o, readers] : outbound[x])
           if (std::any_of(readers.begin(), readers.end(), [&](int r) { return !in_split[r]; }))
-            cut_bytes.push_back(g.costs(o).output_bytes);
+            cut_bytes.push_back(cm.output_bytes(o, 1));
       }
       for (int plog = 0; plog <= pcap; ++plog) {
         const double b = static_cast<double>(micro_batch >> plog);

@@ -71,7 +71,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes), "--memory-limit must be >= 0 and finite");
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
-  const double limit = opt.memory_limit_bytes > 0 ? opt.memory_limit_bytes : cm.cluster().device.memory_bytes;
+  const double limit = cm.usable_memory_bytes(opt.memory_limit_bytes);  // minus the device reserve
   // Before placement the planner cannot know which links a stage uses: it assumes intra-node links
   // only when the whole cluster is one node (conservative elsewhere); the final plan is re-costed.
   const bool same_node = n <= cm.cluster().devices_per_node;

@@ -76,7 +76,7 @@ void RangeCost::prepare(int s) {
     }
     std::sort(reads.begin(), reads.end());
     reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
-    const double bytes = g.costs(p).output_bytes;
+    const double bytes = cm_.output_bytes(p, 1);  // fp16 under mixed precision
     int c = own + 1;
     for (int r : reads)
       for (; c <= r; ++c) d.live[c].push_back({own, r, bytes});

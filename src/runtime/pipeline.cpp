@@ -17,6 +17,7 @@
 #include "runtime/detail/comm.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
+#include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
 #include "support/error.h"
@@ -135,6 +136,10 @@ struct MicroBatchState {
   TensorMap out_grads;  // gradients of `outputs` summed over successors
   TensorMap in_grads;   // gradients w.r.t. `leaves`, after backward
   torch::Tensor loss;   // scaled loss (loss stage only)
+  // Activation sends in flight by peer rank, and the peers a gradient (or ordering token) came back
+  // from: that peer has received the activations, so backward can release them (memory.md).
+  std::map<int, std::vector<Pending>> act_sends;
+  std::set<int> grads_from;
 };
 
 /// One rank's stage: module, optimizer, communicators and the per-step transfer state.
@@ -177,6 +182,9 @@ class StageRunner {
   double end_step() {
     for (auto& s : sends_) s.wait();
     sends_.clear();
+    for (auto& [mb, ms] : mbs_)
+      for (auto& [peer, pending] : ms.act_sends)
+        for (auto& s : pending) s.wait();
     mbs_.clear();
     return loss_sum_;
   }
@@ -244,7 +252,7 @@ class StageRunner {
         const std::string& n = names[t];
         int tag = transfer_tag(grad, part.begin, t, step_);
         if (!grad && send) {
-          sends_.push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
+          ms.act_sends[peer_rank].push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
         } else if (!grad) {
           received.push_back(empty_rows(n, part.count));
           world_.recv(received.back(), peer_rank, tag);
@@ -256,6 +264,7 @@ class StageRunner {
           if (!torch::isFloatingType(out.scalar_type())) continue;
           auto buf = empty_rows(n, part.count);
           world_.recv(buf, peer_rank, tag);
+          ms.grads_from.insert(peer_rank);
           auto& acc = ms.out_grads[n];
           if (!acc.defined()) acc = torch::zeros_like(out);
           rows(acc, mine.begin, part).add_(buf);
@@ -276,6 +285,7 @@ class StageRunner {
     }
     torch::Tensor t = torch::empty({1});
     world_.recv(t, peer_rank, tag);
+    if (grad) mbs_[static_cast<int>(part.begin / st_.micro_batch_size)].grads_from.insert(peer_rank);
     GP_ASSERT(t.item<float>() == static_cast<float>(part.count),
               "stage {}: ordering token from rank {} for samples [{}, {}) carries {}", st_.id, peer_rank,
               part.begin, part.end(), t.item<float>());
@@ -338,6 +348,12 @@ class StageRunner {
         continue;
       }
       ms.in_grads[n] = x.grad().defined() ? x.grad() : torch::zeros_like(x);
+    }
+    for (int peer : ms.grads_from) {
+      auto it = ms.act_sends.find(peer);
+      if (it == ms.act_sends.end()) continue;
+      for (auto& s : it->second) s.wait();
+      ms.act_sends.erase(it);
     }
     ms.outputs.clear();
     ms.leaves.clear();
@@ -407,6 +423,51 @@ std::string store_get(c10d::Store& s, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
+Json samples_to_json(const detail::MemoryMeter* meter) {
+  Json out = Json::array();
+  if (meter)
+    for (const auto& m : meter->samples()) out.push_back({m.t_s, m.live_bytes, m.peak_bytes});
+  return out;
+}
+
+std::vector<detail::MemorySample> samples_from_json(const Json& j) {
+  std::vector<detail::MemorySample> out;
+  for (const auto& m : j) out.push_back({m[0].get<double>(), m[1].get<double>(), m[2].get<double>()});
+  return out;
+}
+
+/// The median step time, leaving out the first step (one-time costs) when there are others.
+double median_step_time(std::vector<double> t) {
+  if (t.size() > 1) t.erase(t.begin());
+  if (t.empty()) return 0;
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
+}
+
+/// This rank's measured peak with the cost model's prediction for its stage, shared through the
+/// store: rank 0 returns every rank's (by rank), the others their own.
+std::vector<RankMemory> gather_memory(const PreparedRun& run, const TrainOptions& opt, const WorkerIo& io,
+                                      RankRole role, const detail::MemoryMeter* meter) {
+  RankMemory m;
+  m.rank = io.rank;
+  m.stage = role.stage;
+  m.resident_peak_bytes = detail::resident_memory().peak_bytes;
+  if (meter) {
+    m.peak_bytes = meter->peak_bytes();
+    m.peak_step = meter->peak_step();
+    m.measured = meter->at_peak();
+    m.in_flight = schedule::peak_in_flight(run.schedule).at(static_cast<size_t>(role.stage));
+    m.predicted = predicted_stage_memory(run.plan, run.graph, role.stage, opt.optimizer, m.in_flight);
+    m.predicted_bytes = m.predicted.total();
+  }
+  store_set(*io.store, "gp/memory/" + std::to_string(io.rank), m.to_json().dump());
+  if (io.rank != 0) return {m};
+  std::vector<RankMemory> all;
+  for (int r = 0; r < io.world; ++r)
+    all.push_back(RankMemory::from_json(Json::parse(store_get(*io.store, "gp/memory/" + std::to_string(r)))));
+  return all;
+}
+
 /// Two-phase save of every rank's checkpoint after `steps_done` steps: each rank with a stage
 /// writes its temporary file, all ranks agree, and only then are the files renamed into place. A
 /// rank that cannot write (a full disk) fails with its own message, the others as its peers, and
@@ -442,10 +503,15 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
            io.world, run.plan.num_devices);
   torch::set_num_threads(opt.threads);
+  detail::install_counting_allocator();  // before the stage's parameters exist
   auto world = detail::make_gloo_communicator(io.store, io.rank, io.world, comm_options(opt));
   RankRole role = role_of_rank(run.plan, io.rank);
   std::unique_ptr<StageRunner> runner;
-  if (role.stage >= 0) runner = std::make_unique<StageRunner>(opt, run, role, *world);
+  std::unique_ptr<detail::MemoryMeter> meter;
+  if (role.stage >= 0) {
+    runner = std::make_unique<StageRunner>(opt, run, role, *world);
+    meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer());
+  }
 
   // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
   const std::string ckpt =
@@ -489,7 +555,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     res.step_losses.push_back(loss);
     res.step_times_s.push_back(dt);
     if (io.rank != 0) return;
-    if (io.print) {
+    if (io.print && !opt.json) {
       std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(s.step), loss, dt);
       std::fflush(stdout);
     }
@@ -508,7 +574,12 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       for (size_t i = 0; i < acts.size(); ++i) {
         if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
         double t0 = now_s();
+        meter->begin_action();
         runner->run(acts[i]);
+        double peak = meter->end_action(step, now_s(), trace);
+        std::string over = memory_limit_failure(io.rank, role.stage, step, schedule::to_string(acts[i]), peak,
+                                                meter->at_peak(), opt.memory_limit_gb * 1e9);
+        if (!over.empty()) throw RuntimeFailure(over);
         if (trace) {
           bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
           res.events.push_back({static_cast<int>(i), is_send ? 1 : 0,
@@ -529,18 +600,31 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   }
   if (pending) report(*pending);
 
+  res.memory = gather_memory(run, opt, io, role, meter.get());
   if (!opt.trace_path.empty()) {
-    store_set(*io.store, "gp/trace/" + std::to_string(io.rank), events_to_json(res.events).dump());
+    Json mine{{"events", events_to_json(res.events)}, {"memory", samples_to_json(meter.get())}};
+    store_set(*io.store, "gp/trace/" + std::to_string(io.rank), mine.dump());
     if (io.rank == 0) {
       std::vector<std::vector<MeasuredEvent>> all;
-      for (int r = 0; r < io.world; ++r)
-        all.push_back(events_from_json(Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)))));
+      std::vector<std::vector<detail::MemorySample>> memory;
+      for (int r = 0; r < io.world; ++r) {
+        Json j = Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)));
+        all.push_back(events_from_json(j.at("events")));
+        memory.push_back(samples_from_json(j.at("memory")));
+      }
       std::ofstream f(opt.trace_path);
       GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
-      f << measured_trace_json(run.plan, all);
+      f << measured_trace_json(run.plan, all, memory);
     }
   }
-  if (io.rank == 0 && io.print && !res.step_times_s.empty()) {
+  if (io.rank == 0 && io.print && opt.json) {
+    double predicted = run.plan.predicted.iteration_time_s;
+    std::printf("%s\n", train_summary_json(res.step_losses, median_step_time(res.step_times_s), predicted,
+                                            res.memory).dump(2).c_str());
+    std::fflush(stdout);
+  }
+  if (io.rank == 0 && io.print && !opt.json) print_memory_report(res.memory);
+  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) {
     // The first step pays one-time costs (allocations, connections): leave it out when we can.
     size_t skip = res.step_times_s.size() > 1 ? 1 : 0;
     double sum = 0;
@@ -567,7 +651,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   return res;
 }
 
-std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank) {
+std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank,
+                                const std::vector<std::vector<detail::MemorySample>>& memory) {
   double t0 = 1e300;
   for (const auto& evs : per_rank)
     for (const auto& e : evs) t0 = std::min(t0, e.start_s);
@@ -582,6 +667,11 @@ std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vect
       events.push_back({{"name", e.name}, {"ph", "X"}, {"pid", r}, {"tid", e.track},
                         {"ts", (e.start_s - t0) * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6},
                         {"args", {{"action", e.action}, {"stage", role.stage}}}});
+    if (r < memory.size())  // a counter track: Perfetto draws it as a graph above the device's slices
+      for (const auto& m : memory[r])
+        events.push_back({{"name", "tensor memory (MB)"}, {"ph", "C"}, {"pid", r}, {"tid", 0},
+                          {"ts", (m.t_s - t0) * 1e6},
+                          {"args", {{"live", m.live_bytes / 1e6}, {"peak in action", m.peak_bytes / 1e6}}}});
   }
   return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"source", "graphpipe train (measured)"}}}}.dump();
 }

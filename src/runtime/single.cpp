@@ -1,14 +1,17 @@
 // `graphpipe train --single`: the single-process reference (whole model, one micro-batch per step).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
+#include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/launcher.h"
 #include "runtime/train.h"
@@ -41,6 +44,7 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
   torch::set_num_threads(opt.threads);
+  detail::install_counting_allocator();  // before the parameters exist
 
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
   importers::ParamValues weights;
@@ -67,21 +71,40 @@ int run_single(const TrainOptions& opt) {
   }
 
   const int64_t b = opt.batch;
+  detail::MemoryMeter meter(m.parameters(), optim.get());
+  // Each phase is one metered action, checked against --memory-limit.
+  auto metered = [&](int64_t step, const char* phase, const std::function<void()>& f) {
+    meter.begin_action();
+    f();
+    double peak = meter.end_action(step, 0, false);
+    std::string over = memory_limit_failure(0, 0, step, phase, peak, meter.at_peak(), opt.memory_limit_gb * 1e9);
+    if (!over.empty()) throw RuntimeFailure(over);
+  };
+  std::vector<double> losses, times;
   for (int64_t step = first; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     optim->zero_grad();
     MicroBatchInfo info{0, b, b, step};
-    TensorMap ins = synthetic_external_inputs(m, info);
-    TensorMap outs = m.forward(ins, info);
-    torch::Tensor loss = m.scaled_loss(outs, info);
-    GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-    double loss_v = loss.item<double>();
-    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
-    loss.backward();
+    torch::Tensor loss;
+    double loss_v = 0;
+    metered(step, "forward", [&] {
+      TensorMap ins = synthetic_external_inputs(m, info);
+      TensorMap outs = m.forward(ins, info);  // every op output: released before backward, as a stage does
+      loss = m.scaled_loss(outs, info);
+      GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
+      loss_v = loss.item<double>();
+      if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
+    });
+    metered(step, "backward", [&] {
+      loss.backward();
+      loss = torch::Tensor();
+    });
     if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
-    optim->step();
+    metered(step, "optimizer step", [&] { optim->step(); });
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
+    losses.push_back(loss_v);
+    times.push_back(dt);
+    if (!opt.json) std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
     std::fflush(stdout);
     if (log.is_open()) {
       log << Json{{"step", step}, {"loss", loss_v}, {"step_time_s", dt}}.dump() << "\n";
@@ -90,6 +113,23 @@ int run_single(const TrainOptions& opt) {
     bool last = step + 1 == opt.steps;
     if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_checkpoint(ckpt, m, *optim, step + 1, identity);
+  }
+  RankMemory mem;
+  mem.rank = mem.stage = 0;
+  mem.peak_bytes = meter.peak_bytes();
+  mem.peak_step = meter.peak_step();
+  mem.measured = meter.at_peak();
+  mem.in_flight = 1;
+  mem.predicted = predicted_single_memory(g, b, opt.optimizer);
+  mem.predicted_bytes = mem.predicted.total();
+  mem.resident_peak_bytes = detail::resident_memory().peak_bytes;
+  if (opt.json) {
+    if (times.size() > 1) times.erase(times.begin());  // the first step pays one-time costs
+    std::sort(times.begin(), times.end());
+    double median = times.empty() ? 0 : times[times.size() / 2];
+    std::printf("%s\n", train_summary_json(losses, median, 0, {mem}).dump(2).c_str());
+  } else {
+    print_memory_report({mem});
   }
   return 0;
 }

@@ -28,6 +28,8 @@ struct TrainOptions {
   bool single = false;
   bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded
   bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
+  bool json = false;             // print a graphpipe.train/1 summary instead of the human lines
+  double memory_limit_gb = 0;    // > 0: a rank whose measured tensor bytes exceed it stops (exit 1)
 };
 
 /// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held

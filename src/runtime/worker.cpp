@@ -142,6 +142,8 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.resume) a.emplace_back("--resume");
   if (o.seeded_weights) a.emplace_back("--seeded-weights");  // not push_back(string&&): GCC 12 -Warray-bounds
   if (o.allow_nonfinite) a.emplace_back("--allow-nonfinite");
+  if (o.json) a.emplace_back("--json");
+  if (o.memory_limit_gb > 0) a.insert(a.end(), {"--memory-limit", fmt::format("{}", o.memory_limit_gb)});
   return a;
 }
 

@@ -21,6 +21,9 @@ struct StageTimes {
   double optimizer_s = 0;        // the optimizer step, once per iteration
   double state_bytes = 0;        // weights + gradients + optimizer state, per device
   double act_bytes_per_mb = 0;   // activations saved for backward per held micro-batch, per device
+  /// The rest of the peak, per device: transient buffers of one micro-batch and the gradients sent
+  /// upstream that a step holds (cost::stage_memory_parts).
+  double other_bytes = 0;
   /// Per successor (in the stage's outputs_to order): bytes per sample sent on that edge. The
   /// gradient flowing back has the same size.
   std::vector<double> out_bytes_per_sample;

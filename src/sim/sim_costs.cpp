@@ -51,6 +51,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
+    t.other_bytes = cost::stage_memory(sc, 0) - sc.state_bytes;
     t.optimizer_s = sc.optimizer_s;
     // Bytes per sample on each out-edge: every op output read by an op of that successor.
     for (int v : st.outputs_to) {
@@ -58,7 +59,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
       for (OpId op : ops[st.id]) {
         const auto& succ = g.succs(op);
         if (std::any_of(succ.begin(), succ.end(), [&](OpId s) { return stage_of[s.v] == v; }))
-          bytes += g.costs(op).output_bytes;
+          bytes += cm.output_bytes(op, 1);
       }
       t.out_bytes_per_sample.push_back(bytes);
     }

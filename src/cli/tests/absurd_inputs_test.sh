@@ -77,6 +77,7 @@ T22d22|train --single --model $M --batch 4 --steps 1 --lr {}
 To2222|train --single --model $M --batch 4 --steps 1 --optimizer sgd --momentum {}
 To2222|train --single --model $M --batch 4 --steps 1 --checkpoint-dir $T/ck2 --checkpoint-every {}
 T22222|train --single --model $M --batch 4 --steps 1 --threads {}
+To2o22|train --single --model $M --batch 4 --steps 1 --memory-limit {}
 T2|train --single --model {} --batch 4 --steps 1
 T2|train --single --model $M --batch 4 --steps 1 --optimizer {}
 T2|train --single --model $M --batch 4 --steps 2 --resume --checkpoint-dir $T/missing{}

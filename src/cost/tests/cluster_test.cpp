@@ -96,6 +96,7 @@ TEST(Cluster, UnknownSpecsAndBadDeviceCountsAreUserErrors) {
 TEST(Cluster, JsonRoundTripAndFileDeviceSelection) {
   Cluster c = made_up_cluster();
   c.mixed_precision = true;
+  c.device.memory_reserve_bytes = 1.5e8;
   std::string path = write_temp("gp_cluster_rt.json", cluster_to_json(c).dump(1));
   Cluster back = load_cluster(path);
   EXPECT_EQ(cluster_to_json(back), cluster_to_json(c));
@@ -132,6 +133,13 @@ TEST(Cluster, MalformedFilesNameTheFieldAndValue) {
   j = good;
   j["device"].erase("peak_flops_f32");
   EXPECT_THAT(parse_error(j), HasSubstr("c.json: device: missing required field \"peak_flops_f32\""));
+  j = good;
+  j["device"]["memory_reserve_bytes"] = 2e9;  // the device has 1e9
+  EXPECT_THAT(parse_error(j), HasSubstr("c.json: device.memory_reserve_bytes: must be below memory_bytes (1000000000), "
+                                        "found 2000000000"));
+  j = good;
+  j["device"]["memory_reserve_bytes"] = -1;
+  EXPECT_THAT(parse_error(j), HasSubstr("c.json: device.memory_reserve_bytes: must be a non-negative number, found -1"));
   j = good;
   j["num_nodes"] = 0;
   EXPECT_THAT(parse_error(j), HasSubstr("c.json: num_nodes: must be an integer in [1, 1000000], found 0"));

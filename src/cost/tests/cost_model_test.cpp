@@ -217,7 +217,52 @@ TEST(StageCost, MiddleOfAChainWithDataParallelism) {
   expect_close(s.tps_s, (compute + comm) / 8 + (ar + opt) / 64);
   EXPECT_DOUBLE_EQ(s.state_bytes, 2 * 4160 + 2 * 4 * 1040);
   EXPECT_DOUBLE_EQ(s.act_bytes_per_mb, 4 * (256 + 256));
-  EXPECT_DOUBLE_EQ(stage_memory(s, 3), 16640 + 3 * 2048);
+  // Memory: fc1's output gradient (4 x 256 B) is held for each of the step's 8 micro-batches until its
+  // send ends; the transient is backward's: fc2's output gradient arriving (256) + fc2's output (256),
+  // input (1024) and weight gradient (4160) gradients; forward's rise (outputs 1024 + 256 + received
+  // 1024 - saved 2048 = 256) and Adam's two copies of fc2's weights less the held activations
+  // (8320 - 3 x 2048) are smaller.
+  EXPECT_DOUBLE_EQ(s.sent_grad_bytes_per_mb, 1024);
+  EXPECT_EQ(s.micro_batches, 8);
+  EXPECT_DOUBLE_EQ(s.transient_bytes, 256 + 256 + 1024 + 4160);
+  EXPECT_DOUBLE_EQ(s.step_transient_bytes, 8320);
+  StageMemory m = stage_memory_parts(s, 3);
+  EXPECT_DOUBLE_EQ(m.weights + m.gradients + m.optimizer, 16640);
+  EXPECT_DOUBLE_EQ(m.activations, 3 * 2048 + 8 * 1024);
+  EXPECT_DOUBLE_EQ(m.transient, 5696);
+  EXPECT_DOUBLE_EQ(stage_memory(s, 3), 16640 + 3 * 2048 + 8 * 1024 + 5696);
+  // With no activations held the optimizer's temporaries dominate the transient.
+  EXPECT_DOUBLE_EQ(stage_memory_parts(s, 0).transient, 8320);
+}
+
+TEST(Memory, MixedPrecisionHalvesActivationsAndMessagesAndKeepsMasterWeights) {
+  ir::Graph g = linear_model();
+  OpId fc = g.find("fc");
+  const double p = 1024 * 1024 + 1024;
+  Cluster c = made_up_cluster();
+  c.mixed_precision = true;
+  CostModel mixed(g, c, Optimizer::adam), full(g, made_up_cluster(), Optimizer::adam);
+  CostModel::StateParts sp = mixed.state_parts(fc);
+  EXPECT_DOUBLE_EQ(sp.weights, 2 * p);
+  EXPECT_DOUBLE_EQ(sp.gradients, 2 * p);
+  EXPECT_DOUBLE_EQ(sp.optimizer, 12 * p);  // fp32 master weights + two fp32 moments
+  EXPECT_DOUBLE_EQ(mixed.state_bytes(fc), full.state_bytes(fc));  // 16 bytes per parameter either way
+  EXPECT_DOUBLE_EQ(mixed.saved_bytes(fc, 16), full.saved_bytes(fc, 16) / 2);
+  EXPECT_DOUBLE_EQ(mixed.output_bytes(fc, 3), 3 * 1024 * 2.0);
+  EXPECT_DOUBLE_EQ(full.output_bytes(fc, 3), 3 * 1024 * 4.0);
+  CostModel sgd(g, c, Optimizer::sgd);
+  EXPECT_DOUBLE_EQ(sgd.state_bytes(fc), (2 + 2 + 4 + 4) * p);  // master weights + momentum
+}
+
+TEST(Memory, ReserveComesOffTheUsableMemory) {
+  ir::Graph g = linear_model();
+  Cluster c = made_up_cluster();
+  c.device.memory_reserve_bytes = 1e8;
+  CostModel cm(g, c);
+  EXPECT_DOUBLE_EQ(cm.usable_memory_bytes(), 9e8);
+  EXPECT_DOUBLE_EQ(cm.usable_memory_bytes(5e8), 4e8);
+  EXPECT_GT(load_cluster("summit").device.memory_reserve_bytes, 1e9);
+  EXPECT_GT(load_cluster("cpu").device.memory_reserve_bytes, 0);
 }
 
 TEST(StageCost, WholeModelHasNoCutEdgesAndGraphInputsAreLocal) {

@@ -137,7 +137,8 @@ torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor&
         stable_hash_ints(base, {info.sample_begin + i, info.step}));
     rows.push_back(torch::rand(per_sample, gen, torch::kFloat32).ge(p));
   }
-  torch::Tensor mask = rows.empty() ? torch::ones_like(x) : torch::stack(rows).to(x.dtype());
+  // A bool mask: backward keeps it (1 byte per element, as the cost model counts), not a float copy.
+  torch::Tensor mask = rows.empty() ? torch::ones_like(x, torch::kBool) : torch::stack(rows);
   return x * mask * (1.0 / (1.0 - p));
 }
 

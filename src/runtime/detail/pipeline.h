@@ -13,6 +13,8 @@
 #include "importers/weights.h"
 #include "ir/model.h"
 #include "plan/plan.h"
+#include "runtime/detail/memory_meter.h"
+#include "runtime/memory_report.h"
 #include "runtime/train.h"
 #include "schedule/schedule.h"
 
@@ -72,6 +74,7 @@ struct WorkerResult {
   std::vector<double> step_times_s;  // measured iteration times (max end - min start over ranks)
   std::vector<std::pair<std::string, torch::Tensor>> final_params;  // this rank's stage
   std::vector<MeasuredEvent> events;  // when opt.trace_path is set (this rank's, last run steps)
+  std::vector<RankMemory> memory;     // rank 0: every rank's, by rank; other ranks: their own
 };
 
 /// Runs steps [first, opt.steps) of this rank's stage (first from --resume), writing checkpoints,
@@ -83,7 +86,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
 std::atomic<bool>& poison_next_action();
 
 /// Chrome trace of measured events, in the simulator's format (one process per device named
-/// "device D: stage S", thread 0 for its work, thread 1 for its sends).
-std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank);
+/// "device D: stage S", thread 0 for its work, thread 1 for its sends), with a counter track
+/// "tensor memory (MB)" per device from `memory` (live bytes after each action, peak within it).
+std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vector<MeasuredEvent>>& per_rank,
+                                const std::vector<std::vector<detail::MemorySample>>& memory = {});
 
 }  // namespace gp::runtime
