@@ -7,6 +7,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/detail/data_feed.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/optim.h"
@@ -29,6 +30,30 @@ double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops,
   return bytes;
 }
 
+namespace {
+
+/// One optimizer step of the whole model on mini-batch `step`; returns the loss and sets
+/// `data_s` to the seconds spent reading the batch.
+double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimizer& optim, const Dataset* data,
+                  int64_t step, double& data_s) {
+  auto t0 = std::chrono::steady_clock::now();
+  optim.zero_grad();
+  MicroBatchInfo info{0, opt.batch, opt.batch, step};
+  TensorMap ins = stage_inputs(m, info, data);
+  data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  TensorMap outs = m.forward(ins, info);
+  torch::Tensor loss = m.scaled_loss(outs, info);
+  GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
+  double loss_v = loss.item<double>();
+  if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
+  loss.backward();
+  if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
+  optim.step();
+  return loss_v;
+}
+
+}  // namespace
+
 int run_single(const TrainOptions& opt) {
   GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
   GP_CHECK(opt.batch >= 1, "--batch must be >= 1, found {}", opt.batch);
@@ -47,6 +72,7 @@ int run_single(const TrainOptions& opt) {
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
   if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
+  const RunData data = open_run_data(opt, g, /*check_values=*/true);
   check_fits_in_memory(training_bytes_estimate(g, g.op_ids(), opt.batch, opt.optimizer),
                        fmt::format("train --single of {} with --batch {}", g.name(), opt.batch),
                        "parameters, gradients, optimizer state and one batch of activations");
@@ -69,22 +95,20 @@ int run_single(const TrainOptions& opt) {
   const int64_t b = opt.batch;
   for (int64_t step = first; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    optim->zero_grad();
-    MicroBatchInfo info{0, b, b, step};
-    TensorMap ins = synthetic_external_inputs(m, info);
-    TensorMap outs = m.forward(ins, info);
-    torch::Tensor loss = m.scaled_loss(outs, info);
-    GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-    double loss_v = loss.item<double>();
-    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
-    loss.backward();
-    if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
-    optim->step();
+    double data_s = 0;
+    double loss_v = train_step(opt, m, *optim, data.train.get(), step, data_s);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
+    StepReport rep{step, loss_v, dt, data.train.get(), b, data_s, nullptr};
+    std::printf("%s\n", step_text(rep).c_str());
+    EvalSums ev;
+    if (data.eval && (step + 1) % opt.eval_every == 0) {
+      ev = evaluate_module(m, *data.eval, b);
+      rep.eval = &ev;
+      std::printf("%s\n", eval_line(step, ev).c_str());
+    }
     std::fflush(stdout);
     if (log.is_open()) {
-      log << Json{{"step", step}, {"loss", loss_v}, {"step_time_s", dt}}.dump() << "\n";
+      log << step_json(rep).dump() << "\n";
       log.flush();
     }
     bool last = step + 1 == opt.steps;

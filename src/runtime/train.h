@@ -28,6 +28,10 @@ struct TrainOptions {
   bool single = false;
   bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded
   bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
+  std::string data_dir;       // --data: one <input>.npy per graph input (runtime/dataset.h); "" = synthetic
+  bool shuffle = false;       // --shuffle: a seeded permutation of the samples per epoch
+  std::string eval_data_dir;  // --eval-data: held-out samples, forward-only loss (+ accuracy)
+  int eval_every = 0;         // --eval-every K: evaluate after every K-th step
 };
 
 /// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held
