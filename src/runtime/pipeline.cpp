@@ -152,6 +152,9 @@ class StageRunner {
     for (size_t i = 0; i < g_.num_ops(); ++i)
       if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
     module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights);
+    feed_ = std::make_unique<InputPrefetcher>(*module_, data_);
+    for (const Action& a : actions_)
+      if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
     // Tensors on each edge: ops of the source stage read by ops of the destination stage.
     for (size_t i = 0; i < g_.num_ops(); ++i)
@@ -229,9 +232,18 @@ class StageRunner {
 
  private:
   Range my_share(int64_t sample) const { return replica_share(st_, rep_, sample); }
-  MicroBatchInfo info(int mb) const {
+  MicroBatchInfo info(int mb, int64_t step) const {
     Range r = my_share(int64_t{mb} * st_.micro_batch_size);
-    return {r.begin, r.count, p_.mini_batch_size, step_, !eval_};
+    return {r.begin, r.count, p_.mini_batch_size, step, !eval_};
+  }
+  MicroBatchInfo info(int mb) const { return info(mb, step_); }
+  /// The micro-batch this replica runs forward after `mb` of this step: the schedule's next
+  /// forward, or the first one of the next step (none after the last step).
+  std::optional<MicroBatchInfo> next_forward(int mb) const {
+    auto it = std::find(forwards_.begin(), forwards_.end(), mb);
+    if (it != forwards_.end() && it + 1 != forwards_.end()) return info(*(it + 1), step_);
+    if (step_ + 1 < opt_.steps && !forwards_.empty()) return info(forwards_.front(), step_ + 1);
+    return std::nullopt;
   }
   const std::vector<std::string>& edge(int from, int to) const {
     static const std::vector<std::string> none;
@@ -314,7 +326,7 @@ class StageRunner {
     MicroBatchInfo mi = info(mb);
     Range mine{mi.sample_begin, mi.count};
     double t0 = now_s();
-    TensorMap ext = stage_inputs(*module_, mi, eval_ ? eval_data_ : data_);
+    TensorMap ext = eval_ ? stage_inputs(*module_, mi, eval_data_) : feed_->take(mi, next_forward(mb));
     data_s_ += now_s() - t0;
     auto& ms = mbs_[mb];
     for (int u : st_.inputs_from) {
@@ -405,6 +417,8 @@ class StageRunner {
   std::map<int, MicroBatchState> mbs_;
   std::map<int, std::map<int64_t, std::vector<torch::Tensor>>> pieces_;  // peer -> first sample -> tensors
   std::vector<Pending> sends_;
+  std::unique_ptr<InputPrefetcher> feed_;  // reads --data one forward ahead
+  std::vector<int> forwards_;              // micro-batches in the order of the stage's forwards
   const Dataset* data_;       // --data (null: synthetic)
   const Dataset* eval_data_;  // --eval-data
   bool eval_ = false;         // inside eval_batch

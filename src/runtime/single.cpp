@@ -33,13 +33,15 @@ double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops,
 namespace {
 
 /// One optimizer step of the whole model on mini-batch `step`; returns the loss and sets
-/// `data_s` to the seconds spent reading the batch.
-double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimizer& optim, const Dataset* data,
+/// `data_s` to the seconds the step waited for its batch.
+double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimizer& optim, InputPrefetcher& feed,
                   int64_t step, double& data_s) {
-  auto t0 = std::chrono::steady_clock::now();
   optim.zero_grad();
   MicroBatchInfo info{0, opt.batch, opt.batch, step};
-  TensorMap ins = stage_inputs(m, info, data);
+  std::optional<MicroBatchInfo> next;
+  if (step + 1 < opt.steps) next = MicroBatchInfo{0, opt.batch, opt.batch, step + 1};
+  auto t0 = std::chrono::steady_clock::now();
+  TensorMap ins = feed.take(info, next);  // and starts reading the next step's batch
   data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   TensorMap outs = m.forward(ins, info);
   torch::Tensor loss = m.scaled_loss(outs, info);
@@ -78,6 +80,7 @@ int run_single(const TrainOptions& opt) {
                        "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
+  InputPrefetcher feed(m, data.train.get());
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
   const Json identity = single_identity(g, opt.batch, opt.optimizer);
@@ -96,7 +99,7 @@ int run_single(const TrainOptions& opt) {
   for (int64_t step = first; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double data_s = 0;
-    double loss_v = train_step(opt, m, *optim, data.train.get(), step, data_s);
+    double loss_v = train_step(opt, m, *optim, feed, step, data_s);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     StepReport rep{step, loss_v, dt, data.train.get(), b, data_s, nullptr};
     std::printf("%s\n", step_text(rep).c_str());

@@ -1,7 +1,9 @@
 // Internal (LibTorch): feeding a stage from a Dataset (train --data) instead of synthetic data, and
 // the forward-only evaluation sums (--eval-data). Shared by run_single and the pipeline workers.
 #pragma once
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/dataset.h"
@@ -24,6 +26,26 @@ RunData open_run_data(const TrainOptions& opt, const ir::Graph& g, bool check_va
 /// `data` is given, else synthetic_external_inputs. Only this stage's inputs and this replica's
 /// rows are read.
 TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const Dataset* data);
+
+/// Reads a stage's data one micro-batch ahead on a background thread, so that reading overlaps the
+/// previous micro-batch's compute: take(info, next) returns the inputs of `info` (prefetched when
+/// the last call announced it, else read now) and starts reading `next`. Synthetic data (no
+/// dataset) is made on the spot, as before.
+class InputPrefetcher {
+ public:
+  InputPrefetcher(const StageModule& m, const Dataset* data) : m_(m), data_(data) {}
+  ~InputPrefetcher();
+  InputPrefetcher(const InputPrefetcher&) = delete;
+  InputPrefetcher& operator=(const InputPrefetcher&) = delete;
+
+  TensorMap take(const MicroBatchInfo& info, const std::optional<MicroBatchInfo>& next);
+
+ private:
+  const StageModule& m_;
+  const Dataset* data_;
+  std::optional<MicroBatchInfo> pending_info_;
+  std::future<TensorMap> pending_;
+};
 
 /// Forward-only sums over evaluation samples: per-sample loss of every loss op (summed over loss
 /// ops, as the training loss), and for cross_entropy losses the argmax hits.

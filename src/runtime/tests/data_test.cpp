@@ -232,7 +232,13 @@ void expect_matches_pytorch(const Json& want, const std::vector<double>& losses,
                             const std::vector<std::tuple<int64_t, double, double>>& evals, const std::string& what) {
   const auto& wl = want["losses"];
   ASSERT_EQ(losses.size(), wl.size()) << what;
-  for (size_t s = 0; s < losses.size(); ++s) expect_loss(losses[s], wl[s].get<double>(), what + " step " + std::to_string(s));
+  double worst = 0;
+  for (size_t s = 0; s < losses.size(); ++s) {
+    expect_loss(losses[s], wl[s].get<double>(), what + " step " + std::to_string(s));
+    worst = std::max(worst, std::abs(losses[s] - wl[s].get<double>()) / std::abs(wl[s].get<double>()));
+  }
+  std::printf("%s: %zu steps, largest relative difference from PyTorch's loss %.2e\n", what.c_str(), losses.size(),
+              worst);
   const auto& we = want["eval"];
   ASSERT_EQ(evals.size(), we.size()) << what;
   for (size_t i = 0; i < evals.size(); ++i) {
