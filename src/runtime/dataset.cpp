@@ -210,8 +210,11 @@ NpyFile NpyFile::open(const std::string& path) {
   std::string fortran = header_field(path, header, "fortran_order", "True|False");
   f.shape_ = parse_shape(path, header_field(path, header, "shape", "\\([^)]*\\)"));
   GP_CHECK(!f.shape_.empty(), "{}: a 0-d array; the first dimension must be the sample", path);
-  f.row_elems_ = 1;
-  for (size_t i = 1; i < f.shape_.size(); ++i) f.row_elems_ *= std::max<int64_t>(f.shape_[i], 1);
+  double elems = 1;
+  for (size_t i = 1; i < f.shape_.size(); ++i) elems *= double(f.shape_[i]);
+  GP_CHECK(elems * double(std::max<int64_t>(f.shape_[0], 1)) < 0x1p62, "{}: shape [{}] is too large", path,
+           fmt::join(f.shape_, ", "));
+  f.row_elems_ = static_cast<int64_t>(elems);
   bool multi_dim = std::count_if(f.shape_.begin(), f.shape_.end(), [](int64_t d) { return d > 1; }) > 1;
   GP_CHECK(fortran == "False" || !multi_dim, "{}: Fortran-ordered array; save it in C order (numpy.ascontiguousarray)",
            path);

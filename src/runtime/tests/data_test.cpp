@@ -354,6 +354,26 @@ TEST_F(DataTest, ShuffledPipelineTrainsLikeShuffledSingle) {
   EXPECT_NE(unshuffled[0].step_losses, results[0].step_losses);
 }
 
+TEST_F(DataTest, PipelinedShuffledResumeContinuesAtTheRightSample) {
+  // 13 samples, 4 per step: the run stops after step 2 (epoch 0) and resumes into epoch 1.
+  fs::path d = good_data(13);
+  TrainOptions o = testing::options(6, "adam", 0.01);
+  o.data_dir = d.string();
+  o.shuffle = true;
+  o.seed = 5;
+  PreparedRun run = prepare_run(testing::make_plan(kModel, 4, {{{"/tower_x/"}, {0}, 2}, {{}, {1, 2}, 4}}), "1f1b");
+  run.data = open_run_data(o, run.graph, true).train;
+  auto full = testing::run_threads(run, o);
+  o.checkpoint_dir = (dir_ / "ckpt").string();
+  o.steps = 3;
+  testing::run_threads(run, o);
+  o.steps = 6;
+  o.resume = true;
+  auto resumed = testing::run_threads(run, o);
+  ASSERT_EQ(resumed[0].step_losses.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(resumed[0].step_losses[k], full[0].step_losses[k + 3]) << "step " << k + 3;
+}
+
 /// Runs the built binary; returns (exit code, stdout + stderr).
 std::pair<int, std::string> graphpipe(const fs::path& dir, const std::string& args) {
   std::string out = (dir / "out.txt").string();
