@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "runtime/dataset.h"
+#include "runtime/detail/data_feed.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/train.h"
 #include "support/error.h"
@@ -203,6 +204,43 @@ TEST_F(DataTest, StepsWrapInFileOrderAndShuffleIsAPermutationPerEpoch) {
     EXPECT_EQ(e, (std::vector<int64_t>{0, 1, 2, 3, 4})) << "each epoch visits every sample once";
   }
   EXPECT_GT(distinct.size(), 1u) << "the order changes between epochs";
+}
+
+TEST_F(DataTest, EvalSumsAddUpToTheTrainingLossAndSkipThePadding) {
+  // A regression model (target.npy for the mse_loss) and the classifier: over counted samples
+  // the eval loss sum is the mini-batch mean loss times the count; the last batch's wrapped
+  // padding (positions >= N) does not count.
+  fs::path d = dir_ / "reg";
+  fs::create_directories(d);
+  const std::string reg = "candle-uno:branches=2,layers=1,hidden=8";
+  std::vector<float> a(80), b(80), t(10);
+  for (size_t i = 0; i < 80; ++i) a[i] = std::sin(0.1f * float(i)), b[i] = std::cos(0.3f * float(i));
+  for (size_t i = 0; i < 10; ++i) t[i] = 0.1f * float(i);
+  write_npy(d / "tower0.input.npy", "<f4", {10, 8}, a);
+  write_npy(d / "tower1.input.npy", "<f4", {10, 8}, b);
+  write_npy(d / "target.npy", "<f4", {10, 1}, t);
+  for (const auto& [spec, dir] : {std::pair{reg, d}, std::pair{kModel, good_data(10)}}) {
+    ir::Graph g = importers::load_graph(spec);
+    auto ds = Dataset::open(dir.string(), g, "--eval-data", true);
+    StageModule m(g, g.op_ids(), 1);
+    torch::NoGradGuard no_grad;
+    MicroBatchInfo full{0, 4, 4, 1, false}, padded{0, 4, 4, 2, false};  // positions 4..7 and 8..11
+    TensorMap ext = stage_inputs(m, full, ds.get());
+    double mean = m.scaled_loss(m.forward(ext, full), full).item<double>();
+    EvalSums s;
+    add_eval_sums(m, ext, m.forward(ext, full), full, ds->size(), s);
+    EXPECT_NEAR(s.loss, 4 * mean, 1e-5 * std::abs(4 * mean)) << spec;
+    EXPECT_EQ(s.samples, 4) << spec;
+    EXPECT_EQ(s.classified, spec == reg ? 0 : 4) << spec;
+    EvalSums p;
+    TensorMap pext = stage_inputs(m, padded, ds.get());
+    add_eval_sums(m, pext, m.forward(pext, padded), padded, ds->size(), p);
+    EXPECT_EQ(p.samples, 2) << spec << ": positions 8, 9 count, 10 and 11 (rows 0, 1 again) do not";
+    MicroBatchInfo rows89{0, 2, 2, 4, false};  // positions 8, 9 alone
+    TensorMap e89 = stage_inputs(m, rows89, ds.get());
+    double mean89 = m.scaled_loss(m.forward(e89, rows89), rows89).item<double>();
+    EXPECT_NEAR(p.loss, 2 * mean89, 1e-5 * std::abs(2 * mean89)) << spec;
+  }
 }
 
 /// Per-step JSON records of a --log file.
