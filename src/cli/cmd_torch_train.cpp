@@ -52,6 +52,12 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
             }
           },
           "GB"));
+  c->add_option("--data", o.data_dir,
+                "Train on NumPy data: DIR holds <input>.npy per model input (label.npy / target.npy for the "
+                "appended loss), first dimension = sample");
+  c->add_flag("--shuffle", o.shuffle, "With --data: visit the samples in a seeded random order, new each epoch");
+  c->add_option("--eval-data", o.eval_data_dir, "Held-out NumPy data (as --data) for a forward-only loss/accuracy");
+  c->add_option("--eval-every", o.eval_every, "Evaluate on --eval-data after every K-th step")->capture_default_str();
 }
 
 /// Exits with a worker's non-zero code without running static destructors under live threads.

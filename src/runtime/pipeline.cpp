@@ -65,7 +65,7 @@ PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const st
   return PreparedRun{std::move(p), std::move(g), std::move(s), std::move(w)};
 }
 
-PreparedRun prepare_run(const TrainOptions& opt) {
+PreparedRun prepare_run(const TrainOptions& opt, bool check_data_values) {
   GP_CHECK(!opt.plan_path.empty(), "train needs --plan FILE (or --single)");
   GP_CHECK(opt.steps >= 1, "--steps must be >= 1, found {}", opt.steps);
   GP_CHECK(opt.checkpoint_every >= 0, "--checkpoint-every must be >= 0, found {}", opt.checkpoint_every);
@@ -78,6 +78,9 @@ PreparedRun prepare_run(const TrainOptions& opt) {
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   PreparedRun run = prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
   if (opt.seeded_weights) run.weights.clear();
+  RunData d = open_run_data(opt, run.graph, check_data_values);
+  run.data = std::move(d.train);
+  run.eval_data = std::move(d.eval);
   return run;
 }
 
@@ -147,12 +150,16 @@ class StageRunner {
  public:
   StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world)
       : opt_(opt), p_(run.plan), g_(run.graph), st_(p_.stages[role.stage]), rep_(role.replica),
-        world_(world), actions_(run.schedule.stages[role.stage].actions) {
+        world_(world), actions_(run.schedule.stages[role.stage].actions), data_(run.data.get()),
+        eval_data_(run.eval_data.get()) {
     auto stage_of = plan::stage_of_ops(p_, g_);
     std::vector<OpId> ops;
     for (size_t i = 0; i < g_.num_ops(); ++i)
       if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
     module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights);
+    feed_ = std::make_unique<InputPrefetcher>(*module_, data_);
+    for (const Action& a : actions_)
+      if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
     // Tensors on each edge: ops of the source stage read by ops of the destination stage.
     for (size_t i = 0; i < g_.num_ops(); ++i)
@@ -174,6 +181,7 @@ class StageRunner {
   void begin_step(int64_t step) {
     step_ = step;
     loss_sum_ = 0;
+    data_s_ = 0;
     optim_->zero_grad();
     mbs_.clear();
     pieces_.clear();
@@ -187,6 +195,30 @@ class StageRunner {
         for (auto& s : pending) s.wait();
     mbs_.clear();
     return loss_sum_;
+  }
+
+  double data_seconds() const { return data_s_; }
+
+  /// Forward-only evaluation of eval mini-batch `j` (--eval-data): this stage's forwards and
+  /// activation transfers of the schedule, in order; adds the loss stage's sums to `sums`.
+  void eval_batch(int64_t j, EvalSums& sums) {
+    torch::NoGradGuard no_grad;
+    eval_ = true;
+    step_ = j;
+    mbs_.clear();
+    pieces_.clear();
+    for (const Action& a : actions_) {
+      if (a.kind == ActionKind::forward) forward(a.micro_batch);
+      if (a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act)
+        transfer(a, false, a.kind == ActionKind::send_act);
+    }
+    end_step();
+    eval_ = false;
+    sums.loss += eval_sums_.loss;
+    sums.correct += eval_sums_.correct;
+    sums.samples += eval_sums_.samples;
+    sums.classified += eval_sums_.classified;
+    eval_sums_ = EvalSums{};
   }
 
   void run(const Action& a) {
@@ -208,9 +240,18 @@ class StageRunner {
 
  private:
   Range my_share(int64_t sample) const { return replica_share(st_, rep_, sample); }
-  MicroBatchInfo info(int mb) const {
+  MicroBatchInfo info(int mb, int64_t step) const {
     Range r = my_share(int64_t{mb} * st_.micro_batch_size);
-    return {r.begin, r.count, p_.mini_batch_size, step_};
+    return {r.begin, r.count, p_.mini_batch_size, step, !eval_};
+  }
+  MicroBatchInfo info(int mb) const { return info(mb, step_); }
+  /// The micro-batch this replica runs forward after `mb` of this step: the schedule's next
+  /// forward, or the first one of the next step (none after the last step).
+  std::optional<MicroBatchInfo> next_forward(int mb) const {
+    auto it = std::find(forwards_.begin(), forwards_.end(), mb);
+    if (it != forwards_.end() && it + 1 != forwards_.end()) return info(*(it + 1), step_);
+    if (step_ + 1 < opt_.steps && !forwards_.empty()) return info(forwards_.front(), step_ + 1);
+    return std::nullopt;
   }
   const std::vector<std::string>& edge(int from, int to) const {
     static const std::vector<std::string> none;
@@ -250,7 +291,7 @@ class StageRunner {
       std::vector<torch::Tensor> received;
       for (size_t t = 0; t < names.size(); ++t) {
         const std::string& n = names[t];
-        int tag = transfer_tag(grad, part.begin, t, step_);
+        int tag = transfer_tag(grad || eval_, part.begin, t, step_);  // eval: its own tag space
         if (!grad && send) {
           ms.act_sends[peer_rank].push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
         } else if (!grad) {
@@ -278,7 +319,7 @@ class StageRunner {
   // the stages as the simulator models it: each transfer piece moves a one-float token holding
   // the piece's sample count, in both directions.
   void token(bool grad, bool send, Range part, int peer_rank) {
-    int tag = transfer_tag(grad, part.begin, 0, step_);
+    int tag = transfer_tag(grad || eval_, part.begin, 0, step_);
     if (send) {
       sends_.push_back(world_.send(torch::full({1}, static_cast<float>(part.count)), peer_rank, tag));
       return;
@@ -294,7 +335,9 @@ class StageRunner {
   void forward(int mb) {
     MicroBatchInfo mi = info(mb);
     Range mine{mi.sample_begin, mi.count};
-    TensorMap ext = synthetic_external_inputs(*module_, mi);
+    double t0 = now_s();
+    TensorMap ext = eval_ ? stage_inputs(*module_, mi, eval_data_) : feed_->take(mi, next_forward(mb));
+    data_s_ += now_s() - t0;
     auto& ms = mbs_[mb];
     for (int u : st_.inputs_from) {
       const auto& names = edge(u, st_.id);
@@ -311,7 +354,7 @@ class StageRunner {
                 got, mine.count, u);
       for (size_t t = 0; t < names.size(); ++t) {
         auto x = parts[t].size() == 1 ? parts[t][0] : torch::cat(parts[t]);
-        if (torch::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+        if (!eval_ && torch::isFloatingType(x.scalar_type())) x.requires_grad_(true);
         ms.leaves[names[t]] = x;
         ext[names[t]] = x;
       }
@@ -319,7 +362,9 @@ class StageRunner {
     TensorMap outs = module_->forward(ext, mi);
     for (int v : st_.outputs_to)
       for (const auto& n : edge(st_.id, v)) ms.outputs[n] = outs.at(n);
-    if (!module_->loss_ops().empty()) {
+    if (eval_) {
+      add_eval_sums(*module_, ext, outs, mi, eval_data_->size(), eval_sums_);
+    } else if (!module_->loss_ops().empty()) {
       ms.loss = module_->scaled_loss(outs, mi);
       double v = ms.loss.item<double>();
       if (!opt_.allow_nonfinite) check_loss_finite(v, *module_, ext, outs, {step_, st_.id});
@@ -388,6 +433,13 @@ class StageRunner {
   std::map<int, MicroBatchState> mbs_;
   std::map<int, std::map<int64_t, std::vector<torch::Tensor>>> pieces_;  // peer -> first sample -> tensors
   std::vector<Pending> sends_;
+  std::unique_ptr<InputPrefetcher> feed_;  // reads --data one forward ahead
+  std::vector<int> forwards_;              // micro-batches in the order of the stage's forwards
+  const Dataset* data_;       // --data (null: synthetic)
+  const Dataset* eval_data_;  // --eval-data
+  bool eval_ = false;         // inside eval_batch
+  double data_s_ = 0;         // seconds spent reading data this step
+  EvalSums eval_sums_;
 };
 
 
@@ -497,6 +549,18 @@ void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, St
                           failed, /*timed_out=*/false);
 }
 
+/// Evaluates the current weights on --eval-data: every rank with a stage runs the forward-only
+/// batches, the sums are added over the world (every rank gets them).
+EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const PreparedRun& run) {
+  EvalSums s;
+  if (runner)
+    for (int64_t j = 0; j < eval_batches(run.eval_data->size(), run.plan.mini_batch_size); ++j) runner->eval_batch(j, s);
+  std::vector<torch::Tensor> v{torch::tensor({s.loss, s.correct, s.samples, s.classified}, torch::kFloat64)};
+  world.all_reduce(v, detail::Reduce::sum).wait();
+  auto a = v[0].accessor<double, 1>();
+  return EvalSums{a[0], a[1], a[2], a[3]};
+}
+
 }  // namespace
 
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
@@ -554,13 +618,17 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
     res.step_losses.push_back(loss);
     res.step_times_s.push_back(dt);
+    res.step_data_s.push_back(s.max[0][2].item<double>());
+    StepReport rep{s.step, loss, dt, run.data.get(), run.plan.mini_batch_size, res.step_data_s.back(), nullptr};
+    if (!res.evals.empty() && res.evals.back().first == s.step) rep.eval = &res.evals.back().second;
     if (io.rank != 0) return;
     if (io.print && !opt.json) {
-      std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(s.step), loss, dt);
+      std::printf("%s\n", step_text(rep).c_str());
+      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
       std::fflush(stdout);
     }
     if (log.is_open()) {
-      log << Json{{"step", s.step}, {"loss", loss}, {"step_time_s", dt}}.dump() << "\n";
+      log << step_json(rep).dump() << "\n";
       log.flush();
     }
   };
@@ -589,7 +657,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       loss = runner->end_step();
     }
     double t_end = now_s();
-    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start}, torch::kFloat64)}, {}, {}};
+    double data_s = runner ? runner->data_seconds() : 0;
+    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
+            {}, {}};
     s.ps = world->all_reduce(s.sum, detail::Reduce::sum);
     s.pm = world->all_reduce(s.max, detail::Reduce::max);
     if (pending) report(*pending);
@@ -597,6 +667,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
+    if (run.eval_data && (step + 1) % opt.eval_every == 0)
+      res.evals.emplace_back(step, evaluate_pipeline(*world, runner.get(), run));
   }
   if (pending) report(*pending);
 

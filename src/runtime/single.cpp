@@ -9,6 +9,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/detail/data_feed.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/memory_meter.h"
@@ -32,6 +33,43 @@ double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops,
   return bytes;
 }
 
+namespace {
+
+/// Runs one phase of a step as a metered action (checked against --memory-limit).
+using Metered = std::function<void(const char* phase, const std::function<void()>& f)>;
+
+/// One optimizer step of the whole model on mini-batch `step`; returns the loss and sets
+/// `data_s` to the seconds the step waited for its batch.
+double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimizer& optim, InputPrefetcher& feed,
+                  int64_t step, double& data_s, const Metered& metered) {
+  optim.zero_grad();
+  MicroBatchInfo info{0, opt.batch, opt.batch, step};
+  std::optional<MicroBatchInfo> next;
+  if (step + 1 < opt.steps) next = MicroBatchInfo{0, opt.batch, opt.batch, step + 1};
+  auto t0 = std::chrono::steady_clock::now();
+  TensorMap ins = feed.take(info, next);  // and starts reading the next step's batch
+  data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  torch::Tensor loss;
+  double loss_v = 0;
+  metered("forward", [&] {
+    TensorMap outs = m.forward(ins, info);  // every op output: released before backward, as a stage does
+    loss = m.scaled_loss(outs, info);
+    GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
+    loss_v = loss.item<double>();
+    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
+    ins.clear();
+  });
+  metered("backward", [&] {
+    loss.backward();
+    loss = torch::Tensor();
+  });
+  if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
+  metered("optimizer step", [&] { optim.step(); });
+  return loss_v;
+}
+
+}  // namespace
+
 int run_single(const TrainOptions& opt) {
   GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
   GP_CHECK(opt.batch >= 1, "--batch must be >= 1, found {}", opt.batch);
@@ -51,11 +89,13 @@ int run_single(const TrainOptions& opt) {
   ir::Graph g = importers::load_graph(opt.model_spec, weights);
   if (opt.seeded_weights) weights.clear();
   check_initial_values(g, weights);
+  const RunData data = open_run_data(opt, g, /*check_values=*/true);
   check_fits_in_memory(training_bytes_estimate(g, g.op_ids(), opt.batch, opt.optimizer),
                        fmt::format("train --single of {} with --batch {}", g.name(), opt.batch),
                        "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
+  InputPrefetcher feed(m, data.train.get());
 
   const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
   const Json identity = single_identity(g, opt.batch, opt.optimizer);
@@ -83,31 +123,23 @@ int run_single(const TrainOptions& opt) {
   std::vector<double> losses, times;
   for (int64_t step = first; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    optim->zero_grad();
-    MicroBatchInfo info{0, b, b, step};
-    torch::Tensor loss;
-    double loss_v = 0;
-    metered(step, "forward", [&] {
-      TensorMap ins = synthetic_external_inputs(m, info);
-      TensorMap outs = m.forward(ins, info);  // every op output: released before backward, as a stage does
-      loss = m.scaled_loss(outs, info);
-      GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-      loss_v = loss.item<double>();
-      if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
-    });
-    metered(step, "backward", [&] {
-      loss.backward();
-      loss = torch::Tensor();
-    });
-    if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
-    metered(step, "optimizer step", [&] { optim->step(); });
+    double data_s = 0;
+    const double loss_v = train_step(opt, m, *optim, feed, step, data_s,
+                                     [&](const char* phase, const std::function<void()>& f) { metered(step, phase, f); });
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(loss_v);
     times.push_back(dt);
-    if (!opt.json) std::printf("step %lld loss %.6f time %.3f s\n", static_cast<long long>(step), loss_v, dt);
+    StepReport rep{step, loss_v, dt, data.train.get(), b, data_s, nullptr};
+    if (!opt.json) std::printf("%s\n", step_text(rep).c_str());
+    EvalSums ev;
+    if (data.eval && (step + 1) % opt.eval_every == 0) {
+      ev = evaluate_module(m, *data.eval, b);
+      rep.eval = &ev;
+      if (!opt.json) std::printf("%s\n", eval_line(step, ev).c_str());
+    }
     std::fflush(stdout);
     if (log.is_open()) {
-      log << Json{{"step", step}, {"loss", loss_v}, {"step_time_s", dt}}.dump() << "\n";
+      log << step_json(rep).dump() << "\n";
       log.flush();
     }
     bool last = step + 1 == opt.steps;

@@ -30,6 +30,10 @@ struct TrainOptions {
   bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
   bool json = false;             // print a graphpipe.train/1 summary instead of the human lines
   double memory_limit_gb = 0;    // > 0: a rank whose measured tensor bytes exceed it stops (exit 1)
+  std::string data_dir;       // --data: one <input>.npy per graph input (runtime/dataset.h); "" = synthetic
+  bool shuffle = false;       // --shuffle: a seeded permutation of the samples per epoch
+  std::string eval_data_dir;  // --eval-data: held-out samples, forward-only loss (+ accuracy)
+  int eval_every = 0;         // --eval-every K: evaluate after every K-th step
 };
 
 /// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held

@@ -144,6 +144,10 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.allow_nonfinite) a.emplace_back("--allow-nonfinite");
   if (o.json) a.emplace_back("--json");
   if (o.memory_limit_gb > 0) a.insert(a.end(), {"--memory-limit", fmt::format("{}", o.memory_limit_gb)});
+  opt("--data", o.data_dir);
+  if (o.shuffle) a.emplace_back("--shuffle");
+  opt("--eval-data", o.eval_data_dir);
+  if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
   return a;
 }
 
@@ -164,7 +168,7 @@ int run_worker(const TrainOptions& opt) {
   std::string msg, current = "start-up";
   int64_t current_step = -1;
   try {
-    PreparedRun run = prepare_run(opt);
+    PreparedRun run = prepare_run(opt, /*check_data_values=*/!status.active());  // our launcher checked them
     RankRole role = role_of_rank(run.plan, le->rank);
     stage = role.stage;
     c10d::TCPStoreOptions so;

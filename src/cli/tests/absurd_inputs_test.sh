@@ -88,6 +88,11 @@ T2|train --single --model $M --batch 4 --steps 1 --log $T/no/such/dir/log.jsonl
 T22222|train --plan $P --steps {}
 T22222|train --plan $P --steps 1 --timeout {}
 T22222|train --plan $P --steps 1 --threads {}
+T2|train --single --model $M --batch 4 --steps 1 --data {}
+T2|train --single --model $M --batch 4 --steps 1 --eval-data {} --eval-every 1
+To2222|train --single --model $M --batch 4 --steps 1 --eval-every {}
+T2|train --single --model $M --batch 4 --steps 1 --shuffle
+T2|train --plan $P --steps 1 --data {}
 T2|train --plan {} --steps 1
 T2|train --plan $P --steps 1 --schedule {}
 T2|train --plan $P --steps 1 --model {}

@@ -31,6 +31,7 @@ struct MicroBatchInfo {
   int64_t count = 0;         // samples in this micro-batch (or in this replica's share of it)
   int64_t mini_batch = 0;    // samples in the whole mini-batch (loss scaling: count / mini_batch)
   int64_t step = 0;          // optimizer step (0-based); data and dropout masks depend on it
+  bool train = true;         // false for evaluation: dropout passes its input through
 };
 
 /// A stable 64-bit hash (FNV-1a over the parts, then a splitmix64 finaliser); identical across

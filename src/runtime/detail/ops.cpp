@@ -126,7 +126,7 @@ namespace {
 torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
                       const MicroBatchInfo& info, uint64_t seed) {
   double p = ir::attr_num(op, "p", 0.1, g.name());
-  if (p == 0) return x;
+  if (p == 0 || !info.train) return x;
   // One mask row per global sample: independent of how the mini-batch is split.
   uint64_t base = stable_hash({"dropout", op.name}, seed);
   std::vector<int64_t> per_sample(x.sizes().begin() + 1, x.sizes().end());

@@ -15,6 +15,7 @@
 #include "plan/plan.h"
 #include "runtime/detail/memory_meter.h"
 #include "runtime/memory_report.h"
+#include "runtime/detail/data_feed.h"
 #include "runtime/train.h"
 #include "schedule/schedule.h"
 
@@ -34,12 +35,14 @@ struct PreparedRun {
   ir::Graph graph;
   schedule::Schedule schedule;
   importers::ParamValues weights;  // initial values from the model file (ONNX initializers); may be empty
+  std::shared_ptr<const Dataset> data, eval_data;  // --data / --eval-data (null: synthetic / none)
 };
 
 /// Loads the plan (opt.plan_path), the model from plan.model_spec (or opt.model_spec when given),
 /// with the file's weights (importers::load_graph(spec, weights)), validates the plan against it and
-/// builds + checks the schedule (opt.schedule).
-PreparedRun prepare_run(const TrainOptions& opt);
+/// builds + checks the schedule (opt.schedule), and opens --data / --eval-data (scanning index and
+/// label values when `check_data_values`: once per run, by whoever starts the workers).
+PreparedRun prepare_run(const TrainOptions& opt, bool check_data_values = true);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
 
 /// Rough bytes one replica of `stage` needs (training_bytes_estimate over its ops, with its
@@ -72,6 +75,8 @@ struct WorkerIo {
 struct WorkerResult {
   std::vector<double> step_losses;   // every rank gets the global per-step losses
   std::vector<double> step_times_s;  // measured iteration times (max end - min start over ranks)
+  std::vector<double> step_data_s;   // seconds spent reading --data per step (max over ranks)
+  std::vector<std::pair<int64_t, EvalSums>> evals;  // --eval-data: (step, sums over the world)
   std::vector<std::pair<std::string, torch::Tensor>> final_params;  // this rank's stage
   std::vector<MeasuredEvent> events;  // when opt.trace_path is set (this rank's, last run steps)
   std::vector<RankMemory> memory;     // rank 0: every rank's, by rank; other ranks: their own
