@@ -19,6 +19,7 @@
 #include "runtime/dataset.h"
 #include "runtime/detail/data_feed.h"
 #include "runtime/tests/dist_plans.h"
+#include "runtime/tests/scratch_dir.h"
 #include "runtime/train.h"
 #include "support/error.h"
 #include "support/json.h"
@@ -38,12 +39,7 @@ Json reference() {
   return Json::parse(f);
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
 
 /// Writes a version-1 .npy file: `descr` ("<f4", ...), `shape`, raw little-endian `data`.
 void write_npy(const fs::path& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
@@ -69,15 +65,9 @@ void write_npy(const fs::path& path, const std::string& descr, const std::vector
   write_npy(path, descr, shape, v.data(), v.size() * sizeof(T));
 }
 
-class DataTest : public ::testing::Test {
+class DataTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gp_data_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  DataTest() : ScratchDirTest("gp_data_") {}
 
   /// A valid dataset for multi_branch.onnx (x [n,12] f32, aux [n,8] f32, label [n] i64 in [0,5)).
   fs::path good_data(int n = 6) {
@@ -106,7 +96,6 @@ class DataTest : public ::testing::Test {
     return "";
   }
 
-  fs::path dir_;
 };
 
 TEST_F(DataTest, ReadsEveryDtypeAndConvertsIt) {
@@ -412,18 +401,16 @@ TEST_F(DataTest, PipelinedShuffledResumeContinuesAtTheRightSample) {
   for (size_t k = 0; k < 3; ++k) EXPECT_EQ(resumed[0].step_losses[k], full[0].step_losses[k + 3]) << "step " << k + 3;
 }
 
-/// Runs the built binary; returns (exit code, stdout + stderr).
-std::pair<int, std::string> graphpipe(const fs::path& dir, const std::string& args) {
-  std::string out = (dir / "out.txt").string();
-  int st = std::system(("timeout -s KILL 60 " + std::string(GP_BINARY) + " " + args + " >" + out + " 2>&1").c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(out)};
-}
 
 TEST_F(DataTest, CliTrainsOnDataAndRejectsBadDataBeforeAnyWorkerStarts) {
+  auto run = [&](const std::string& args) {  // exit code, stdout + stderr
+    testing::Proc p = graphpipe(args);
+    return std::make_pair(p.code, p.out + p.err);
+  };
   fs::path d = good_data(6);
   plan::save_plan((dir_ / "plan.json").string(),
                   testing::make_plan(kModel, 4, {{{"/tower_x/"}, {0}, 2}, {{}, {1}, 4}}));
-  auto [code, out] = graphpipe(dir_, "train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
+  auto [code, out] = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
                                          d.string() + " --shuffle --eval-data " + d.string() + " --eval-every 2");
   ASSERT_EQ(code, 0) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("step 1 loss [0-9.]+ time [0-9.]+ s epoch 0 data [0-9.]+ s")))
@@ -432,12 +419,12 @@ TEST_F(DataTest, CliTrainsOnDataAndRejectsBadDataBeforeAnyWorkerStarts) {
   EXPECT_TRUE(std::regex_search(out, std::regex("eval after step 1: loss [0-9.]+ accuracy [0-9.]+ \\(6 samples\\)")))
       << out;
   write_npy(d / "label.npy", "<i8", {6}, std::vector<int64_t>{0, 1, 2, 3, 4, 9});
-  std::tie(code, out) = graphpipe(dir_, "train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
+  std::tie(code, out) = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
                                             d.string());
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find((d / "label.npy").string() + ": sample 5 has value 9"), std::string::npos) << out;
   EXPECT_EQ(out.find("worker"), std::string::npos) << "no worker started: " << out;
-  std::tie(code, out) = graphpipe(dir_, "train --single --model " + kModel + " --batch 4 --steps 1 --data " +
+  std::tie(code, out) = run("train --single --model " + kModel + " --batch 4 --steps 1 --data " +
                                             d.string() + " --eval-every 2");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--eval-every needs --eval-data DIR"), std::string::npos) << out;

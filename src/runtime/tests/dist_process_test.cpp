@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/tests/dist_plans.h"
+#include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
 
 namespace gp::runtime {
@@ -21,44 +22,17 @@ namespace {
 namespace fs = std::filesystem;
 using testing::make_plan;
 
-struct Proc {
-  int code = -1;
-  std::string out, err;
-  double seconds = 0;
-};
+using testing::Proc;
+using testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-class DistProcess : public ::testing::Test {
+class DistProcess : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gp_dist_proc_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  DistProcess() : ScratchDirTest("gp_dist_proc_") {}
 
-  /// Runs `graphpipe ARGS` (bounded by `timeout` from coreutils) with extra environment.
+  /// Runs `graphpipe ARGS` (bounded by `timeout` from coreutils) with extra environment, marked
+  /// as this test's (see leftover_processes).
   Proc graphpipe(const std::string& args, const std::string& env = "", int limit_s = 60) {
-    static int n = 0;
-    fs::path out = dir_ / ("out" + std::to_string(n)), err = dir_ / ("err" + std::to_string(n++));
-    std::string cmd = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " timeout -s KILL " +
-                      std::to_string(limit_s) + " " + GP_BINARY + " " + args + " >" + out.string() + " 2>" +
-                      err.string();
-    auto t0 = std::chrono::steady_clock::now();
-    int st = std::system(cmd.c_str());
-    Proc r;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return ScratchDirTest::graphpipe(args, "GP_TEST_MARKER=" + marker() + " " + env, limit_s);
   }
   std::string marker() const { return "gpdist" + std::to_string(::getpid()); }
   /// Processes (other than us) that carry this test's marker in their environment.
@@ -82,8 +56,6 @@ class DistProcess : public ::testing::Test {
     plan::save_plan((dir_ / "plan.json").string(), p);
     return (dir_ / "plan.json").string();
   }
-
-  fs::path dir_;
 };
 
 const char* kMmt = "mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64";

@@ -4,14 +4,12 @@
 // bytes must be within 15% of the predicted one (docs/cost-model.md, "Memory"). More cases, with
 // gpipe and larger batches: bench/memory_fidelity.sh.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "runtime/detail/memory_meter.h"
+#include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
 
 namespace gp::runtime {
@@ -21,35 +19,13 @@ namespace fs = std::filesystem;
 
 constexpr double kTolerance = 0.15;
 
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
+using testing::Proc;
+using testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-class MemoryCli : public ::testing::Test {
+class MemoryCli : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gp_memory_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Proc graphpipe(const std::string& args) {
-    fs::path out = dir_ / "out", err = dir_ / "err";
-    std::string cmd = "cd " + dir_.string() + " && timeout -s KILL 120 " + GP_BINARY + " " + args + " >" +
-                      out.string() + " 2>" + err.string();
-    int st = std::system(cmd.c_str());
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(out), slurp(err)};
-  }
+  MemoryCli() : ScratchDirTest("gp_memory_") {}
+  Proc graphpipe(const std::string& args) { return ScratchDirTest::graphpipe(args, "", 120); }
 
   /// Plans `model` on `devices` cpu devices (micro-batch `micro`, 0: the planner's choice), trains 2
   /// steps (the second has the optimizer state too) and checks every rank with a stage.
@@ -77,8 +53,6 @@ class MemoryCli : public ::testing::Test {
     }
     EXPECT_GE(checked, 1);
   }
-
-  fs::path dir_;
 };
 
 TEST(CountingAllocator, CountsLiveAndPeakTensorBytes) {
