@@ -72,6 +72,10 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
   const double limit = cm.usable_memory_bytes(opt.memory_limit_bytes);  // minus the device reserve
+  GP_CHECK(limit > 0, "--memory-limit {:.3g} GB leaves nothing for tensors: {} reserves {:.3g} GB per device for "
+           "the runtime's context, workspaces and fragmentation (docs/cost-model.md, \"Memory\")",
+           (opt.memory_limit_bytes > 0 ? opt.memory_limit_bytes : cm.cluster().device.memory_bytes) / 1e9,
+           cm.cluster().name, cm.cluster().device.memory_reserve_bytes / 1e9);
   // Before placement the planner cannot know which links a stage uses: it assumes intra-node links
   // only when the whole cluster is one node (conservative elsewhere); the final plan is re-costed.
   const bool same_node = n <= cm.cluster().devices_per_node;
@@ -184,6 +188,14 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
         Cand c;
         c.mbs = mbs;
         c.plan = detail::assemble(cm, st, mbs, opt.mini_batch, limit, order, nullptr);
+        // The DP checks state + in-flight activations; the placed plan's peak also holds the
+        // transient buffers and the gradients sent upstream (cost::stage_memory). A plan whose
+        // own prediction does not fit is never returned.
+        const auto& peaks = c.plan.predicted.peak_memory_bytes;
+        if (!peaks.empty() && *std::max_element(peaks.begin(), peaks.end()) > limit * (1 + 1e-9)) {
+          ++rep.over_memory;
+          return;
+        }
         c.stages = st;
         c.order = order;
         if (!here[kind] || better(c.plan, here[kind]->plan)) here[kind] = std::move(c);
@@ -216,6 +228,12 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   }
   const bool sp_won = sp_wins();
   const std::optional<Cand>& best = sp_won ? best_of[kSp] : best_of[kChain];
+  if (!best && rep.over_memory > 0)
+    throw UserError(fmt::format(
+        "no plan of {} fits {:.3g} GB per device: the search found {} whose weights, gradients, optimizer "
+        "state and in-flight activations fit, but not with their transient buffers and the gradients "
+        "they send (docs/cost-model.md, \"Memory\"); use more devices or a larger --memory-limit",
+        g.name(), limit / 1e9, rep.over_memory));
   if (!best) impossible(cm, n, limit);
 
   std::vector<std::string> explain;

@@ -40,6 +40,7 @@ struct PlanReport {
   };
   std::vector<Candidate> per_micro_batch;
   std::string sp_note;                 // how the graph was made series-parallel (graphpipe)
+  int over_memory = 0;                 // plans the DP found whose placed peak (with transients) did not fit
 };
 
 /// Searches a strategy. Throws UserError for impossible requests, with the numbers that prove it.

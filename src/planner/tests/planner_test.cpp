@@ -90,6 +90,35 @@ TEST(Planner, BaselinesAreSequentialPipelines) {
   EXPECT_GE(ordering_only, 1) << plan_to_json(pd).dump();
 }
 
+// The DP checks state + in-flight activations; the placed plan's peak also holds transient
+// buffers and sent gradients. Between the two, the planner refuses rather than return a plan its
+// own prediction says does not fit; below the device reserve it says the reserve took it all.
+TEST(Planner, PlansMustFitWithTheirTransientBuffers) {
+  ir::Graph g = importers::load_graph("mmt:branches=2,layers=2,hidden=256,seq=64,heads=4,ffn=1024");
+  cost::CostModel cm(g, cost::load_cluster("summit", 2));
+  const double reserve = cm.cluster().device.memory_reserve_bytes;
+  ASSERT_GT(reserve, 0);
+  PlannerOptions o;
+  o.mini_batch = 64;
+  o.memory_limit_bytes = reserve + 0.045e9;  // fits, at a small micro-batch
+  const plan::Plan p = run_planner(cm, o);
+  for (double peak : p.predicted.peak_memory_bytes) EXPECT_LE(peak, 0.045e9);
+  o.memory_limit_bytes = reserve + 0.037e9;  // the DP's check passes, the full peak does not
+  try {
+    run_planner(cm, o);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not with their transient buffers"));
+  }
+  o.memory_limit_bytes = reserve / 2;
+  try {
+    run_planner(cm, o);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("leaves nothing for tensors: summit reserves"));
+  }
+}
+
 TEST(Planner, ImpossibleRequestsNameTheNumbers) {
   ir::Graph g = test::chain_model(4, 4096);  // 4 x 16.8M params; Adam: 16 B/param -> 0.27 GB per layer
   cost::CostModel cm(g, round_cluster(2, 2, 0.2e9));
