@@ -126,10 +126,9 @@ std::vector<int> distinct_branches(const Structure& st, const cost::CostModel& c
 
 // The memo packs a sequence index in 16 bits and an option index in int16: beyond that the
 // remaining options are left out (graphs of tens of thousands of branches).
-bool room_for(const Structure& st, const std::vector<std::vector<std::vector<JoinOption>>>& joins,
-              const std::vector<std::vector<std::vector<ForkOption>>>& forks, int s, int i) {
-  return st.seqs.size() + 2 < 65536 && (joins[s].empty() || joins[s][i].size() < 32767) &&
-         (forks[s].empty() || forks[s][i].size() < 32767);
+bool room_for(const Structure& st, int s, int i) {
+  return st.seqs.size() + 2 < 65536 && (st.joins[s].empty() || st.joins[s][i].size() < 32767) &&
+         (st.forks[s].empty() || st.forks[s][i].size() < 32767);
 }
 
 // Join options of series sequence s (see JoinOption): block at item i, tail (i, t).
@@ -143,7 +142,7 @@ int add_joins_at(Structure& st, const cost::CostModel& cm, int s, int lo, int hi
     for (int t = i + 2; t <= std::min(hi, i + 1 + max_tail); ++t) {
       if (st.seqs[s].items[t - 1].seq >= 0) break;  // tails are single ops
       for (int j : branches) {
-        if (!room_for(st, st.joins, st.forks, s, i)) break;
+        if (!room_for(st, s, i)) break;
         const Item br = st.seqs[blk].items[j];
         Seq ext;
         ext.items = branch_items(st, blk, j);
@@ -184,7 +183,7 @@ int add_forks_at(Structure& st, const cost::CostModel& cm, int s, int lo, int hi
     for (int h = i - 1; h >= std::max(lo, i - max_head); --h) {
       if (st.seqs[s].items[h].seq >= 0) break;  // heads are single ops
       for (int j : branches) {
-        if (!room_for(st, st.joins, st.forks, s, h)) break;
+        if (!room_for(st, s, h)) break;
         Seq ext;
         ext.items.assign(st.seqs[s].items.begin() + h, st.seqs[s].items.begin() + i);
         ext.fork_to = i - h;
@@ -461,24 +460,30 @@ void SeqDp::nested_case(int s, int i, int d, int down, int floor_val, Entry* bes
   }
 }
 
+// A part of series sequence s (a block with its join or fork ops) followed by the rest of the
+// sequence from item `after`: the part on d1 devices with the rest's depth after it, the rest on
+// the others (the part alone on all d when nothing follows). `part(d1, down)` is the part's depth.
+template <class Part>
+void SeqDp::part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best,
+                           Part part) {
+  if (after == static_cast<int>(st_.seqs[s].items.size())) return keep(best, part(d, down), how, 0, d, opt);
+  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+    if (floor_cand(d1) != d1) continue;
+    const int rest = go(s, after, floor_cand(d - d1), down);
+    if (rest < 0) continue;
+    keep(best, part(d1, rest), how, 0, d1, opt);
+  }
+}
+
 // Join case (series sequences): the parallel block at item i and the ops after it up to a
 // tail_end, with those ops in the last stage of one branch (JoinOption); the rest after tail_end.
 void SeqDp::join_case(int s, int i, int d, int down, int floor_val, Entry* best) {
   const auto* opts = st_.joins_at(s, i);
   if (!opts) return;
-  const int k = static_cast<int>(st_.seqs[s].items.size());
   for (int o = 0; o < static_cast<int>(opts->size()) && best->val != floor_val; ++o) {
     const JoinOption& jo = (*opts)[o];
-    if (jo.tail_end == k) {
-      keep(best, go(jo.block, 0, d, down), Case::join, 0, d, o);
-      continue;
-    }
-    for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
-      if (floor_cand(d1) != d1) continue;
-      const int rest = go(s, jo.tail_end, floor_cand(d - d1), down);
-      if (rest < 0) continue;
-      keep(best, go(jo.block, 0, d1, rest), Case::join, 0, d1, o);
-    }
+    part_then_rest(s, jo.tail_end, d, down, floor_val, Case::join, o, best,
+                   [&](int d1, int dn) { return go(jo.block, 0, d1, dn); });
   }
 }
 
@@ -562,19 +567,10 @@ void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best
 void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best) {
   const auto* opts = st_.forks_at(s, i);
   if (!opts) return;
-  const int k = static_cast<int>(st_.seqs[s].items.size());
   for (int o = 0; o < static_cast<int>(opts->size()) && best->val != floor_val; ++o) {
     const ForkOption& fo = (*opts)[o];
-    if (fo.block_item + 1 == k) {
-      keep(best, fork_block(fo, d, down).val, Case::fork, 0, d, o);
-      continue;
-    }
-    for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
-      if (floor_cand(d1) != d1) continue;
-      const int rest = go(s, fo.block_item + 1, floor_cand(d - d1), down);
-      if (rest < 0) continue;
-      keep(best, fork_block(fo, d1, rest).val, Case::fork, 0, d1, o);
-    }
+    part_then_rest(s, fo.block_item + 1, d, down, floor_val, Case::fork, o, best,
+                   [&](int d1, int dn) { return fork_block(fo, d1, dn).val; });
   }
 }
 
@@ -633,6 +629,16 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
   return fork_memo_[key] = best;
 }
 
+// For a part_then_rest choice (`arg`: the part's devices): collects the rest of sequence s from
+// `after` and returns the part's devices and downstream depth.
+std::pair<int, int> SeqDp::collect_rest(int s, int after, int d, int down, int arg, std::vector<StageChoice>* out) {
+  if (after == static_cast<int>(st_.seqs[s].items.size())) return {d, down};
+  const int rd = floor_cand(d - arg);
+  const int rest = go(s, after, rd, down);
+  collect(s, after, rd, down, out);
+  return {arg, rest};
+}
+
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
   const Entry* found = find(s, i, d, down);
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
@@ -662,12 +668,8 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
     }
     case Case::join: {
       const JoinOption& jo = (*st_.joins_at(s, i))[e.opt];
-      if (jo.tail_end == k) return collect(jo.block, 0, d, down, out);
-      const int d1 = e.arg, rd = floor_cand(d - d1);
-      const int rest = go(s, jo.tail_end, rd, down);
-      collect(s, jo.tail_end, rd, down, out);
-      collect(jo.block, 0, d1, rest, out);
-      return;
+      const auto [d1, part_down] = collect_rest(s, jo.tail_end, d, down, e.arg, out);
+      return collect(jo.block, 0, d1, part_down, out);
     }
     case Case::merge: {
       StageChoice sc;
@@ -680,13 +682,7 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
     }
     case Case::fork: {
       const ForkOption& fo = (*st_.forks_at(s, i))[e.opt];
-      int dblk = d, after_down = down;
-      if (fo.block_item + 1 < k) {
-        dblk = e.arg;
-        const int rd = floor_cand(d - dblk);
-        after_down = go(s, fo.block_item + 1, rd, down);
-        collect(s, fo.block_item + 1, rd, down, out);
-      }
+      const auto [dblk, after_down] = collect_rest(s, fo.block_item + 1, d, down, e.arg, out);
       const ForkPick fp = fork_block(fo, dblk, after_down);
       const int len = static_cast<int>(st_.seqs[fo.ext].items.size());
       StageChoice sc;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cost/cost_model.h"
@@ -189,6 +190,8 @@ class SeqDp {
   void join_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void merge_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void fork_case(int s, int i, int d, int down, int floor_val, Entry* best);
+  template <class Part>
+  void part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best, Part part);
   // The fork option's ops and block (ext and others) on d devices with `down` after the block:
   // its minimal depth (memoised per solve, with how it is reached).
   struct ForkPick {
@@ -204,6 +207,7 @@ class SeqDp {
   int down_of(const Seq& q, int i, int m, int down) const;
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
   void collect(int s, int i, int d, int down, std::vector<StageChoice>* out);
+  std::pair<int, int> collect_rest(int s, int after, int d, int down, int arg, std::vector<StageChoice>* out);
 
   const cost::CostModel& cm_;
   const Structure& st_;
