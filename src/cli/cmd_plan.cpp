@@ -99,7 +99,7 @@ Registrar reg(20, [](CLI::App& root) {
                  "every power of two dividing it");
   c->add_option("--planner", a->planner, "graphpipe | pipedream | piper")->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adam | sgd")->capture_default_str();
-  c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory limit in GB (default: device memory)");
+  c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
   c->add_option("--time-limit", a->time_limit_s, "Piper: give up after this many seconds")->capture_default_str();
   c->add_option("--profile", a->profile, "Measured op costs (graphpipe.profile/1)");
   c->add_option("--out", a->out, "Write the plan (graphpipe.plan/1)");
