@@ -267,6 +267,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                                     : fmt::format(" {}: does not fit memory;", c.micro_batch);
     rep.explain.push_back(fmt::format("micro-batch {} chosen (smallest predicted iteration time); "
                                       "best plan per micro-batch size:{}", best->mbs, alt));
+    std::string dp;
+    for (const auto& c : rep.per_micro_batch)
+      if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
+    rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
+                          "re-costs each stage on its links):" + dp);
     if (graphpipe) {
       rep.explain.push_back("graph: " + rep.sp_note);
       std::string cands;

@@ -49,4 +49,14 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
 
 std::vector<std::string> planner_names();
 
+/// The instance msr-fiddle/piper's algo.cpp reads (its README's input format) for one micro-batch
+/// size (opt.micro_batch, required): the coarse graph that `plan --planner piper --micro-batch M
+/// --time-limit S` runs on, one node per coarse node with its ops' costs at that micro-batch (ms per
+/// micro-batch, the optimizer step spread over the micro-batches; activation bytes per in-flight
+/// micro-batch as memoryUsageA, weights + gradients + optimizer state as memoryUsageB), one edge per
+/// pair of coarse nodes with the bytes per micro-batch crossing it, the link the planner assumes
+/// (intra-node when all devices fit one node), and parameterSize scaled so that Piper's
+/// data-parallel resync of two replicas costs our all-reduce. A "graphpipe" field says what it is.
+Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt);
+
 }  // namespace gp::planner
