@@ -322,7 +322,8 @@ namespace {
 
 // Per split and degree 2^plog: TPS, state and activation bytes, summed over the stage's coarse
 // nodes (per-node sums, and the op tensors crossing the stage boundary for the cut edges): the
-// same quantities as cost::stage_cost on the stage's ops, without walking them.
+// same quantities as cost::stage_cost on the stage's ops (compute, transfers, all-reduce and the
+// optimizer step), without walking them.
 struct SplitCosts {
   int P = 1;
   std::vector<float> tps, act;  // [split * P + plog]
@@ -389,13 +390,15 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
           if (std::any_of(readers.begin(), readers.end(), [&](int r) { return !in_split[r]; }))
             cut_bytes.push_back(cm.output_bytes(o, 1));
       }
+      // The optimizer step, once per iteration, is spread over the mini-batch as in stage_cost.
+      const double step = cost::optimizer_step_time(cm.cluster(), st);
       for (int plog = 0; plog <= pcap; ++plog) {
         const double b = static_cast<double>(micro_batch >> plog);
         double comp = 0, a = 0, comm = 0;
         for (int x : nodes) comp += ncomp[x * P + plog], a += nact[x * P + plog];
         for (double bytes : cut_bytes) comm += 2 * cm.p2p_time(same_node, bytes * b);
         sc.tps[si * P + plog] = static_cast<float>((comp + comm) / micro_batch +
-                                                   cm.allreduce_time(1 << plog, same_node, param) / mini_batch);
+                                                   (cm.allreduce_time(1 << plog, same_node, param) + step) / mini_batch);
         sc.act[si * P + plog] = static_cast<float>(a);
       }
       sc.state[si] = static_cast<float>(st);
