@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make paper: regenerate the paper's Figure 6 (mmt, dlrm, candle-uno at 4-32 devices on summit:
-# GraphPipe vs PipeDream vs Piper) and Figure 7 (candle-uno branch sweep) with our planners and
+# GraphPipe vs PipeDream vs Piper), the same near the memory limit (mini-batch swept per device
+# count, fp32 and mixed precision) and Figure 7 (candle-uno branch sweep) with our planners and
 # simulator; writes docs/paper-results.md. Usage: scripts/paper.sh [BUILD_DIR]
 set -uo pipefail
 BUILD=${1:-build}
@@ -9,6 +10,11 @@ OUT=${PAPER_OUT:-docs/paper-results.md}
 PIPER_LIMIT=${PIPER_LIMIT:-30}         # seconds before Piper's search is reported as "timeout"
 PER_DEVICE_BATCH=${PER_DEVICE_BATCH:-32} # mini-batch = 32 x devices (weak scaling)
 DEVICES=${DEVICES:-"4 8 16 32"}
+PARTS=${PARTS:-"fig6 memory fig7"}    # which sections to run (a subset for a quick check)
+SWEEP_DEVICES=${SWEEP_DEVICES:-"4 8 16 32"} # the memory-limit sweep's device counts
+SWEEP_PER_DEVICE=${SWEEP_PER_DEVICE:-"32 128 512 2048"} # its per-device batch ladder
+SWEEP_NEAR=${SWEEP_NEAR:-0.8}          # stop the ladder once GraphPipe's peak reaches this share of the limit
+SWEEP_PIPER_LIMIT=${SWEEP_PIPER_LIMIT:-10}
 [ -x "$GP" ] || { echo "paper.sh: $GP not found; run make build first" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -18,11 +24,13 @@ START=$(date +%s)
 field() { grep -o "\"$1\": [-0-9.eE+]*" "$2" | sed -n '1s/.*: //p'; }  # sed reads to the end (pipefail)
 fmt() { awk -v x="$1" -v f="$2" 'BEGIN { if (x == "") print "-"; else printf(f, x) }'; }
 
-# run_one MODEL N PLANNER TAG: plans and simulates; leaves $TMP/TAG.sim.json or a reason in TAG.err
+# Plans and simulates; leaves $TMP/TAG.sim.json or a reason in TAG.reason.
+# run_one MODEL N PLANNER TAG [BATCH [CLUSTER [PIPER_LIMIT]]]: BATCH defaults to N x PER_DEVICE_BATCH
 run_one() {
-  local model=$1 n=$2 planner=$3 tag=$4 batch=$(($2 * PER_DEVICE_BATCH)) limit=()
-  [ "$planner" = piper ] && limit=(--time-limit "$PIPER_LIMIT")
-  timeout $((PIPER_LIMIT * 3 + 60)) "$GP" plan --model "$model" --cluster summit --devices "$n" \
+  local model=$1 n=$2 planner=$3 tag=$4 batch=${5:-$(($2 * PER_DEVICE_BATCH))} cluster=${6:-summit}
+  local plimit=${7:-$PIPER_LIMIT} limit=()
+  [ "$planner" = piper ] && limit=(--time-limit "$plimit")
+  timeout $((plimit * 3 + 60)) "$GP" plan --model "$model" --cluster "$cluster" --devices "$n" \
     --batch "$batch" --planner "$planner" "${limit[@]}" --out "$TMP/$tag.plan.json" \
     >"$TMP/$tag.plan.out" 2>"$TMP/$tag.err"
   local rc=$?
@@ -72,7 +80,9 @@ row() {
   echo "## Figure 6: throughput by model and device count"
 } >"$OUT.tmp"
 
-for model in mmt dlrm candle-uno; do
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+has fig6 && for model in mmt dlrm candle-uno; do
   for n in $DEVICES; do
     for planner in pipedream graphpipe piper; do
       echo "[$(( $(date +%s) - START ))s] $model on $n devices: $planner" >&2
@@ -93,6 +103,90 @@ for model in mmt dlrm candle-uno; do
   } >>"$OUT.tmp"
 done
 
+# peak_share TAG: the simulated peak over the usable memory (device memory minus the reserve)
+peak_share() {
+  python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1] + '.sim.json')); d = json.load(open(sys.argv[1] + '.plan.json'))['costs']['cluster']['device']
+print('%.2f' % (s['peak_memory_max_bytes'] / (d['memory_bytes'] - d.get('memory_reserve_bytes', 0))))" "$TMP/$1" 2>/dev/null
+}
+# tps TAG: simulated samples/s, or the reason there is none
+tps() { [ -f "$TMP/$1.sim.json" ] && fmt "$(field throughput_samples_per_s "$TMP/$1.sim.json")" "%.1f" || cat "$TMP/$1.reason"; }
+# ratio A B: A's simulated throughput over B's
+ratio() {
+  [ -f "$TMP/$1.sim.json" ] && [ -f "$TMP/$2.sim.json" ] || { echo -; return; }
+  awk -v a="$(field throughput_samples_per_s "$TMP/$1.sim.json")" -v b="$(field throughput_samples_per_s "$TMP/$2.sim.json")" \
+    'BEGIN { printf("%.2fx", a / b) }'
+}
+# sim_over_pred TAG: simulated / predicted iteration time
+sim_over_pred() {
+  awk -v s="$(field iteration_time_s "$TMP/$1.sim.json")" -v p="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted']['iteration_time_s'])" "$TMP/$1.plan.json")" \
+    'BEGIN { printf("%.3f", s / p) }'
+}
+
+# Mixed precision: the summit preset as a cluster file (from a plan's recorded costs) with
+# mixed_precision on, sized for the largest sweep.
+has memory && {
+MAXN=$(echo $SWEEP_DEVICES | tr ' ' '\n' | sort -n | tail -1)
+"$GP" plan --model candle-uno --cluster summit --devices "$MAXN" --batch "$MAXN" --planner pipedream \
+  --out "$TMP/preset.plan.json" >/dev/null 2>&1
+python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1]))['costs']['cluster']; c['mixed_precision'] = True; c['name'] = 'summit-mixed'
+json.dump(c, open(sys.argv[2], 'w'), indent=1)" "$TMP/preset.plan.json" "$TMP/summit-mixed.json" ||
+  { echo "paper.sh: could not write the mixed-precision cluster" >&2; exit 1; }
+
+# sweep MODEL N PRECISION: GraphPipe up the per-device batch ladder until its simulated peak
+# reaches SWEEP_NEAR of the memory limit or no plan fits; then PipeDream and Piper at that batch.
+sweep() {
+  local model=$1 n=$2 prec=$3 cluster=summit last="" pdb tag share
+  [ "$prec" = mixed ] && cluster=$TMP/summit-mixed.json
+  for pdb in $SWEEP_PER_DEVICE; do
+    tag=sw.$model.$n.$prec.$pdb
+    echo "[$(( $(date +%s) - START ))s] sweep: $model on $n devices, $prec, mini-batch $((pdb * n)): graphpipe" >&2
+    run_one "$model" "$n" graphpipe "$tag.graphpipe" $((pdb * n)) "$cluster" "$SWEEP_PIPER_LIMIT"
+    [ -f "$TMP/$tag.graphpipe.sim.json" ] || break
+    last=$pdb
+    share=$(peak_share "$tag.graphpipe")
+    awk -v a="$share" -v b="$SWEEP_NEAR" 'BEGIN { exit !(a >= b) }' && break
+  done
+  if [ -z "$last" ]; then
+    echo "| $model | $n | $prec | $(cat "$TMP/sw.$model.$n.$prec.${SWEEP_PER_DEVICE%% *}.graphpipe.reason" 2>/dev/null) | | | | | | | |"
+    return
+  fi
+  tag=sw.$model.$n.$prec.$last
+  for planner in pipedream piper; do
+    echo "[$(( $(date +%s) - START ))s] sweep: $model on $n devices, $prec, mini-batch $((last * n)): $planner" >&2
+    run_one "$model" "$n" "$planner" "$tag.$planner" $((last * n)) "$cluster" "$SWEEP_PIPER_LIMIT"
+  done
+  local g=$tag.graphpipe
+  echo "| $model | $n | $prec | $((last * n)) ($last) | $(peak_share "$g") / $(peak_share "$tag.pipedream") / $(peak_share "$tag.piper") | $(tps "$g") | $(tps "$tag.pipedream") | $(tps "$tag.piper") | $(ratio "$g" "$tag.pipedream") | $(ratio "$g" "$tag.piper") | $(sim_over_pred "$g") |"
+}
+
+{
+  echo
+  echo "## Near the memory limit: mini-batch swept per device count, fp32 and mixed precision"
+  echo
+  echo "The paper chose mini-batches \"such that the system operates close to the memory limit\". Per model,"
+  echo "device count and precision, GraphPipe plans mini-batches of (${SWEEP_PER_DEVICE}) x devices in turn until its"
+  echo "simulated peak reaches ${SWEEP_NEAR} of the usable memory (16 GB minus the preset's reserve) or no plan"
+  echo "fits; PipeDream and Piper (${SWEEP_PIPER_LIMIT} s limit) then plan the last mini-batch that fitted. Mixed"
+  echo "precision: fp16 compute at the tensor-core curves, fp16 activations and messages, fp32 master weights"
+  echo "and optimizer state (\`mixed_precision\` in the cluster file). Peak / limit is the simulated largest"
+  echo "per-device peak over the usable memory (GraphPipe / PipeDream / Piper); sim / pred is GraphPipe's"
+  echo "simulated over predicted iteration time."
+  echo
+  echo "| model | devices | precision | mini-batch (per device) | peak / limit | GraphPipe samples/s | PipeDream samples/s | Piper samples/s | GraphPipe / PipeDream | GraphPipe / Piper | sim / pred |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  for model in mmt dlrm candle-uno; do
+    for n in $SWEEP_DEVICES; do
+      for prec in fp32 mixed; do sweep "$model" "$n" "$prec"; done
+    done
+  done
+} >>"$OUT.tmp"
+}
+
+has fig7 && {
 {
   echo
   echo "## Figure 7: candle-uno branch sweep (GraphPipe speedup over PipeDream)"
@@ -115,6 +209,7 @@ for b in 2 4 8 16; do
     fi
   done
 done
+}
 if [ -f docs/paper-notes.md ]; then { echo; cat docs/paper-notes.md; } >>"$OUT.tmp"; fi
 mv "$OUT.tmp" "$OUT"
 echo "wrote $OUT in $(( $(date +%s) - START )) s" >&2

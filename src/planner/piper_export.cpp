@@ -61,10 +61,11 @@ Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt) {
   const ir::Graph& g = cm.graph();
   const bool same_node = n <= cm.cluster().devices_per_node;
   const cost::LinkSpec& link = same_node ? cm.intra_link() : cm.inter_link();
-  // Piper resyncs d replicas with 4 (d - 1) / d x parameterSize bytes over `bandwidth`; scaled so
-  // that two replicas cost what our all-reduce of the parameters costs (exact at d = 2).
+  // Piper resyncs d replicas with 4 (d - 1) / d x parameterSize bytes over `bandwidth` and has no
+  // latency term: scaled so that two replicas cost our all-reduce's per-byte time (its slope).
   const double probe = 1e9;
-  const double ar_scale = cm.allreduce_time(2, same_node, probe) * link.bandwidth_Bps / (2 * probe);
+  const double slope = (cm.allreduce_time(2, same_node, 2 * probe) - cm.allreduce_time(2, same_node, probe)) / probe;
+  const double ar_scale = slope * link.bandwidth_Bps / 2;
   const int num_micro = opt.mini_batch / mb;
   std::vector<int> node_of(g.num_ops());
   Json nodes = Json::array();
