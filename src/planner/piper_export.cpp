@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "planner/piper.h"
@@ -49,6 +50,8 @@ Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt) {
            opt.mini_batch, mb);
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
+  GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes),
+           "--memory-limit must be >= 0 and finite, got {} GB", opt.memory_limit_bytes / 1e9);
   const double limit = cm.usable_memory_bytes(opt.memory_limit_bytes);
   GP_CHECK(limit > 0, "--memory-limit leaves nothing for tensors after the device reserve of {:.3g} GB",
            cm.cluster().device.memory_reserve_bytes / 1e9);

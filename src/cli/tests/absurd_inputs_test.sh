@@ -61,6 +61,14 @@ o2o22|plan --model $M --cluster summit --devices 4 --batch 8 --memory-limit {}
 2|plan --model mmt --cluster summit --devices 100000 --batch 64
 2|plan --model mmt --cluster summit --devices 65536 --batch 64
 2|plan --model $M --cluster summit --devices 4 --batch 2147483647
+22222|piper-export --model $M --cluster summit --devices {} --batch 8 --micro-batch 2
+22222|piper-export --model $M --cluster summit --devices 4 --batch {} --micro-batch 1
+22222|piper-export --model $M --cluster summit --devices 4 --batch 8 --micro-batch {}
+22o22|piper-export --model $M --cluster summit --devices 4 --batch 8 --micro-batch 2 --time-limit {}
+o2o22|piper-export --model $M --cluster summit --devices 4 --batch 8 --micro-batch 2 --memory-limit {}
+2|piper-export --model {} --devices 4 --batch 8 --micro-batch 2
+2|piper-export --model $M --devices 4 --batch 8 --micro-batch 3
+2|piper-export --model $M --devices 4 --batch 8 --micro-batch 2 --out $T/no/such/dir/x.json
 2|simulate --plan {}
 2|simulate --plan $P --schedule {}
 2|simulate --plan $P --schedule-file {}
