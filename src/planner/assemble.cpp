@@ -33,41 +33,12 @@ struct StageTimes {
   std::vector<double> compute, send, bwd, tail;
 };
 
-// When a stage's last backward can end at the earliest, from its own work and the flow of the
-// last micro-batch: the last micro-batch reaches a stage after every predecessor ran its M forwards
-// (and, past its in-flight limit, the backwards 1F1B interleaves), and a stage's last backward
-// follows its successors' and its own M micro-batches. A stage downstream of a slow one (the
-// sources of dlrm's 7 embedding tables, 18 ms per micro-batch) finishes its last backward well
-// before the sources do; its all-reduce then overlaps their backwards (issue 22: dlrm on 32
-// devices at mini-batch 1,024, a sink all-reduce of 38 ms, was predicted 1.21x too slow).
-std::vector<double> last_backward_bound(const plan::Plan& p, int num_micro, const StageTimes& st) {
-  const size_t n = p.stages.size();
-  std::vector<double> first(n, 0), last_fwd(n, 0), bound(n, 0);
-  for (size_t k = 0; k < n; ++k) {
-    const double fwd = st.compute[k] - st.bwd[k];
-    const int w = std::clamp(p.stages[k].in_flight, 1, num_micro);
-    double arrive = 0;
-    for (int f : p.stages[k].inputs_from) {
-      first[k] = std::max(first[k], first[f] + st.compute[f] - st.bwd[f] + st.send[f]);
-      arrive = std::max(arrive, last_fwd[f] + st.send[f]);
-    }
-    last_fwd[k] = std::max(arrive + fwd, first[k] + num_micro * fwd + (num_micro - w) * st.bwd[k]);
-  }
-  for (size_t k = n; k-- > 0;) {
-    double after = last_fwd[k];
-    for (int s : p.stages[k].outputs_to) after = std::max(after, bound[s]);
-    bound[k] = std::max(after + st.bwd[k], first[k] + num_micro * st.compute[k]);
-  }
-  return bound;
-}
-
 // Iteration time (1F1B, analytic, as the simulator runs it): sends overlap compute, so a stage
 // paces at max(compute, sends) per micro-batch; the first micro-batch crosses the longest path of
 // compute + transfers (each cut tensor once forward, once backward); the slowest stage paces the
 // remaining M - 1 and the sources' last backward ends there. Every other stage's last backward
-// ends earlier by the backward times on its longest path back to a source, but never earlier than
-// its own work allows (last_backward_bound); after it the stage all-reduces its gradients and steps
-// its optimizer; the iteration ends at the last such step.
+// ends earlier by the backward times on its longest path back to a source; after it the stage
+// all-reduces its gradients and steps its optimizer; the iteration ends at the last such step.
 double iteration_time(const plan::Plan& p, int num_micro, const StageTimes& st) {
   const size_t n = p.stages.size();
   std::vector<double> finish(n, 0), back(n, 0);
@@ -83,12 +54,8 @@ double iteration_time(const plan::Plan& p, int num_micro, const StageTimes& st) 
     slowest = std::max(slowest, std::max(st.compute[k], st.send[k]));
   }
   const double pipe = (num_micro - 1) * slowest + path;
-  const std::vector<double> bound = last_backward_bound(p, num_micro, st);
   double end = pipe;
-  for (size_t k = 0; k < n; ++k) {
-    const double last_bwd = p.stages[k].inputs_from.empty() ? pipe : std::min(pipe - back[k], bound[k]);
-    end = std::max(end, last_bwd + st.tail[k]);
-  }
+  for (size_t k = 0; k < n; ++k) end = std::max(end, pipe - back[k] + st.tail[k]);
   return end;
 }
 }  // namespace
