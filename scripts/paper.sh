@@ -108,10 +108,11 @@ peak_share() {
   python3 -c "
 import json, sys
 s = json.load(open(sys.argv[1] + '.sim.json')); d = json.load(open(sys.argv[1] + '.plan.json'))['costs']['cluster']['device']
-print('%.2f' % (s['peak_memory_max_bytes'] / (d['memory_bytes'] - d.get('memory_reserve_bytes', 0))))" "$TMP/$1" 2>/dev/null
+print('%.2f' % (s['peak_memory_max_bytes'] / (d['memory_bytes'] - d.get('memory_reserve_bytes', 0))))" "$TMP/$1" 2>/dev/null ||
+    echo -
 }
 # tps TAG: simulated samples/s, or the reason there is none
-tps() { [ -f "$TMP/$1.sim.json" ] && fmt "$(field throughput_samples_per_s "$TMP/$1.sim.json")" "%.1f" || cat "$TMP/$1.reason"; }
+tps() { [ -f "$TMP/$1.sim.json" ] && fmt "$(field throughput_samples_per_s "$TMP/$1.sim.json")" "%.1f" || cat "$TMP/$1.reason" 2>/dev/null || echo -; }
 # ratio A B: A's simulated throughput over B's
 ratio() {
   [ -f "$TMP/$1.sim.json" ] && [ -f "$TMP/$2.sim.json" ] || { echo -; return; }
