@@ -26,9 +26,10 @@ MID=${MID:-mmt:layers=2}  # a mid-sized model whose op signatures the first mode
 mkdir -p "$OUT/profiles" "$OUT/work"
 W=$OUT/work
 exec > >(tee "$OUT/gpu-check.log") 2>&1
+exec 3>&1  # say() writes here, past the redirections of the command it announces
 START=$(date +%s)
 FAILED=()
-say() { echo "[$(($(date +%s) - START))s] $*"; }
+say() { echo "[$(($(date +%s) - START))s] $*" >&3; }
 run() { say "\$ $*"; "$@"; }
 fail() { FAILED+=("$1"); say "FAILED: $1"; }
 
