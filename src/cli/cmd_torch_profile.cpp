@@ -24,13 +24,18 @@ constexpr int kMaxRepeats = 100000;
 constexpr int64_t kMaxLinkBytes = int64_t{1} << 30;
 
 struct ProfileArgs {
-  std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes, clock = "wall";
+  std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes, clock = "wall", device = "cpu";
   int warmup = 2, repeats = 5, threads = 1;
   bool json = false, links = false;
 };
 
 void run(const ProfileArgs& a) {
   GP_CHECK(!a.spec.empty() || a.links, "profile: needs --model SPEC, --links, or both");
+  runtime::check_device_available(a.device);  // --device cuda without CUDA: exit 2 before any work
+  GP_CHECK(!a.links || a.device == "cpu",
+           "profile --links --device {}: --links measures Gloo between two CPU processes; measure GPU links "
+           "separately (nccl-tests) and write them into a cluster file",
+           a.device);
   GP_CHECK(a.repeats >= 1 && a.repeats <= kMaxRepeats, "--repeats must be in [1, {}], found {}", kMaxRepeats,
            a.repeats);
   GP_CHECK(a.warmup >= 0 && a.warmup <= kMaxRepeats, "--warmup must be in [0, {}], found {}", kMaxRepeats, a.warmup);
@@ -60,11 +65,12 @@ void run(const ProfileArgs& a) {
     opt.threads = a.threads;
     GP_CHECK(a.clock == "wall" || a.clock == "cpu", "--clock: expected wall or cpu, found \"{}\"", a.clock);
     opt.cpu_clock = a.clock == "cpu";
+    opt.device = a.device;
     GP_CHECK(!opt.cpu_clock || a.threads == 1, "--clock cpu: needs --threads 1 (found {}): it times the calling thread",
              a.threads);
     p = profiler::profile_graph(g, opt, &std::cerr);
   } else {
-    p.device = profiler::describe_device(a.threads);
+    p.device = profiler::describe_device(a.threads, a.device);
   }
   if (a.links) {
     profiler::LinkOptions lo;
@@ -111,6 +117,9 @@ Registrar reg(70, [](CLI::App& root) {
   c->add_option("--clock", a->clock,
                 "wall, or cpu: the thread's CPU time (with --threads 1), which leaves out the time other jobs on "
                 "a shared machine take from it")
+      ->capture_default_str();
+  c->add_option("--device", a->device,
+                "cpu, or cuda: time the ops on GPU 0 (synchronized before and after each timed call)")
       ->capture_default_str();
   c->add_flag("--json", a->json, "Print a machine-readable summary");
   c->add_flag("--links", a->links,

@@ -34,6 +34,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--timeout", o.timeout_s, "Seconds a worker waits for a peer before giving up")->capture_default_str();
   c->add_option("--schedule", o.schedule, "1f1b | gpipe")->capture_default_str();
   c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
+  c->add_option("--device", o.device,
+                "cpu, or cuda: each worker on GPU LOCAL_RANK % GPUs (one GPU shared by all when there is one)")
+      ->capture_default_str();
   c->add_flag("--seeded-weights", o.seeded_weights,
               "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");
   c->add_flag("--allow-nonfinite", o.allow_nonfinite,

@@ -88,6 +88,23 @@ Cluster dgx_h100() {
   return c;
 }
 
+/// NVIDIA DGX H200: H200 SXM datasheet 141 GB HBM3e (decimal GB) at 4.8 TB/s, 67 TFLOP/s fp32,
+/// 989 TFLOP/s fp16/bf16 tensor (dense; tf32 494). NVLink 4 as on the H100: 900 GB/s bidirectional =
+/// 450 GB/s per direction. 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s
+/// per node. Same V100 curves as the other GPU presets (not fitted to the H200).
+Cluster h200() {
+  Cluster c;
+  c.name = "h200";
+  c.devices_per_node = 8;
+  c.device = {"H200-141GB", 141 * GB, 67 * TFLOPS, 989 * TFLOPS, 4800 * GB, kGpuKernelOverhead,
+              gpu_efficiency("H200")};
+  c.device.memory_reserve_bytes = gpu_reserve(141 * GB);
+  c.intra = {450 * GB, 5e-6};
+  c.inter = {50 * GB, 10e-6};
+  c.node_injection_Bps = 400 * GB;
+  return c;
+}
+
 /// This machine: one node whose "devices" are worker processes, one LibTorch thread each. Without a
 /// calibration (active_calibration(): `graphpipe calibrate`, cached per machine) these are fixed,
 /// conservative figures for one thread; with one, the measured rates of this machine (GEMM rate and
@@ -167,7 +184,7 @@ Json link_to_json(const LinkSpec& l) {
 
 }  // namespace
 
-std::vector<std::string> cluster_preset_names() { return {"summit", "dgx-a100", "dgx-h100", "cpu"}; }
+std::vector<std::string> cluster_preset_names() { return {"summit", "dgx-a100", "dgx-h100", "h200", "cpu"}; }
 
 std::string local_cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -198,8 +215,8 @@ Cluster load_cluster(const std::string& spec, int devices) {
   if (spec == "cpu") {
     const std::optional<CpuCalibration>& k = active_calibration();
     c = cpu_preset(devices, k ? &*k : nullptr);
-  } else if (spec == "summit" || spec == "dgx-a100" || spec == "dgx-h100") {
-    c = spec == "summit" ? summit() : spec == "dgx-a100" ? dgx_a100() : dgx_h100();
+  } else if (spec == "summit" || spec == "dgx-a100" || spec == "dgx-h100" || spec == "h200") {
+    c = spec == "summit" ? summit() : spec == "dgx-a100" ? dgx_a100() : spec == "dgx-h100" ? dgx_h100() : h200();
     // Presets have as many nodes as the request needs; without --devices, one node.
     int n = devices > 0 ? devices : c.devices_per_node;
     c.num_nodes = (n + c.devices_per_node - 1) / c.devices_per_node;
@@ -208,7 +225,7 @@ Cluster load_cluster(const std::string& spec, int devices) {
   } else {
     bool looks_like_file = spec.find('/') != std::string::npos || spec.find('.') != std::string::npos;
     GP_CHECK(looks_like_file || ::access(spec.c_str(), R_OK) == 0,
-             "unknown cluster \"{}\": expected one of summit, dgx-a100, dgx-h100, cpu, or a "
+             "unknown cluster \"{}\": expected one of summit, dgx-a100, dgx-h100, h200, cpu, or a "
              "graphpipe.cluster/1 .json file",
              spec);
     c = cluster_from_json(read_json_file(spec), spec);

@@ -59,7 +59,7 @@ struct Cluster {
   bool same_node(int a, int b) const { return node_of(a) == node_of(b); }
 };
 
-/// Preset name (summit, dgx-a100, dgx-h100, cpu) or a graphpipe.cluster/1 file; `devices` > 0
+/// Preset name (summit, dgx-a100, dgx-h100, h200, cpu) or a graphpipe.cluster/1 file; `devices` > 0
 /// takes the first N devices (whole nodes first). Throws UserError naming the spec or file field.
 Cluster load_cluster(const std::string& spec, int devices = 0);
 Json cluster_to_json(const Cluster& c);

@@ -23,7 +23,8 @@ std::string describe_op(const ir::Graph& g, OpId id) {
   return fmt::format("{} {} -> {}", ir::to_string(op.kind), ins, ir::shape_str(op.output_shape));
 }
 
-std::string describe_device(int threads) {
+std::string describe_device(int threads, const std::string& device) {
+  if (device != "cpu") return runtime::accelerator_description(device);
   // plan::prediction_scope matches a profile to this machine by this "cpu: MODEL (" prefix.
   return fmt::format("cpu: {} ({} thread{})", cost::local_cpu_model(), threads, threads == 1 ? "" : "s");
 }
@@ -67,13 +68,13 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
     if (seen.insert(sig).second) todo.emplace_back(std::move(sig), id);
   }
   cost::Profile p;
-  p.device = describe_device(opt.threads);
+  p.device = describe_device(opt.threads, opt.device);
   for (size_t k = 0; k < todo.size(); ++k) {
     const auto& [sig, id] = todo[k];
     if (progress)
       *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id),
                                fmt::join(batches, ",")) << std::flush;
-    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock);
+    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
     cost::OpMeasurement m{sig, ir::to_string(g.op(id).kind), batches, {}, {}};
     for (const auto& x : t) {
       m.fwd_s.push_back(x.fwd_s);

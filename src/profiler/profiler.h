@@ -18,13 +18,15 @@ struct ProfileOptions {
   int repeats = 5;  // the median of these is recorded
   int threads = 1;  // LibTorch intra-op threads
   bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
+  std::string device = "cpu";  // --device cpu|cuda (runtime::time_op)
 };
 
 /// A short description of one op for progress lines: "linear [B, 64, 256] -> [B, 64, 1024]".
 std::string describe_op(const ir::Graph& g, OpId op);
 
-/// "cpu: <model name from /proc/cpuinfo> (N thread(s))".
-std::string describe_device(int threads);
+/// "cpu: <model name from /proc/cpuinfo> (N thread(s))"; with `device` "cuda",
+/// "cuda: <GPU model> (device 0, LibTorch V)".
+std::string describe_device(int threads, const std::string& device = "cpu");
 
 /// Profiles each distinct cost::op_signature once (the first op with it), at every batch size.
 /// Writes "[k/n] <op> b=<b> fwd .. bwd .." progress lines to `progress` when it is not null.

@@ -207,6 +207,7 @@ int run_pipeline(const TrainOptions& opt) {
   if (launch_env_from_environment()) return run_worker(opt);
 
   // Bad input ends here, before any worker starts.
+  check_device_available(opt.device);
   PreparedRun run = prepare_run(opt);
   const int world = run.plan.num_devices;
   double local_bytes = 0;  // every worker runs on this machine

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <torch/version.h>
 
+#include "runtime/detail/device.h"
 #include "runtime/detail/executor.h"
 #include "support/error.h"
 
@@ -28,17 +29,25 @@ double thread_cpu_s() {
 }
 }  // namespace
 
-OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock) {
-  return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats, cpu_clock).front();
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock,
+                 const std::string& device) {
+  return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats, cpu_clock, device).front();
 }
 
 std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats, bool cpu_clock) {
-  double (*clock)() = cpu_clock ? thread_cpu_s : now_s;
+                              int repeats, bool cpu_clock, const std::string& device) {
+  const torch::Device dev = detail::select_device(device, 0);
+  GP_CHECK(!cpu_clock || dev.is_cpu(), "--clock cpu: times the calling CPU thread; with --device {} use --clock wall",
+           device);
+  double (*host_clock)() = cpu_clock ? thread_cpu_s : now_s;
+  auto clock = [&] {  // the device's queued work done, then the host's clock
+    detail::synchronize(dev);
+    return host_clock();
+  };
   GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats,
            warmup);
   constexpr uint64_t kSeed = 1;
-  StageModule m(g, {op}, kSeed);
+  StageModule m(g, {op}, kSeed, {}, dev);
   const std::string& out_name = g.op(op).name;
   std::vector<OpTiming> result;
   for (int64_t batch : batches) {
@@ -49,7 +58,7 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
       if (ext.count(name)) continue;  // a graph input
       std::vector<int64_t> shape(g.op(g.find(name)).output_shape);
       if (!shape.empty()) shape[0] = batch;
-      ext.emplace(name, torch::randn(shape).requires_grad_(true));
+      ext.emplace(name, torch::randn(shape, torch::TensorOptions().device(dev)).requires_grad_(true));
     }
     std::vector<double> fwd, bwd;
     for (int i = 0; i < warmup + repeats; ++i) {
@@ -82,5 +91,12 @@ void set_torch_threads(int threads) {
 int torch_threads() { return torch::get_num_threads(); }
 
 std::string torch_version() { return TORCH_VERSION; }
+
+std::string accelerator_description(const std::string& device) {
+  const torch::Device dev = detail::select_device(device, 0);
+  if (dev.is_cpu()) return "";
+  return fmt::format("cuda: {} (device {}, LibTorch {})", detail::cuda_device_name(dev.index()), dev.index(),
+                     TORCH_VERSION);
+}
 
 }  // namespace gp::runtime

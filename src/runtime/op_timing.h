@@ -20,11 +20,19 @@ struct OpTiming {
 /// `cpu_clock`: time with the calling thread's CPU clock instead of the wall clock (with one intra-op
 /// thread LibTorch runs the op, forward and backward, on the calling thread), so that time the thread
 /// spends descheduled by other jobs on a shared machine does not count.
-OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock = false);
+/// `device` "cuda" (--device): parameters and inputs on the GPU (runtime's select_device, local rank
+/// 0), each timed span between two device synchronizations, so it holds the kernels' time (and the
+/// host's launch time where that is longer); cpu_clock needs "cpu".
+OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock = false,
+                 const std::string& device = "cpu");
 
 /// Same at several batch sizes, building the op's parameters once (large embedding tables).
 std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats, bool cpu_clock = false);
+                              int repeats, bool cpu_clock = false, const std::string& device = "cpu");
+
+/// "cuda: <GPU model> (device 0, LibTorch V)" for --device cuda (UserError where CUDA is not
+/// available); "" for "cpu".
+std::string accelerator_description(const std::string& device);
 
 /// Sets LibTorch's intra-op thread count (>= 1) for this process.
 void set_torch_threads(int threads);

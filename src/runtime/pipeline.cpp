@@ -15,6 +15,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "plan/costs.h"
 #include "runtime/detail/comm.h"
+#include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/memory_meter.h"
@@ -148,7 +149,8 @@ struct MicroBatchState {
 /// One rank's stage: module, optimizer, communicators and the per-step transfer state.
 class StageRunner {
  public:
-  StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world)
+  StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world,
+              torch::Device device)
       : opt_(opt), p_(run.plan), g_(run.graph), st_(p_.stages[role.stage]), rep_(role.replica),
         world_(world), actions_(run.schedule.stages[role.stage].actions), data_(run.data.get()),
         eval_data_(run.eval_data.get()) {
@@ -156,7 +158,7 @@ class StageRunner {
     std::vector<OpId> ops;
     for (size_t i = 0; i < g_.num_ops(); ++i)
       if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
-    module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights);
+    module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights, device);
     feed_ = std::make_unique<InputPrefetcher>(*module_, data_);
     for (const Action& a : actions_)
       if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
@@ -267,7 +269,8 @@ class StageRunner {
     std::vector<int64_t> shape = op.output_shape;
     GP_ASSERT(!shape.empty() && shape[0] == ir::kBatch, "edge tensor {} has no batch dim", name);
     shape[0] = n;
-    return torch::empty(shape, op.dtype == ir::DType::i64 ? torch::kLong : torch::kFloat);
+    return torch::empty(shape, torch::TensorOptions(op.dtype == ir::DType::i64 ? torch::kLong : torch::kFloat)
+                                   .device(module_->device()));
   }
 
   // One send/recv action: the range's part held by this replica, exchanged with every replica
@@ -451,6 +454,8 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
   std::string a = addr ? addr : "127.0.0.1";
   // Single-host runs bind loopback; multi-node runs bind the interface of this host's name.
   co.hostname = (a == "127.0.0.1" || a == "localhost") ? "127.0.0.1" : "";
+  const char* staging = std::getenv("GP_HOST_STAGING");  // 1: stage CPU tensors too (tests the GPU path)
+  co.force_host_staging = staging && std::string(staging) == "1";
   return co;
 }
 
@@ -567,13 +572,14 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
            io.world, run.plan.num_devices);
   torch::set_num_threads(opt.threads);
+  const torch::Device device = detail::select_device(opt.device, io.local_rank);
   detail::install_counting_allocator();  // before the stage's parameters exist
   auto world = detail::make_gloo_communicator(io.store, io.rank, io.world, comm_options(opt));
   RankRole role = role_of_rank(run.plan, io.rank);
   std::unique_ptr<StageRunner> runner;
   std::unique_ptr<detail::MemoryMeter> meter;
   if (role.stage >= 0) {
-    runner = std::make_unique<StageRunner>(opt, run, role, *world);
+    runner = std::make_unique<StageRunner>(opt, run, role, *world, device);
     meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer());
   }
 

@@ -10,6 +10,7 @@
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/data_feed.h"
+#include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
 #include "runtime/detail/executor.h"
 #include "runtime/detail/memory_meter.h"
@@ -81,6 +82,7 @@ int run_single(const TrainOptions& opt) {
            opt.threads);
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
+  const torch::Device device = detail::select_device(opt.device, 0);
   torch::set_num_threads(opt.threads);
   detail::install_counting_allocator();  // before the parameters exist
 
@@ -93,7 +95,7 @@ int run_single(const TrainOptions& opt) {
   check_fits_in_memory(training_bytes_estimate(g, g.op_ids(), opt.batch, opt.optimizer),
                        fmt::format("train --single of {} with --batch {}", g.name(), opt.batch),
                        "parameters, gradients, optimizer state and one batch of activations");
-  StageModule m(g, g.op_ids(), opt.seed, weights);
+  StageModule m(g, g.op_ids(), opt.seed, weights, device);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
   InputPrefetcher feed(m, data.train.get());
 

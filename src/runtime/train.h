@@ -34,7 +34,12 @@ struct TrainOptions {
   bool shuffle = false;       // --shuffle: a seeded permutation of the samples per epoch
   std::string eval_data_dir;  // --eval-data: held-out samples, forward-only loss (+ accuracy)
   int eval_every = 0;         // --eval-every K: evaluate after every K-th step
+  std::string device = "cpu";  // --device cpu|cuda: where parameters, optimizer state and activations live
 };
+
+/// UserError (exit 2) unless `kind` is "cpu", or "cuda" with CUDA available in this LibTorch build and
+/// on this machine ("--device cuda: CUDA is not available in this build or on this machine ...").
+void check_device_available(const std::string& kind);
 
 /// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held
 /// at once: parameters, gradients and optimizer state (Adam: 2 more copies, SGD: 1) plus each op's

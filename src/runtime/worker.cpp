@@ -148,6 +148,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.shuffle) a.emplace_back("--shuffle");
   opt("--eval-data", o.eval_data_dir);
   if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
+  a.insert(a.end(), {"--device", o.device});
   return a;
 }
 
@@ -181,6 +182,7 @@ int run_worker(const TrainOptions& opt) {
     WorkerIo io;
     io.rank = le->rank;
     io.world = le->world;
+    io.local_rank = le->local_rank;
     io.store = store;
     io.on_action = [&](int64_t step, int index, const schedule::Action& a) {
       current = schedule::to_string(a);

@@ -49,7 +49,17 @@ TEST(Cluster, PresetsUseDatasheetFigures) {
   EXPECT_EQ(h.device.peak_flops_f32, 67e12);
   EXPECT_EQ(h.device.peak_flops_f16, 989e12);
   EXPECT_EQ(h.inter.bandwidth_Bps, 50e9);
-  EXPECT_EQ(cluster_preset_names().size(), 4u);
+  Cluster h2 = load_cluster("h200");
+  EXPECT_EQ(h2.num_devices(), 8);
+  EXPECT_EQ(h2.device.memory_bytes, 141e9);
+  EXPECT_EQ(h2.device.mem_bandwidth_Bps, 4800e9);
+  EXPECT_EQ(h2.device.peak_flops_f32, 67e12);
+  EXPECT_EQ(h2.device.peak_flops_f16, 989e12);
+  EXPECT_EQ(h2.intra.bandwidth_Bps, 450e9);
+  EXPECT_EQ(h2.inter.bandwidth_Bps, 50e9);
+  EXPECT_EQ(h2.node_injection_Bps, 400e9);
+  EXPECT_EQ(load_cluster("h200", 16).num_nodes, 2);
+  EXPECT_EQ(cluster_preset_names().size(), 5u);
 }
 
 TEST(Cluster, FirstNDevicesFillWholeNodesFirst) {
@@ -87,7 +97,7 @@ TEST(Cluster, CpuPresetIsThisMachine) {
 
 TEST(Cluster, UnknownSpecsAndBadDeviceCountsAreUserErrors) {
   EXPECT_THAT(error_of([] { load_cluster("sumit"); }),
-              HasSubstr("unknown cluster \"sumit\": expected one of summit, dgx-a100, dgx-h100, cpu"));
+              HasSubstr("unknown cluster \"sumit\": expected one of summit, dgx-a100, dgx-h100, h200, cpu"));
   EXPECT_THAT(error_of([] { load_cluster("summit", -1); }), HasSubstr("--devices must be positive, got -1"));
   EXPECT_THAT(error_of([] { load_cluster("/nonexistent/c.json"); }),
               HasSubstr("/nonexistent/c.json: cannot open file"));

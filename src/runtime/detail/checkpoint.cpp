@@ -224,9 +224,11 @@ void save_checkpoint(const std::string& path, const StageModule& m, torch::optim
 
 namespace {
 
-void open_archive(const std::string& path, torch::serialize::InputArchive& ar) {
+// Tensors land on `device` whatever device wrote them (a checkpoint of a GPU run reads on a CPU).
+void open_archive(const std::string& path, torch::serialize::InputArchive& ar,
+                  const torch::Device& device = torch::kCPU) {
   try {
-    ar.load_from(path);
+    ar.load_from(path, device);
   } catch (const std::exception& e) {
     throw UserError(fmt::format("{}: not a readable checkpoint: {}", path, first_line(e.what())));
   }
@@ -247,21 +249,24 @@ Json read_manifest(const std::string& path, torch::serialize::InputArchive& ar) 
   return m;
 }
 
-CheckpointContents read_contents_unguarded(const std::string& path, torch::serialize::InputArchive& ar);
+CheckpointContents read_contents_unguarded(const std::string& path, torch::serialize::InputArchive& ar,
+                                           const torch::Device& device);
 
 // Opens `path` into `ar` (the caller holds archive_mutex), reads the parameters and step count and
 // verifies the parameters' checksums against the manifest. LibTorch's own complaints about a
 // damaged archive (c10::Error) become UserErrors naming the file.
-CheckpointContents read_contents(const std::string& path, torch::serialize::InputArchive& ar) {
+CheckpointContents read_contents(const std::string& path, torch::serialize::InputArchive& ar,
+                                 const torch::Device& device = torch::kCPU) {
   try {
-    return read_contents_unguarded(path, ar);
+    return read_contents_unguarded(path, ar, device);
   } catch (const c10::Error& e) {
     throw UserError(fmt::format("{}: corrupt checkpoint: {}", path, first_line(e.what())));
   }
 }
 
-CheckpointContents read_contents_unguarded(const std::string& path, torch::serialize::InputArchive& ar) {
-  open_archive(path, ar);
+CheckpointContents read_contents_unguarded(const std::string& path, torch::serialize::InputArchive& ar,
+                                           const torch::Device& device) {
+  open_archive(path, ar, device);
   c10::IValue names, steps;
   GP_CHECK(ar.try_read("names", names) && names.isList(), "{}: not a graphpipe checkpoint (no parameter names)", path);
   GP_CHECK(ar.try_read("steps_done", steps) && steps.isInt(), "{}: checkpoint has no step count", path);
@@ -334,7 +339,7 @@ int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::O
            path);
   std::lock_guard<std::mutex> lock(archive_mutex());
   torch::serialize::InputArchive ar;
-  CheckpointContents saved = read_contents(path, ar);
+  CheckpointContents saved = read_contents(path, ar, m.device());  // the optimizer state loads where it is used
   if (saved.has_manifest() && !identity.is_null()) {
     const Json& was = saved.manifest.value("identity", Json());
     if (!was.is_null()) {

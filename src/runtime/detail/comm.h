@@ -73,13 +73,21 @@ struct CommOptions {
   std::chrono::milliseconds timeout{60000};
   std::string hostname = "127.0.0.1";  // address Gloo binds to; "" = interface/hostname default
   std::string interface;               // GLOO_SOCKET_IFNAME, takes precedence when set
+  /// Gloo moves host memory: tensors on a GPU always go through a CPU copy (host staging). With this
+  /// set CPU tensors do too (GP_HOST_STAGING=1), so CPU-only CI runs the GPU path's copies.
+  bool force_host_staging = false;
 };
+
+/// Bytes this process copied through host staging (to the CPU before a send or all-reduce, back after
+/// a receive or all-reduce), for tests.
+std::atomic<int64_t>& host_staged_bytes();
 
 /// Fault injection (GP_FAULT kind=size): when set, the next send of this process carries one
 /// element too many; the receiver must reject it by its size header. Reset by that send.
 std::atomic<bool>& wrong_size_next_send();
 
 /// A Gloo communicator (c10d::ProcessGroupGloo) over `store`; blocks until all `size` ranks join.
+/// Tensors may live on any device: Gloo sees host copies of those not on the CPU (CommOptions).
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      int rank, int size, const CommOptions& o);
 

@@ -35,6 +35,22 @@ std::vector<torch::Tensor> flatten_all(const std::vector<torch::Tensor>& ts) {
   return out;
 }
 
+// Host staging: Gloo reads and writes host memory, so a tensor elsewhere (a GPU) travels as a CPU
+// copy; `force` stages CPU tensors too (a separate copy), so the same path runs without a GPU.
+bool staged(const torch::Tensor& t, bool force) { return force || !t.is_cpu(); }
+
+torch::Tensor to_host(const torch::Tensor& t, bool force) {
+  if (!staged(t, force)) return t;
+  host_staged_bytes() += static_cast<int64_t>(t.nbytes());
+  return t.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+void from_host(torch::Tensor& dst, const torch::Tensor& host) {
+  if (dst.is_same(host)) return;
+  host_staged_bytes() += static_cast<int64_t>(host.nbytes());
+  dst.copy_(host);
+}
+
 // Runs `f`, converting any failure into a CommError that names the operation and the peer.
 template <class F>
 void guarded(const std::string& op, int peer, F&& f) {
@@ -77,7 +93,7 @@ class GlooCommunicator final : public Communicator {
   // silently unwritten when it is shorter.
   Pending send(const torch::Tensor& t, int dst, int tag) override {
     GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
-    torch::Tensor payload = t.contiguous();
+    torch::Tensor payload = to_host(t.contiguous(), o_.force_host_staging);
     if (wrong_size_next_send().exchange(false)) {  // GP_FAULT kind=size: one element too many
       torch::Tensor flat = payload.reshape({-1});
       payload = torch::cat({flat, flat.narrow(0, 0, 1)});
@@ -112,8 +128,10 @@ class GlooCommunicator final : public Communicator {
                                   op, bytes, dtype_name(dtype), want, dtype_name(static_cast<int64_t>(t.scalar_type())),
                                   fmt::join(t.sizes(), ", ")),
                       src, false, /*rejected=*/true);
-    std::vector<torch::Tensor> v{t};
+    std::vector<torch::Tensor> v{staged(t, o_.force_host_staging) ? torch::empty_like(t, t.options().device(torch::kCPU))
+                                                                 : t};
     guarded(op, src, [&] { pg_->recv(v, src, tag)->wait(o_.timeout); });
+    from_host(t, v[0]);
   }
 
   Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) override {
@@ -122,19 +140,19 @@ class GlooCommunicator final : public Communicator {
     ao.reduceOp = op == Reduce::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     ao.timeout = o_.timeout;
     // Gloo reduces a list of equal-sized tensors as one per device: flatten into one buffer.
-    std::vector<torch::Tensor> flat{ts.size() == 1 && ts[0].is_contiguous()
-                                        ? ts[0].view({-1})
-                                        : torch::cat(flatten_all(ts))};
+    torch::Tensor joined = ts.size() == 1 && ts[0].is_contiguous() ? ts[0].view({-1}) : torch::cat(flatten_all(ts));
+    std::vector<torch::Tensor> flat{to_host(joined, o_.force_host_staging)};
     c10::intrusive_ptr<c10d::Work> work;
     std::string what = fmt::format("all-reduce over {} ranks", size_);
     guarded(what, -1, [&] { work = pg_->allreduce(flat, ao); });
     auto timeout = o_.timeout;
-    return Pending([work, what, timeout, flat, ts]() mutable {
+    return Pending([work, what, timeout, flat, joined, ts]() mutable {
       guarded(what, -1, [&] { work->wait(timeout); });
+      from_host(joined, flat[0]);
       int64_t off = 0;
       for (auto& t : ts) {
         int64_t n = t.numel();
-        if (!t.is_contiguous() || ts.size() > 1) t.copy_(flat[0].narrow(0, off, n).view_as(t));
+        if (!t.is_contiguous() || ts.size() > 1) t.copy_(joined.narrow(0, off, n).view_as(t));
         off += n;
       }
     });
@@ -157,6 +175,11 @@ class GlooCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+std::atomic<int64_t>& host_staged_bytes() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
 
 std::atomic<bool>& wrong_size_next_send() {
   static std::atomic<bool> flag{false};

@@ -30,7 +30,7 @@ TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const D
     bool index = inputs[i].dtype == ir::DType::i64;
     torch::Tensor t = torch::empty(shape, index ? torch::kLong : torch::kFloat32);
     data->gather(static_cast<int>(i), first, info.count, t.data_ptr());
-    out.emplace(inputs[i].name, std::move(t));
+    out.emplace(inputs[i].name, t.to(m.device()));
   }
   return out;
 }

@@ -79,7 +79,7 @@ void poison_first_gradient(const StageModule& m) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     torch::Tensor& gr = p.mutable_grad();
     if (gr.is_contiguous() && gr.scalar_type() == torch::kFloat && gr.numel() > 0)
-      gr.data_ptr<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      gr.view({-1}).narrow(0, 0, 1).fill_(std::numeric_limits<float>::quiet_NaN());  // on any device
     else
       gr.fill_(std::numeric_limits<double>::quiet_NaN());
     return;

@@ -149,8 +149,8 @@ void check_initial_values(const ir::Graph& g, const importers::ParamValues& init
 }
 
 StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
-                         const importers::ParamValues& initial)
-    : g_(&g), ops_(std::move(ops)), seed_(seed) {
+                         const importers::ParamValues& initial, torch::Device device)
+    : g_(&g), ops_(std::move(ops)), seed_(seed), device_(device) {
   std::sort(ops_.begin(), ops_.end());  // OpIds are a topological order
   ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
   std::set<std::string> inside, external;
@@ -165,7 +165,7 @@ StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t see
     std::vector<torch::Tensor> ps;
     std::vector<std::string> names;
     for (auto& [name, shape] : param_specs(g, id)) {
-      ps.push_back(initial_value(g, id, name, shape, seed, initial).requires_grad_(true));
+      ps.push_back(initial_value(g, id, name, shape, seed, initial).to(device_).requires_grad_(true));
       names.push_back(name);
     }
     params_.push_back(std::move(ps));
@@ -229,7 +229,8 @@ TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& 
   for (size_t i = 0; i < inputs.size(); ++i)
     if (std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name))
       out.emplace(inputs[i].name, synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count,
-                                                  m.seed(), info.step));
+                                                  m.seed(), info.step)
+                                      .to(m.device()));
   return out;
 }
 

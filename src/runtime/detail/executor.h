@@ -79,13 +79,18 @@ class StageModule {
  public:
   /// `ops` may be in any order; they are executed in the graph's topological order. A parameter
   /// "op/param" present in `initial` starts from that value (UserError naming the parameter when its
-  /// shape differs from param_specs), every other one from init_parameter(seed).
+  /// shape differs from param_specs), every other one from init_parameter(seed). The parameters live
+  /// on `device` (initialised on the CPU, then copied there: the same values on every device).
   StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
-              const importers::ParamValues& initial = importers::ParamValues{});
+              const importers::ParamValues& initial = importers::ParamValues{},
+              torch::Device device = torch::kCPU);
 
   const ir::Graph& graph() const { return *g_; }
   const std::vector<OpId>& ops() const { return ops_; }
   uint64_t seed() const { return seed_; }
+  /// Where the parameters live; forward() wants its inputs there (stage_inputs and
+  /// synthetic_external_inputs put them there).
+  const torch::Device& device() const { return device_; }
 
   /// requires_grad leaves in a deterministic order (ops in topological order, params in spec order).
   std::vector<torch::Tensor> parameters() const;
@@ -111,6 +116,7 @@ class StageModule {
   const ir::Graph* g_;
   std::vector<OpId> ops_;
   uint64_t seed_;
+  torch::Device device_;
   std::vector<std::vector<torch::Tensor>> params_;      // per op (ops_ order)
   std::vector<std::vector<std::string>> param_names_;   // per op
   std::vector<std::string> external_;
@@ -120,7 +126,8 @@ class StageModule {
 /// UserError when a key of `initial` names no parameter of the graph (e.g. values for another model).
 void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial);
 
-/// Graph inputs needed by a micro-batch of the given stage, generated synthetically.
+/// Graph inputs needed by a micro-batch of the given stage, generated synthetically (on the CPU, as
+/// on every device, then copied to the module's device).
 TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info);
 
 }  // namespace gp::runtime

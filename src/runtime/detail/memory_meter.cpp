@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <unordered_map>
@@ -54,7 +55,15 @@ void delete_counted(void* p) {
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  c10::DataPtr allocate(size_t n) const override {
+  // LibTorch 1.13 declares allocate const; 2.3 made it non-const and added copy_data: both are
+  // defined (without `override`), so whichever the base has is overridden.
+  c10::DataPtr allocate(size_t n) { return counted(n); }
+  c10::DataPtr allocate(size_t n) const { return counted(n); }
+  void copy_data(void* dest, const void* src, size_t count) const { std::memcpy(dest, src, count); }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
+
+ private:
+  c10::DataPtr counted(size_t n) const {
     c10::DataPtr p = inner_->allocate(n);
     void* data = p.get();
     if (!data || data != p.get_context() || !p.get_deleter()) return p;  // not a simple pointer: uncounted
@@ -69,9 +78,7 @@ class CountingAllocator final : public c10::Allocator {
     raise_peak(g_live.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) + static_cast<int64_t>(n));
     return {data, data, &delete_counted, dev};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
- private:
   c10::Allocator* inner_;
 };
 

@@ -138,7 +138,8 @@ torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor&
     rows.push_back(torch::rand(per_sample, gen, torch::kFloat32).ge(p));
   }
   // A bool mask: backward keeps it (1 byte per element, as the cost model counts), not a float copy.
-  torch::Tensor mask = rows.empty() ? torch::ones_like(x, torch::kBool) : torch::stack(rows);
+  // The rows come from CPU generators (the same masks on every device), then go to x's device.
+  torch::Tensor mask = rows.empty() ? torch::ones_like(x, torch::kBool) : torch::stack(rows).to(x.device());
   return x * mask * (1.0 / (1.0 - p));
 }
 
@@ -186,7 +187,7 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::dropout: return dropout(g, op, in[0], info, seed);
     case ir::OpKind::embedding_bag: {
       int64_t b = in[0].size(0), bag = in[0].size(1);
-      torch::Tensor offsets = torch::arange(0, b * bag, bag, torch::kLong);
+      torch::Tensor offsets = torch::arange(0, b * bag, bag, torch::TensorOptions(torch::kLong).device(in[0].device()));
       return std::get<0>(torch::embedding_bag(w[0], in[0].reshape({-1}), offsets, false, /*sum*/ 0));
     }
     case ir::OpKind::embedding: {

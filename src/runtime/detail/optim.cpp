@@ -2,6 +2,8 @@
 #include "runtime/detail/optim.h"
 
 #include <cmath>
+#include <sstream>
+#include <type_traits>
 
 #include "support/error.h"
 
@@ -24,6 +26,23 @@ std::string optimizer_kind(const torch::optim::Optimizer& opt) {
   return "";
 }
 
+namespace {
+
+/// The state of parameter `p`. LibTorch keys it by the parameter's TensorImpl: its address printed
+/// to a string up to 1.13 (torch/optim/serialize.h), the pointer itself in 2.x.
+template <class Map>
+auto find_state(const Map& state, const torch::Tensor& p) {
+  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string did
+    key << p.unsafeGetTensorImpl();
+    return state.find(key.str());
+  } else {
+    return state.find(static_cast<typename Map::key_type>(p.unsafeGetTensorImpl()));
+  }
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
     const torch::optim::Optimizer& opt, const std::vector<std::string>& param_names) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -32,8 +51,7 @@ std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
     for (const auto& p : group.params()) {
       std::string name = i < param_names.size() ? param_names[i] : fmt::format("param{}", i);
       ++i;
-      // LibTorch keys the state by the parameter's TensorImpl address (torch/optim/serialize.h).
-      auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = find_state(opt.state(), p);
       if (it == opt.state().end()) continue;
       auto add = [&](const char* field, const torch::Tensor& t) {
         if (t.defined()) out.emplace_back(name + "#" + field, t);

@@ -16,15 +16,17 @@ using namespace std::chrono_literals;
 
 // Runs fn(rank) on `n` threads sharing one HashStore; fails the test if any thread takes longer
 // than `limit` (the threads are then detached so the test binary can still end).
+// With `staging`, every tensor goes through a host copy as a GPU tensor would (force_host_staging).
 template <class F>
 void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn,
-               std::chrono::seconds limit = 30s) {
+               std::chrono::seconds limit = 30s, bool staging = false) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::future<void>> done;
   for (int r = 0; r < n; ++r) {
     done.push_back(std::async(std::launch::async, [=] {
       CommOptions o;
       o.timeout = comm_timeout;
+      o.force_host_staging = staging;
       auto comm = make_gloo_communicator(store, r, n, o);
       fn(r, *comm);
     }));
@@ -148,6 +150,68 @@ TEST(DistComm, WrongSizedMessageFailsTheReceiverNamingBothSizes) {
       }
     });
   }
+}
+
+// Host staging (the path of GPU tensors, forced on CPU tensors here): p2p and all-reduce deliver the
+// same values, and every byte goes through a separate CPU copy on the way out and back.
+TEST(DistComm, HostStagingCarriesP2pAndAllReduceThroughCpuCopies) {
+  const int64_t before = host_staged_bytes().load();
+  run_ranks(
+      3, 10s,
+      [](int r, Communicator& c) {
+        if (r == 0) {
+          c.send(torch::arange(6, torch::kFloat32).reshape({2, 3}).t(), 1, 5).wait();  // non-contiguous
+        } else if (r == 1) {
+          auto t = torch::zeros({3, 2});
+          c.recv(t, 0, 5);
+          EXPECT_TRUE(torch::equal(t, torch::arange(6, torch::kFloat32).reshape({2, 3}).t().contiguous()));
+        }
+        std::vector<torch::Tensor> one{torch::full({4}, double(r + 1))};
+        c.all_reduce(one, Reduce::sum).wait();
+        EXPECT_TRUE(torch::equal(one[0], torch::full({4}, 6.0)));
+        std::vector<torch::Tensor> two{torch::full({2, 2}, double(r)).t(), torch::full({1}, 10.0 * r)};
+        c.all_reduce(two, Reduce::max).wait();
+        EXPECT_TRUE(torch::equal(two[0], torch::full({2, 2}, 2.0)));
+        EXPECT_EQ(two[1][0].item<float>(), 20.0f);
+      },
+      30s, /*staging=*/true);
+  // p2p: 24 bytes out (rank 0) and back in (rank 1); all-reduces: 3 ranks x (16 + 20) bytes x 2 ways.
+  EXPECT_EQ(host_staged_bytes().load() - before, 2 * 24 + 3 * (16 + 20) * 2);
+}
+
+TEST(DistComm, HostStagingKeepsTheSizeHeaderAndTimeouts) {
+  auto finished = std::make_shared<std::promise<void>>();
+  auto finished_f = finished->get_future().share();
+  run_ranks(
+      2, 500ms,
+      [=](int r, Communicator& c) {
+        if (r == 0) {
+          try {
+            c.send(torch::arange(10, torch::kFloat32), 1, 4).wait();
+          } catch (const CommError&) {  // the receiver rejected it: the payload is never taken
+          }
+          finished_f.wait();  // stay connected but silent until rank 1 gave up on tag 7
+          return;
+        }
+        auto t = torch::zeros({8});
+        try {
+          c.recv(t, 0, 4);
+          ADD_FAILURE() << "a 10-float message was received into 8 floats";
+        } catch (const CommError& e) {
+          EXPECT_TRUE(e.rejected()) << e.what();
+          EXPECT_NE(std::string(e.what()).find("expected 32 bytes"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(torch::equal(t, torch::zeros({8})));  // nothing copied back from the host buffer
+        try {
+          c.recv(t, 0, 7);  // rank 0 sends nothing with tag 7
+          ADD_FAILURE() << "recv returned without a sender";
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.peer(), 0);
+          EXPECT_TRUE(e.timed_out()) << e.what();
+        }
+        finished->set_value();
+      },
+      30s, /*staging=*/true);
 }
 
 }  // namespace

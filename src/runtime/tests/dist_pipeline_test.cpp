@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <map>
 
+#include "runtime/detail/comm.h"
 #include "runtime/detail/pipeline.h"
 #include "runtime/tests/dist_plans.h"
 #include "support/json.h"
@@ -35,6 +37,16 @@ TEST(DistPipeline, TwoBranchesOnTwoWorkers) {
 TEST(DistPipeline, ParallelBranchesDataParallelStageAndRegroupingOnFourWorkers) {
   // s0 = branch 0, s1 = branch 1 on two replicas, s2 = fusion head with smaller micro-batches.
   expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{"m1."}, {1, 2}, 4}, {{}, {3}, 2}}), 3, "sgd", 0.05);
+}
+
+// GP_HOST_STAGING=1: activations, gradients and the replicas' all-reduce all travel through host
+// copies, as they do from a GPU, and training still equals --single.
+TEST(DistPipeline, HostStagedTransfersEqualSingle) {
+  ASSERT_EQ(::setenv("GP_HOST_STAGING", "1", 1), 0);
+  const int64_t before = detail::host_staged_bytes().load();
+  expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{"m1."}, {1, 2}, 4}, {{}, {3}, 2}}), 2, "sgd", 0.05);
+  ::unsetenv("GP_HOST_STAGING");
+  EXPECT_GT(detail::host_staged_bytes().load(), before);
 }
 
 TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {

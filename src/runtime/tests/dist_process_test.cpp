@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <torch/cuda.h>
+
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
@@ -76,6 +78,25 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << i;
   Json trace = read_json_file((dir_ / "trace.json").string());
   EXPECT_GT(trace["traceEvents"].size(), 10u);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+// --device cuda on a machine or LibTorch without CUDA: exit 2 before any work, saying so; an unknown
+// device is a user error naming the flag and the value.
+TEST_F(DistProcess, DeviceCudaWithoutCudaIsAUserError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA is available here";
+  std::string plan = write_plan(two_stage_plan());
+  for (const std::string& args :
+       {std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device cuda",
+        "train --plan " + plan + " --steps 1 --device cuda", std::string("profile --model ") + kMmt + " --device cuda"}) {
+    Proc r = graphpipe(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("--device cuda: CUDA is not available in this build or on this machine"), std::string::npos)
+        << args << "\n" << r.err;
+  }
+  Proc bad = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device tpu");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--device: expected cpu or cuda, found \"tpu\""), std::string::npos) << bad.err;
   EXPECT_EQ(leftover_processes(), 0);
 }
 

@@ -1,0 +1,22 @@
+// The device a process computes on (--device cpu|cuda). Internal (LibTorch types); compiles against
+// a CPU-only LibTorch: no CUDA headers, only torch::cuda's queries and c10's device-generic guard.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+namespace gp::runtime::detail {
+
+/// `kind` "cpu": the CPU. "cuda": GPU `local_rank % device_count` (all local ranks share one GPU when
+/// there is only one), made the current CUDA device of this process. UserError (exit 2) for any
+/// other kind, and for cuda where CUDA is not available in this LibTorch build or on this machine.
+torch::Device select_device(const std::string& kind, int local_rank);
+
+/// Waits until the work queued on `d` is done (a no-op on the CPU): for host timing of CUDA work.
+void synchronize(const torch::Device& d);
+
+/// The name of GPU `index` from the NVIDIA driver (/proc/driver/nvidia/gpus/*/information), or
+/// "CUDA device <index>" when the driver does not say.
+std::string cuda_device_name(int index);
+
+}  // namespace gp::runtime::detail
