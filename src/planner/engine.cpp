@@ -846,13 +846,13 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
 }
 
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
-                     const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+                     const std::function<void(const std::vector<StageChoice>&)>& on_plan, bool shallower) {
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0, static_cast<int>(sizes_.size()) - 1).tps;
   const bool ok =
       minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); }, n_,
                       tol, upper, guess, best_tps, best, [this] { return memory_probe(); }, on_plan);
-  if (ok && on_plan) {
+  if (ok && on_plan && shallower) {
     // Slightly slower targets admit shallower pipelines (the DP returns the shallowest plan within
     // a target): the caller weighs their fill against their bottleneck.
     std::vector<StageChoice> st;

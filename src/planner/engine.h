@@ -176,8 +176,9 @@ class SeqDp {
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
   /// below it).
   /// `on_plan` (optional) sees every plan a solve of the search finds (one per feasible target).
+  /// `shallower` (with on_plan): also solve at 1-20% above the optimum for shallower plans.
   bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
-                const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
+                const std::function<void(const std::vector<StageChoice>&)>& on_plan = {}, bool shallower = true);
 
   size_t states_explored() const { return states_; }
   size_t solves() const { return solves_; }

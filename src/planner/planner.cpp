@@ -139,8 +139,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     return [&, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
       detail::SeqDp dp(cm, *st_ptr, mbs, opt.mini_batch, limit, n, same_node);
       std::vector<StageChoice> best;
-      const bool ok = dp.minimise(kTol, 0, tps, &best, on_plan);
-      if (size_spread == 0 || mbs == 1) return ok;
+      // With per-stage sizes the shallower plans above the optimum come from the mixed DP (its space
+      // holds the one-size plans; at each target it returns the shallowest).
+      const bool mixed_after = size_spread > 0 && mbs > 1;
+      const bool ok = dp.minimise(kTol, 0, tps, &best, on_plan, !mixed_after);
+      if (!mixed_after) return ok;
       detail::SeqDp mixed(cm, *st_ptr, detail::StageSizes::window(mbs, size_spread), opt.mini_batch, limit, n,
                           same_node);
       return mixed_sizes(mixed, ok, tps, on_plan);
