@@ -39,21 +39,33 @@ struct StageTimes {
 // remaining M - 1 and the sources' last backward ends there. Every other stage's last backward
 // ends earlier by the backward times on its longest path back to a source; after it the stage
 // all-reduces its gradients and steps its optimizer; the iteration ends at the last such step.
-double iteration_time(const plan::Plan& p, int num_micro, const StageTimes& st) {
+// With per-stage micro-batch sizes each stage paces its own M_k = B / m_k micro-batches: the
+// pipeline takes the longest of (M_k - 1) x max(c_k, s_k) after the first micro-batch's path,
+// and an edge between two sizes lengthens that path by the extra micro-batches of the smaller
+// side (the larger side's first forward waits for them, the smaller side's last backwards follow).
+double iteration_time(const plan::Plan& p, const StageTimes& st) {
   const size_t n = p.stages.size();
   std::vector<double> finish(n, 0), back(n, 0);
   double path = 0, slowest = 0;
   for (size_t k = 0; k < n; ++k) {  // stages are in a topological order
     double start = 0;
+    const int mk = p.stages[k].micro_batch_size;
     for (int f : p.stages[k].inputs_from) {
-      start = std::max(start, finish[f]);
+      // Regrouping (edges between sizes): a larger receiver waits for several of the sender's
+      // micro-batches, a smaller one runs several of its own before the sender's backward.
+      const int mf = p.stages[f].micro_batch_size;
+      const double wait = mk > mf   ? (mk / mf - 1) * (st.compute[f] + st.send[f])
+                          : mf > mk ? (mf / mk - 1) * (st.compute[k] + st.send[k])
+                                    : 0.0;
+      start = std::max(start, finish[f] + wait);
       back[k] = std::max(back[k], back[f] + st.bwd[f]);
     }
     finish[k] = start + st.compute[k] + st.send[k];
     path = std::max(path, finish[k]);
-    slowest = std::max(slowest, std::max(st.compute[k], st.send[k]));
+    const int num_micro = p.mini_batch_size / mk;
+    slowest = std::max(slowest, (num_micro - 1) * std::max(st.compute[k], st.send[k]));
   }
-  const double pipe = (num_micro - 1) * slowest + path;
+  const double pipe = slowest + path;
   double end = pipe;
   for (size_t k = 0; k < n; ++k) end = std::max(end, pipe - back[k] + st.tail[k]);
   return end;
@@ -74,11 +86,12 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
 
   // Stages in a topological order of the stage DAG, ops in OpId (topological) order.
   std::vector<std::vector<OpId>> ops;
-  std::vector<int> dp;
+  std::vector<int> dp, mb;  // per stage: data-parallel degree, micro-batch size
   for (const auto& c : choices) {
     ops.push_back(c.ops);
     std::sort(ops.back().begin(), ops.back().end());
     dp.push_back(c.dp);
+    mb.push_back(c.mbs > 0 ? c.mbs : mbs);
   }
   auto make_stages = [&](const std::vector<int>& perm) {
     p.stages.clear();
@@ -86,7 +99,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       plan::Stage s;
       s.id = static_cast<int>(k);
       for (OpId o : ops[perm[k]]) s.ops.push_back(g.op(o).name);
-      s.micro_batch_size = mbs;
+      s.micro_batch_size = mb[perm[k]];
       p.stages.push_back(std::move(s));
     }
     plan::derive_stage_edges(p, g);
@@ -97,10 +110,11 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   if (order == Order::dag) {
     std::vector<int> topo = plan::stage_topo_order(p);
     std::vector<std::vector<OpId>> o2;
-    std::vector<int> d2;
-    for (int k : topo) o2.push_back(ops[k]), d2.push_back(dp[k]);
+    std::vector<int> d2, m2;
+    for (int k : topo) o2.push_back(ops[k]), d2.push_back(dp[k]), m2.push_back(mb[k]);
     ops = std::move(o2);
     dp = std::move(d2);
+    mb = std::move(m2);
     make_stages(ident);
   } else {
     // A chain: the choices are already in pipeline order (first stage first).
@@ -127,7 +141,6 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   // depth-first orders from the sinks (each chain of stages contiguous, the chain that holds a
   // join placed next to it), trying both orders of each stage's predecessors. The placement with
   // the smallest predicted iteration time is kept.
-  const int num_micro = mini_batch / mbs;
   std::vector<char> mask(g.num_ops(), 0);
   auto place_and_cost = [&](const std::vector<int>& base, std::vector<std::string>* lines) {
     std::vector<int> by_size(base);
@@ -154,9 +167,9 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       for (int t : s.inputs_from) on_node(p.stages[t]);
       for (int t : s.outputs_to) on_node(p.stages[t]);
       for (OpId o : ops[k]) mask[o.v] = 1;
-      cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mbs, mini_batch, local);
+      cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mb[k], mini_batch, local);
       s.tps_s = c.tps_s;
-      s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, num_micro));
+      s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch / mb[k]));
       for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
       st.compute[k] = c.compute_s;
       st.send[k] = c.comm_s / 2;  // comm_s counts each cut tensor at both ends
@@ -166,19 +179,19 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       if (lines) {
         std::string alt;
         if (dp[k] > 1)
-          alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mbs, mini_batch, local).tps_s),
+          alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mb[k], mini_batch, local).tps_s),
                              dp[k] / 2, dp[k] / 2 == 1 ? "" : "s");
-        if (dp[k] * 2 <= mbs)
-          alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mbs, mini_batch, local).tps_s),
+        if (dp[k] * 2 <= mb[k])
+          alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mb[k], mini_batch, local).tps_s),
                              dp[k] * 2);
         lines->push_back(fmt::format(
-            "stage {} ({} ops, {} .. {}): {} device{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
+            "stage {} ({} ops, {} .. {}): {} device{}{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
             k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
-            dp[k] == 1 ? "" : "s", ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
+            dp[k] == 1 ? "" : "s", mb[k] == mbs ? "" : fmt::format(" at micro-batch {}", mb[k]), ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
       }
       for (OpId o : ops[k]) mask[o.v] = 0;
     }
-    p.predicted.iteration_time_s = iteration_time(p, num_micro, st);
+    p.predicted.iteration_time_s = iteration_time(p, st);
     p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
   };
   std::vector<std::vector<int>> bases = {ident};

@@ -243,19 +243,35 @@ std::vector<int> device_candidates(int n) {
   return out;
 }
 
-SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
+StageSizes StageSizes::window(int largest, int spread) {
+  StageSizes out;
+  for (int j = spread; j >= 0; --j)
+    if (largest >> j >= 1 && (largest >> j) << j == largest) out.sizes.push_back(largest >> j);
+  return out;
+}
+
+SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& sizes, int mini_batch,
              double memory_limit, int num_devices, bool same_node)
     : cm_(cm),
       st_(st),
-      mbs_(micro_batch),
+      sizes_(sizes.sizes),
+      mbs_(sizes_.empty() ? 0 : sizes_.back()),
       mini_(mini_batch),
-      num_micro_(mini_batch / micro_batch),
+      num_micro_(sizes_.empty() ? 0 : mini_batch / sizes_.front()),
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      rc_(cm, st, micro_batch, mini_batch, same_node),
-      dense_(st.seqs.size()) {
+      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
+  GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
+  for (size_t z = 0; z < sizes_.size(); ++z) {
+    const int b = sizes_[z];
+    GP_ASSERT(std::has_single_bit(static_cast<unsigned>(b)) && mini_batch % b == 0 && (z == 0 || b > sizes_[z - 1]),
+              "stage size {} of mini-batch {}", b, mini_batch);
+    wlog_[z] = static_cast<int8_t>(std::countr_zero(static_cast<unsigned>(b / sizes_[0])));
+  }
+  rcs_.reserve(sizes_.size());
+  for (int b : sizes_) rcs_.emplace_back(cm, st, b, mini_batch, same_node);
   plogs_ = std::bit_width(static_cast<unsigned>(std::min(n_, mbs_)));
   floor_cand_.assign(n_ + 1, 0);
   auto cands = device_candidates(n_);
@@ -299,50 +315,57 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
   overflow_[key] = e;
 }
 
-inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog) {
+inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
   const int k = static_cast<int>(st_.seqs[s].items.size());
   if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
-    const auto& tab = dense_[s];
+    const auto& tab = dense_[z][s];
     if (!tab.empty()) {
       const StageCostLite& e = tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
       if (e.tps >= 0) return e;
     }
-    return stage(s, i, m, plog);
+    return stage(s, i, m, plog, z);
   }
-  const RangeCost::Cost c = rc_.cheap(s, i, m, plog);
+  const RangeCost::Cost c = rcs_[z].cheap(s, i, m, plog);
   return {-1, c.compute_tps, c.state, c.act};
 }
 
-void SeqDp::complete(int s, int i, int m, int plog, StageCostLite* c) {
+void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   if (c->tps >= 0) return;
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
-  rc_.finish(s, i, m, plog, &rc);
+  rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
 }
 
-SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog) {
+SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
   // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
   const int k = static_cast<int>(st_.seqs[s].items.size());
   StageCostLite* slot = nullptr;
   if (k <= kDenseItems) {
-    auto& tab = dense_[s];
+    auto& tab = dense_[z][s];
     if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
     slot = &tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
     if (slot->tps >= 0) return *slot;
   }
-  const RangeCost::Cost c = rc_.cost(s, i, m, plog);
+  const RangeCost::Cost c = rcs_[z].cost(s, i, m, plog);
   StageCostLite lite{c.tps, c.compute_tps, c.state, c.act};
   if (slot) *slot = lite;
   return lite;
 }
 
-bool SeqDp::fits(const StageCostLite& c, int depth) const {
-  return c.state + std::min(depth, num_micro_) * c.act <= mem_limit_;
+// `depth`: the stage's in-flight units; c.act is per micro-batch of size z (w units each).
+inline bool SeqDp::fits(const StageCostLite& c, int depth, int z) const {
+  return c.state + (std::min(depth, num_micro_) >> wlog_[z]) * c.act <= mem_limit_;
+}
+
+inline int SeqDp::after(int z, int succ) const {
+  const int wl = wlog_[z];  // w = 2^wl units
+  return std::min((((succ + (1 << wl) - 1) >> wl) + 1) << wl, num_micro_);
 }
 
 int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
   if (q.join_item < 0 || (i <= q.join_item && q.join_item < m)) return down;
-  return std::min(down + 1, num_micro_);  // feeds the join stage, one deeper than the block
+  // Feeds the join stage: at most the in-flight of a join stage of the largest size.
+  return after(static_cast<int>(sizes_.size()) - 1, down);
 }
 
 // The minimal depth (in-flight micro-batches of its first stages) of the suffix [i, end) of
@@ -359,7 +382,9 @@ int SeqDp::go(int s, int i, int d, int down) {
   }
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
   // memoised: the same answer every time in this solve).
-  if (rc_.work_lower_bound(s, i, k) > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
+  double work = std::numeric_limits<double>::infinity();
+  for (RangeCost& rc : rcs_) work = std::min(work, rc.work_lower_bound(s, i, k));
+  if (work > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
     target_hit_ = true;
     return -1;
   }
@@ -368,8 +393,9 @@ int SeqDp::go(int s, int i, int d, int down) {
   // rejected for its time (target_hit_ collects it from the children, memoised ones included).
   const bool outer_hit = target_hit_;
   target_hit_ = false;
-  // No plan of the suffix is shallower than min(down + 1, M): each case stops when it gets there.
-  const int floor_val = std::min(down + 1, num_micro_);
+  // No plan of the suffix is shallower than its first stages of the smallest size (in-flight
+  // after(0, down)): each case stops when it gets there.
+  const int floor_val = after(0, down);
   Entry best;
   base_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) nested_case(s, i, d, down, floor_val, &best);
@@ -387,54 +413,98 @@ int SeqDp::go(int s, int i, int d, int down) {
 }
 
 namespace {
-void keep(SeqDp::Entry* best, int val, SeqDp::Case how, int plog, int arg, int opt = 0) {
+void keep(SeqDp::Entry* best, int val, SeqDp::Case how, int plog, int arg, int opt = 0, int z = 0) {
   if (val < 0 || (best->val >= 0 && val >= best->val)) return;
-  *best = {static_cast<int16_t>(val), how, static_cast<int8_t>(plog), arg, static_cast<int16_t>(opt)};
+  *best = {val, how, static_cast<int8_t>(plog), static_cast<int8_t>(z), arg, static_cast<int16_t>(opt)};
 }
+// pick_size's Depth results besides {own, val}.
+constexpr std::pair<int, int> kRestInfeasible{-1, -1}, kSizeOverMemory{-2, -2};
 }  // namespace
 
-// Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
-// Per degree, m grows until the stage's compute alone exceeds the target, or its memory at the
-// shallowest possible depth exceeds the limit (both only grow with m).
+template <class Head, class Full, class Depth>
+SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full,
+                                 Depth depth) {
+  const double tmax = target_ * (1 + 1e-12);
+  for (int z = 0; z < static_cast<int>(sizes_.size()); ++z) {
+    if (!(*alive >> z & 1)) continue;
+    if (bound >= 0 && after(z, floor_succ) >= bound) {  // neither this size nor a larger one beats `bound`
+      *alive &= (1u << z) - 1;
+      break;
+    }
+    if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
+    if (aborted_) {
+      target_hit_ = true;  // an unfinished answer: never recorded as memory-only
+      *alive = 0;
+      return {};
+    }
+    StageCostLite c = head(z);
+    if (c.compute_tps > tmax) {  // so is every larger stage of this shape at this size
+      target_hit_ = true;
+      *alive &= ~(1u << z);
+      continue;
+    }
+    if (!fits(c, after(z, floor_succ), z)) {
+      *alive &= ~(1u << z);
+      continue;
+    }
+    full(z, &c);
+    if (c.tps > tmax) {
+      target_hit_ = true;
+      continue;
+    }
+    // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
+    const auto [own, val] = depth(z, c);
+    if (own == kRestInfeasible.first) return {};
+    if (own == kSizeOverMemory.first) continue;
+    return {z, own, val};
+  }
+  return {};
+}
+
+// The sizes a stage on 2^plog devices may take: each a multiple of its device count.
+uint32_t SeqDp::sizes_for(int plog) const {
+  uint32_t mask = 0;
+  for (size_t z = 0; z < sizes_.size(); ++z)
+    if (sizes_[z] >= (1 << plog)) mask |= 1u << z;
+  return mask;
+}
+
+// Base case: items [i, m) form one stage on p = 2^plog devices at the smallest size that meets
+// the target; the rest is solved recursively. Per degree, m grows until every size's compute alone
+// exceeds the target, or its memory at the shallowest possible depth exceeds the limit (both only
+// grow with m).
 void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best) {
   const Seq& q = st_.seqs[s];
   const int k = static_cast<int>(q.items.size());
-  const double tmax = target_ * (1 + 1e-12);
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
-    for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
+    uint32_t alive = sizes_for(plog);
+    for (int m = d - p < 1 ? k : i + 1; m <= k && alive; ++m) {
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
-      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
-      if (aborted_) {
-        target_hit_ = true;  // an unfinished answer: never recorded as memory-only
-        break;
-      }
-      StageCostLite c = stage_head(s, i, m, plog);
-      if (c.compute_tps > tmax) {
-        target_hit_ = true;
-        break;
-      }
-      if (!fits(c, floor_val)) break;
-      complete(s, i, m, plog, &c);
-      if (c.tps > tmax) {
-        target_hit_ = true;
-        continue;
-      }
-      int val;
-      if (q.parallel) {  // parallel: a group of branches as one stage beside the rest
-        const int self = std::min(down_of(q, i, m, down) + 1, num_micro_);
-        if (!fits(c, self)) continue;
-        const int rest = m < k ? go(s, m, floor_cand(d - p), down) : 0;
-        if (rest < 0) continue;
-        val = std::max(self, rest);
-      } else {  // series: this stage feeds the rest of the sequence
-        const int rest = m < k ? go(s, m, floor_cand(d - p), down) : down;
-        if (rest < 0) continue;
-        val = std::min(rest + 1, num_micro_);
-        if (!fits(c, val)) continue;
-      }
-      keep(best, val, Case::stage, plog, m);
+      int rest = -3;  // what follows the stage, solved once for all sizes
+      auto rest_of = [&] {
+        if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
+        return rest;
+      };
+      const SizePick pick = pick_size(
+          &alive, plog, q.parallel ? down_of(q, i, m, down) : down, best->val,
+          [&](int z) { return stage_head(s, i, m, plog, z); },
+          [&](int z, StageCostLite* c) { complete(s, i, m, plog, z, c); },
+          [&](int z, const StageCostLite& c) -> std::pair<int, int> {
+            if (q.parallel) {  // parallel: a group of branches as one stage beside the rest
+              const int self = after(z, down_of(q, i, m, down));
+              if (!fits(c, self, z)) return kSizeOverMemory;
+              if (rest_of() < 0) return kRestInfeasible;
+              return {self, std::max(self, rest)};
+            }
+            if (rest_of() < 0) return kRestInfeasible;  // series: this stage feeds the rest
+            const int own = after(z, rest);
+            if (!fits(c, own, z)) return kSizeOverMemory;
+            return {own, own};
+          });
+      if (pick.z < 0) continue;
+      keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
       if (best->val == floor_val) break;
     }
   }
@@ -497,17 +567,18 @@ std::vector<OpId> SeqDp::merge_ops(int s, int i, int x) const {
   return ops;
 }
 
-SeqDp::StageCostLite SeqDp::merge_stage(int s, int i, int x, int plog) {
-  const uint64_t key = (uint64_t(s) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | uint64_t(plog);
+SeqDp::StageCostLite SeqDp::merge_stage(int s, int i, int x, int plog, int z) {
+  const uint64_t key =
+      (uint64_t(s) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | (uint64_t(z) << 4) | uint64_t(plog);
   auto it = merge_cost_.find(key);
   if (it != merge_cost_.end()) return it->second;
   // Not a contiguous range of one sequence, so RangeCost does not apply: cost it directly.
   const std::vector<OpId> ops = merge_ops(s, i, x);
   if (mask_.empty()) mask_.assign(cm_.graph().num_ops(), 0);
   for (OpId o : ops) mask_[o.v] = 1;
-  const cost::StageCost c = cost::stage_cost(cm_, ops, mask_, 1 << plog, mbs_, mini_, same_node_);
+  const cost::StageCost c = cost::stage_cost(cm_, ops, mask_, 1 << plog, sizes_[z], mini_, same_node_);
   for (OpId o : ops) mask_[o.v] = 0;
-  const StageCostLite lite{c.tps_s, c.compute_s / mbs_, c.state_bytes, c.act_bytes_per_mb};
+  const StageCostLite lite{c.tps_s, c.compute_s / sizes_[z], c.state_bytes, c.act_bytes_per_mb};
   merge_cost_.emplace(key, lite);
   return lite;
 }
@@ -525,38 +596,32 @@ void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best
   const Seq& cs = st_.seqs[c];
   // The prefix stays clear of the join ops (they share the branch's last stage).
   const int xmax = cs.join_from >= 0 ? cs.join_from : static_cast<int>(cs.items.size()) - 1;
-  const int others = std::min(down_of(q, i, k - 1, down) + 1, num_micro_);
+  const int others = down_of(q, i, k - 1, down);  // what follows the group of branches
   const int own_down = down_of(q, k - 1, k, down);
-  const double tmax = target_ * (1 + 1e-12);
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d - 1, mbs_))) - 1;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
-    const StageCostLite group = stage_head(s, i, k - 1, plog);
-    for (int x = 1; x <= xmax; ++x) {
-      if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;
-      if (aborted_) {
-        target_hit_ = true;
-        break;
-      }
+    uint32_t alive = sizes_for(plog);
+    for (int x = 1; x <= xmax && alive; ++x) {
+      int rest = -3;
       // Compute, state and activations add up over the two ranges: the breaks need no full cost.
-      const StageCostLite head = stage_head(c, 0, x, plog);
-      const StageCostLite sum{-1, group.compute_tps + head.compute_tps, group.state + head.state,
-                              group.act + head.act};
-      if (sum.compute_tps > tmax) {
-        target_hit_ = true;
-        break;
-      }
-      if (!fits(sum, floor_val)) break;
-      const StageCostLite cst = merge_stage(s, i, x, plog);
-      if (cst.tps > tmax) {
-        target_hit_ = true;
-        continue;
-      }
-      const int rest = go(c, x, floor_cand(d - p), own_down);
-      if (rest < 0) continue;
-      const int val = std::max(others, std::min(rest + 1, num_micro_));
-      if (!fits(cst, val)) continue;
-      keep(best, val, Case::merge, plog, x);
+      const SizePick pick = pick_size(
+          &alive, plog, down, best->val,
+          [&](int z) {
+            const StageCostLite group = stage_head(s, i, k - 1, plog, z), head = stage_head(c, 0, x, plog, z);
+            return StageCostLite{-1, group.compute_tps + head.compute_tps, group.state + head.state,
+                                 group.act + head.act};
+          },
+          [&](int z, StageCostLite* cst) { *cst = merge_stage(s, i, x, plog, z); },
+          [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
+            if (rest == -3) rest = go(c, x, floor_cand(d - p), own_down);
+            if (rest < 0) return kRestInfeasible;
+            const int own = after(z, std::max(others, rest));
+            if (!fits(cst, own, z)) return kSizeOverMemory;
+            return {own, own};
+          });
+      if (pick.z < 0) continue;
+      keep(best, pick.val, Case::merge, plog, x, 0, pick.z);
       if (best->val == floor_val) break;
     }
   }
@@ -588,38 +653,30 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
   ForkPick best;
   const Seq& c = st_.seqs[fo.ext];
   const int len = static_cast<int>(c.items.size());
-  const double tmax = target_ * (1 + 1e-12);
   for (int d1 = 1; d1 < d; ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int others = go(fo.others, 0, floor_cand(d - d1), down);
     if (others < 0) continue;
-    const int lo = std::min(others + 1, num_micro_);  // no first stage is shallower
+    const int lo = after(0, others);  // no first stage is shallower
     if (best.val >= 0 && lo >= best.val) continue;
     const int pcap = std::bit_width(static_cast<unsigned>(std::min(d1, mbs_))) - 1;
     for (int plog = 0; plog <= pcap && best.val != lo; ++plog) {
       const int p = 1 << plog;
-      for (int m = d1 - p < 1 ? len : c.fork_to; m <= len; ++m) {
-        if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;
-        if (aborted_) {
-          target_hit_ = true;
-          break;
-        }
-        StageCostLite cst = stage_head(fo.ext, 0, m, plog);
-        if (cst.compute_tps > tmax) {
-          target_hit_ = true;
-          break;
-        }
-        if (!fits(cst, lo)) break;
-        complete(fo.ext, 0, m, plog, &cst);
-        if (cst.tps > tmax) {
-          target_hit_ = true;
-          continue;
-        }
-        const int rest = m < len ? go(fo.ext, m, floor_cand(d1 - p), down) : down;
-        if (rest < 0) continue;
-        const int val = std::min(std::max(rest, others) + 1, num_micro_);
-        if (!fits(cst, val)) continue;
-        if (best.val < 0 || val < best.val) best = {val, d1, plog, m};
+      uint32_t alive = sizes_for(plog);
+      for (int m = d1 - p < 1 ? len : c.fork_to; m <= len && alive; ++m) {
+        int rest = -3;
+        const SizePick pick = pick_size(
+            &alive, plog, others, best.val, [&](int z) { return stage_head(fo.ext, 0, m, plog, z); },
+            [&](int z, StageCostLite* cst) { complete(fo.ext, 0, m, plog, z, cst); },
+            [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
+              if (rest == -3) rest = m < len ? go(fo.ext, m, floor_cand(d1 - p), down) : down;
+              if (rest < 0) return kRestInfeasible;
+              const int own = after(z, std::max(rest, others));
+              if (!fits(cst, own, z)) return kSizeOverMemory;
+              return {own, own};
+            });
+        if (pick.z < 0) continue;
+        if (best.val < 0 || pick.val < best.val) best = {pick.val, d1, plog, m, pick.z};
         if (best.val == lo) break;
       }
     }
@@ -651,7 +708,8 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
       StageChoice sc;
       for (int j = i; j < m; ++j) sc.ops.insert(sc.ops.end(), q.items[j].ops.begin(), q.items[j].ops.end());
       sc.dp = p;
-      sc.tps_s = stage(s, i, m, e.plog).tps;
+      sc.tps_s = stage(s, i, m, e.plog, e.size).tps;
+      sc.mbs = sizes_[e.size];
       out->push_back(std::move(sc));
       if (m < k) collect(s, m, floor_cand(d - p), down, out);
       return;
@@ -675,7 +733,8 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
       StageChoice sc;
       sc.ops = merge_ops(s, i, e.arg);
       sc.dp = 1 << e.plog;
-      sc.tps_s = merge_stage(s, i, e.arg, e.plog).tps;
+      sc.tps_s = merge_stage(s, i, e.arg, e.plog, e.size).tps;
+      sc.mbs = sizes_[e.size];
       const int rd = floor_cand(d - sc.dp);
       out->push_back(std::move(sc));
       return collect(q.items[k - 1].seq, e.arg, rd, down_of(q, k - 1, k, down), out);
@@ -691,7 +750,8 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
         sc.ops.insert(sc.ops.end(), ops.begin(), ops.end());
       }
       sc.dp = 1 << fp.plog;
-      sc.tps_s = stage(fo.ext, 0, fp.m, fp.plog).tps;
+      sc.tps_s = stage(fo.ext, 0, fp.m, fp.plog, fp.z).tps;
+      sc.mbs = sizes_[fp.z];
       out->push_back(std::move(sc));
       if (fp.m < len) collect(fo.ext, fp.m, floor_cand(fp.d1 - (1 << fp.plog)), after_down, out);
       return collect(fo.others, 0, floor_cand(dblk - fp.d1), after_down, out);
@@ -786,13 +846,13 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
 }
 
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
-                     const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+                     const std::function<void(const std::vector<StageChoice>&)>& on_plan, bool shallower) {
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
-  const double guess = stage(st_.root, 0, k, 0).tps;
+  const double guess = stage(st_.root, 0, k, 0, static_cast<int>(sizes_.size()) - 1).tps;
   const bool ok =
       minimise_target([this](double t, std::vector<StageChoice>* out) { return solve(t, out); }, n_,
                       tol, upper, guess, best_tps, best, [this] { return memory_probe(); }, on_plan);
-  if (ok && on_plan) {
+  if (ok && on_plan && shallower) {
     // Slightly slower targets admit shallower pipelines (the DP returns the shallowest plan within
     // a target): the caller weighs their fill against their bottleneck.
     std::vector<StageChoice> st;

@@ -97,6 +97,7 @@ struct StageChoice {
   std::vector<OpId> ops;
   int dp = 1;
   double tps_s = 0;   // under the DP's placement assumption
+  int mbs = 0;        // its micro-batch size (0: the plan's, the size assemble() is given)
 };
 
 /// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
@@ -117,16 +118,28 @@ enum class Order {
   chain_edges,  // the choices' order plus declared edges k -> k+1: a sequential pipeline (baselines)
 };
 
-/// From the DP's stage choices (of one micro-batch size) to a placed, re-costed plan with its
-/// predictions (assemble.cpp).
+/// From the DP's stage choices to a placed, re-costed plan with its predictions (assemble.cpp).
+/// `mbs`: the micro-batch size of every stage whose choice has none of its own.
 plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
                     int mini_batch, double memory_limit, Order order, std::vector<std::string>* explain);
 
 /// Candidate device counts: all of 1..n for n <= 64, else powers of two and multiples of n/32.
 std::vector<int> device_candidates(int n);
 
-/// The DP for one structure and one uniform micro-batch size. Stage costs are cached across
-/// targets; the memo is per target.
+/// The stage micro-batch sizes one DP may choose from (the schedule configuration, paper section 5):
+/// powers of two, ascending, each dividing the mini-batch. In-flight counts are kept in units of
+/// the smallest (`sizes[0]` samples), so stages of different sizes compose; with one size the unit
+/// is a micro-batch.
+struct StageSizes {
+  std::vector<int> sizes;
+  static StageSizes uniform(int micro_batch) { return {{micro_batch}}; }
+  /// `largest` and the sizes below it down to largest / 2^spread (at least 1).
+  static StageSizes window(int largest, int spread);
+};
+
+/// The DP for one structure and a set of stage micro-batch sizes (one, or a window: each stage
+/// takes the smallest that meets the target). Stage costs are cached across targets; the memo is
+/// per target.
 class SeqDp {
  public:
   /// How a state's best plan starts (the DP's three cases, see docs/planner.md).
@@ -140,15 +153,19 @@ class SeqDp {
   };
   /// One memo entry: the best depth of a state and how it is reached.
   struct Entry {
-    int16_t val = -1;   // -1 infeasible; else min depth
+    int32_t val = -1;   // -1 infeasible; else min depth (in-flight, in units of the smallest size)
     Case how = Case::none;
     int8_t plog = 0;
+    int8_t size = 0;    // the stage's size (index into the sizes) for stage and merge
     int32_t arg = 0;    // m (stage) or device count (nested, join)
     int16_t opt = 0;    // join option index
     bool dep = false;   // the answer depends on the target (something was rejected for time)
   };
 
   SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
+        double memory_limit, int num_devices, bool same_node)
+      : SeqDp(cm, st, StageSizes::uniform(micro_batch), mini_batch, memory_limit, num_devices, same_node) {}
+  SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& sizes, int mini_batch,
         double memory_limit, int num_devices, bool same_node);
 
   /// Min pipeline depth (in micro-batches) with every stage's TPS <= target, -1 when infeasible,
@@ -159,8 +176,9 @@ class SeqDp {
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
   /// below it).
   /// `on_plan` (optional) sees every plan a solve of the search finds (one per feasible target).
+  /// `shallower` (with on_plan): also solve at 1-20% above the optimum for shallower plans.
   bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
-                const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
+                const std::function<void(const std::vector<StageChoice>&)>& on_plan = {}, bool shallower = true);
 
   size_t states_explored() const { return states_; }
   size_t solves() const { return solves_; }
@@ -174,16 +192,32 @@ class SeqDp {
   };
   static constexpr int kDenseItems = 300;
   int plogs_ = 1;  // number of power-of-two degrees (stride of dense_)
-  StageCostLite stage(int s, int i, int m, int plog);
+  // Costs of items [i, m) of sequence s on 2^plog devices at stage size z (index into sizes_).
+  StageCostLite stage(int s, int i, int m, int plog, int z);
   // stage() without the communication/all-reduce terms for long sequences (tps < 0 then);
   // complete() fills them in. Dense sequences return the full (cached) cost.
-  StageCostLite stage_head(int s, int i, int m, int plog);
-  void complete(int s, int i, int m, int plog, StageCostLite* c);
+  StageCostLite stage_head(int s, int i, int m, int plog, int z);
+  void complete(int s, int i, int m, int plog, int z, StageCostLite* c);
+  // In-flight units of a stage of size z whose successors hold `succ` units (plan::required_in_flight
+  // in units: w x (1 + ceil(succ / w)), w = sizes_[z] / sizes_[0]), capped at the mini-batch.
+  int after(int z, int succ) const;
+  // A stage size for one stage shape (base, merge or fork stage): the smallest size that meets the
+  // target and fits memory at the stage's own depth. `alive`: the sizes still worth trying for
+  // larger stages of this shape (a size whose compute exceeds the target, or whose memory at the
+  // shallowest depth `floor_succ` allows does not fit, is dropped: both only grow with the stage;
+  // so are the sizes whose shallowest depth is not below `bound`, the best value so far, -1: none).
+  struct SizePick {
+    int z = -1;          // -1: no size works for this stage
+    int own = 0, val = 0;  // the stage's in-flight and the state's value
+  };
+  template <class Head, class Full, class Depth>
+  SizePick pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full, Depth depth);
+  uint32_t sizes_for(int plog) const;  // the sizes (bits) a stage on 2^plog devices may take
   // The memo: one dense slot per (sequence, item, device count) holding the first `down` stored
   // in this solve (the common case), other `down` values in an overflow hash map.
   const Entry* find(int s, int i, int d, int down) const;
   void store(int s, int i, int d, int down, const Entry& e);
-  bool fits(const StageCostLite& c, int depth) const;
+  bool fits(const StageCostLite& c, int depth, int z) const;
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -195,14 +229,14 @@ class SeqDp {
   // The fork option's ops and block (ext and others) on d devices with `down` after the block:
   // its minimal depth (memoised per solve, with how it is reached).
   struct ForkPick {
-    int val = -1, d1 = 0, plog = 0, m = 0;  // branch j (with the fork ops) on d1 devices, first stage [0, m)
+    int val = -1, d1 = 0, plog = 0, m = 0, z = 0;  // branch j (with the fork ops) on d1 devices, first stage [0, m) at size z
     bool dep = false;
   };
   const ForkPick& fork_block(const ForkOption& fo, int d, int down);
   // The ops of a merge stage: items [i, k-1) of parallel sequence s and items [0, x) of its last
   // item's sequence; their cost (cached: independent of the target).
   std::vector<OpId> merge_ops(int s, int i, int x) const;
-  StageCostLite merge_stage(int s, int i, int x, int plog);
+  StageCostLite merge_stage(int s, int i, int x, int plog, int z);
   // The downstream depth of group [i, m) of parallel sequence q given the block's `down`.
   int down_of(const Seq& q, int i, int m, int down) const;
   int floor_cand(int d) const { return d <= 0 ? 0 : floor_cand_[d]; }
@@ -211,7 +245,9 @@ class SeqDp {
 
   const cost::CostModel& cm_;
   const Structure& st_;
-  int mbs_, mini_, num_micro_, n_;
+  std::vector<int> sizes_;  // the stage sizes (StageSizes), ascending
+  int8_t wlog_[32] = {};    // size z is 2^wlog_[z] units (sizes_[0] samples each)
+  int mbs_, mini_, num_micro_, n_;  // mbs_: the largest size; num_micro_: mini-batch in units
   double mem_limit_;
   bool same_node_;
   std::vector<int> floor_cand_;  // largest candidate device count <= d
@@ -228,11 +264,11 @@ class SeqDp {
   std::vector<Slot> slots_;
   uint32_t gen_ = 0;
   std::unordered_map<uint64_t, Entry> overflow_;
-  RangeCost rc_;
+  std::vector<RangeCost> rcs_;  // per size
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // per solve
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
-  std::vector<std::vector<StageCostLite>> dense_;  // per sequence: [i][m][plog]
+  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [i][m][plog]
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();

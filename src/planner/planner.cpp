@@ -24,6 +24,9 @@ std::vector<std::string> planner_names() { return {"graphpipe", "pipedream", "pi
 namespace {
 
 constexpr double kTol = 1e-3;  // relative tolerance of the binary search on the target TPS
+// GraphPipe's SP DP at micro-batch size m lets each stage take m, m/2, ..., m / 2^kSizeSpread
+// (per-stage micro-batch sizes, paper section 5); the outer loop over m covers the rest.
+constexpr int kSizeSpread = 2;
 
 std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
@@ -46,6 +49,26 @@ std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
                               "all {} devices ({} of weights+gradients+optimizer state, {} of "
                               "activations per sample); devices have {}",
                               g.name(), gb((state + act) / n), n, gb(state), gb(act), gb(limit)));
+}
+
+// Per-stage micro-batch sizes (paper section 5) on top of the one-size search at m: a DP whose
+// stages may take m, m/2, ... costs a few one-size solves per solve, so it is not binary-searched
+// from scratch. At the one-size optimum T (`ok`, `*tps`) and the same slightly larger targets the
+// one-size search tries, it returns plans whose stages each take the smallest size that meets the
+// target (shallower pipelines, less memory); when it has a plan below T (memory binds at m: a
+// smaller size lets a stage fit), or when nothing fits at m alone, it runs its own binary search.
+bool mixed_sizes(detail::SeqDp& mixed, bool ok, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+  std::vector<StageChoice> st;
+  if (!ok || mixed.solve(*tps * (1 - 2 * kTol), &st) >= 0) {
+    double t = 0;
+    if (!mixed.minimise(kTol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
+    *tps = ok ? std::min(*tps, t) : t;
+    return true;
+  }
+  for (double f : {1.0, 1.01, 1.02, 1.05, 1.1, 1.2})
+    if (mixed.solve(*tps * f, &st) >= 0) on_plan(st);
+  return true;
 }
 
 struct Found {
@@ -109,21 +132,31 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   std::vector<Search> searches;
   detail::Structure sp, chain;
   detail::PiperGraph piper_graph;
-  auto seq_dp = [&](const detail::Structure& st) {
-    return [&, st_ptr = &st](int mbs, double* tps, const OnPlan& on_plan) {
+  // Per-stage sizes for the SP DP unless --micro-batch fixes them; the chain DP (PipeDream's
+  // search, GraphPipe's chain candidate) keeps one size per plan.
+  const int spread = opt.micro_batch > 0 ? 0 : kSizeSpread;
+  auto seq_dp = [&](const detail::Structure& st, int size_spread) {
+    return [&, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
       detail::SeqDp dp(cm, *st_ptr, mbs, opt.mini_batch, limit, n, same_node);
       std::vector<StageChoice> best;
-      return dp.minimise(kTol, 0, tps, &best, on_plan);
+      // With per-stage sizes the shallower plans above the optimum come from the mixed DP (its space
+      // holds the one-size plans; at each target it returns the shallowest).
+      const bool mixed_after = size_spread > 0 && mbs > 1;
+      const bool ok = dp.minimise(kTol, 0, tps, &best, on_plan, !mixed_after);
+      if (!mixed_after) return ok;
+      detail::SeqDp mixed(cm, *st_ptr, detail::StageSizes::window(mbs, size_spread), opt.mini_batch, limit, n,
+                          same_node);
+      return mixed_sizes(mixed, ok, tps, on_plan);
     };
   };
   if (graphpipe) {
     sp = detail::sp_structure(cm, &rep.sp_note);
-    searches.push_back({kSp, detail::Order::dag, seq_dp(sp)});
+    searches.push_back({kSp, detail::Order::dag, seq_dp(sp, spread)});
   }
   if (!piper) {
     chain = detail::chain_structure(cm);
     // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
-    searches.push_back({kChain, graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain)});
+    searches.push_back({kChain, graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0)});
   } else {
     piper_graph = detail::piper_graph(cm, detail::piper_split_budget(opt.time_limit_s, n, static_cast<int>(mbs_cands.size())), deadline,
                                       opt.time_limit_s);
@@ -170,8 +203,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
       double work = 0;
       for (size_t o = 0; o < g.num_ops(); ++o) {
         double w = std::numeric_limits<double>::infinity();
-        for (int p = 1; p <= std::min(n, mbs); p *= 2)
-          w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), mbs / p) / mbs);
+        for (int b : detail::StageSizes::window(mbs, graphpipe ? spread : 0).sizes)  // any stage size at m
+          for (int p = 1; p <= std::min(n, b); p *= 2)
+            w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), b / p) / b);
         work += w;
       }
       if (opt.mini_batch * work / n >= overall->plan.predicted.iteration_time_s) {

@@ -318,14 +318,16 @@ TEST(Planner, JoinOpsShareABranchesLastStage) {
   EXPECT_LE(p.predicted.iteration_time_s, pd.predicted.iteration_time_s * (1 + 1e-9));
 }
 
-// The merge case: on candle-uno at 8 summit devices the best plan puts whole towers together with
-// the head of another tower in one stage (the rest of that tower joins the concat). Without the
-// merge case the SP DP cannot express it and the chain candidate won.
+// The merge case: on candle-uno at 8 summit devices and micro-batch 64 the best plan puts whole
+// towers together with the head of another tower in one stage (the rest of that tower joins the
+// concat). Without the merge case the SP DP cannot express it and the chain candidate won. (With
+// per-stage sizes the search prefers towers at 32 and the head at 64: SimCheck.PerStageSizes.)
 TEST(Planner, MergeStageWinsCandleUno) {
   ir::Graph g = importers::load_graph("candle-uno");
   cost::CostModel cm(g, cost::load_cluster("summit", 8));
   PlannerOptions o;
   o.mini_batch = 128;
+  o.micro_batch = 64;
   const plan::Plan p = run_planner(cm, o);
   validate_plan(p, g, "graphpipe");
   ASSERT_EQ(p.search.winner, "sp") << plan_to_json(p).dump();
