@@ -393,6 +393,14 @@ void keep(SeqDp::Entry* best, int val, SeqDp::Case how, int plog, int arg, int o
 }
 }  // namespace
 
+// In a series sequence, a choice that leaves a rest of the sequence after its part is at least
+// two stages deep before `down` (the part, then at least one stage), so it improves on `best` only
+// while best is deeper than that. Skipping such choices changes no result: keep() takes only
+// strictly better ones. (Parallel sequences put the rest beside, not after: always true.)
+bool SeqDp::beats_two_stages(const Seq& q, const Entry* best, int down) const {
+  return q.parallel || best->val < 0 || best->val > std::min(down + 2, num_micro_);
+}
+
 // Base case: items [i, m) form one stage on p = 2^plog devices; the rest is solved recursively.
 // Per degree, m grows until the stage's compute alone exceeds the target, or its memory at the
 // shallowest possible depth exceeds the limit (both only grow with m).
@@ -405,6 +413,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     const int p = 1 << plog;
     for (int m = d - p < 1 ? k : i + 1; m <= k; ++m) {
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
+      if (m < k && !beats_two_stages(q, best, down)) m = k;  // only the stage to the end can improve
       if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
       if (aborted_) {
         target_hit_ = true;  // an unfinished answer: never recorded as memory-only
@@ -450,7 +459,7 @@ void SeqDp::nested_case(int s, int i, int d, int down, int floor_val, Entry* bes
   if (c < 0) return;
   const int own_down = q.parallel ? down_of(q, i, i + 1, down) : down;
   if (i + 1 == k) return keep(best, go(c, 0, d, own_down), Case::nested, 0, d);
-  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(q, best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, i + 1, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -467,7 +476,7 @@ template <class Part>
 void SeqDp::part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best,
                            Part part) {
   if (after == static_cast<int>(st_.seqs[s].items.size())) return keep(best, part(d, down), how, 0, d, opt);
-  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(st_.seqs[s], best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, after, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -744,7 +753,11 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   // Start from the whole model's single-device time spread over n devices and double: a finite
   // target lets the DP prune every stage slower than it (compute only grows with a stage).
   if (guess > 0) {
-    for (double t = guess / n; t <= guess * 4; t *= 2) {
+    // Steps of 1.25x: the first feasible target costs the most (the higher it is, the larger the
+    // stages the DP must try), so overshooting the optimum by up to 2x was the search's largest cost.
+    constexpr double kStep = 1.25;
+    bool probed = false;
+    for (double t = guess / n; t <= guess * 4; t *= kStep) {
       const int r = solve(t, &cur);
       if (r >= 0) {
         found = true;
@@ -754,7 +767,10 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
       lo = t;
       // Two targets failed: maybe no plan fits memory at all. A bounded probe can prove it (and
       // save the rest of the doubling); it never changes the search's trajectory otherwise.
-      if (t > guess / n * 1.5 && t < guess / n * 3 && never_feasible && never_feasible()) return false;
+      if (!probed && t > guess / n * 1.5 && never_feasible) {
+        probed = true;
+        if (never_feasible()) return false;
+      }
     }
   }
   if (!found && solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;

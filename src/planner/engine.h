@@ -184,6 +184,7 @@ class SeqDp {
   const Entry* find(int s, int i, int d, int down) const;
   void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth) const;
+  bool beats_two_stages(const Seq& q, const Entry* best, int down) const;
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
