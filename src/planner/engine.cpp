@@ -821,7 +821,7 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
 bool SeqDp::memory_probe() {
   // An infinite target with a work budget of 4x the largest solve so far: without the target's
   // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
-  budget_ = std::max<size_t>(4 * max_solve_evals_, 100000);
+  budget_ = probe_budget_ > 0 ? probe_budget_ : std::max<size_t>(4 * max_solve_evals_, 100000);
   const int v = solve(std::numeric_limits<double>::infinity(), nullptr);
   budget_ = 0;
   ++probes_;
