@@ -469,6 +469,15 @@ uint32_t SeqDp::sizes_for(int plog) const {
   return mask;
 }
 
+// In a series sequence, a choice that leaves a rest of the sequence after its part is at least
+// two stages deep before `down` (the part, then at least one stage; after() only grows with the
+// size and with what follows), so it improves on `best` only
+// while best is deeper than that. Skipping such choices changes no result: keep() takes only
+// strictly better ones. (Parallel sequences put the rest beside, not after: always true.)
+bool SeqDp::beats_two_stages(const Seq& q, const Entry* best, int down) const {
+  return q.parallel || best->val < 0 || best->val > after(0, after(0, down));
+}
+
 // Base case: items [i, m) form one stage on p = 2^plog devices at the smallest size that meets
 // the target; the rest is solved recursively. Per degree, m grows until every size's compute alone
 // exceeds the target, or its memory at the shallowest possible depth exceeds the limit (both only
@@ -482,6 +491,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     uint32_t alive = sizes_for(plog);
     for (int m = d - p < 1 ? k : i + 1; m <= k && alive; ++m) {
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
+      if (m < k && !beats_two_stages(q, best, down)) m = k;  // only the stage to the end can improve
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
@@ -520,7 +530,7 @@ void SeqDp::nested_case(int s, int i, int d, int down, int floor_val, Entry* bes
   if (c < 0) return;
   const int own_down = q.parallel ? down_of(q, i, i + 1, down) : down;
   if (i + 1 == k) return keep(best, go(c, 0, d, own_down), Case::nested, 0, d);
-  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(q, best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, i + 1, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -537,7 +547,7 @@ template <class Part>
 void SeqDp::part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best,
                            Part part) {
   if (after == static_cast<int>(st_.seqs[s].items.size())) return keep(best, part(d, down), how, 0, d, opt);
-  for (int d1 = 1; d1 < d && best->val != floor_val; ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(st_.seqs[s], best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, after, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -804,7 +814,11 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   // Start from the whole model's single-device time spread over n devices and double: a finite
   // target lets the DP prune every stage slower than it (compute only grows with a stage).
   if (guess > 0) {
-    for (double t = guess / n; t <= guess * 4; t *= 2) {
+    // Steps of 1.25x: the first feasible target costs the most (the higher it is, the larger the
+    // stages the DP must try), so overshooting the optimum by up to 2x was the search's largest cost.
+    constexpr double kStep = 1.25;
+    bool probed = false;
+    for (double t = guess / n; t <= guess * 4; t *= kStep) {
       const int r = solve(t, &cur);
       if (r >= 0) {
         found = true;
@@ -814,7 +828,10 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
       lo = t;
       // Two targets failed: maybe no plan fits memory at all. A bounded probe can prove it (and
       // save the rest of the doubling); it never changes the search's trajectory otherwise.
-      if (t > guess / n * 1.5 && t < guess / n * 3 && never_feasible && never_feasible()) return false;
+      if (!probed && t > guess / n * 1.5 && never_feasible) {
+        probed = true;
+        if (never_feasible()) return false;
+      }
     }
   }
   if (!found && solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
@@ -865,7 +882,7 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
 bool SeqDp::memory_probe() {
   // An infinite target with a work budget of 4x the largest solve so far: without the target's
   // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
-  budget_ = std::max<size_t>(4 * max_solve_evals_, 100000);
+  budget_ = probe_budget_ > 0 ? probe_budget_ : std::max<size_t>(4 * max_solve_evals_, 100000);
   const int v = solve(std::numeric_limits<double>::infinity(), nullptr);
   budget_ = 0;
   ++probes_;

@@ -184,6 +184,9 @@ class SeqDp {
   size_t solves() const { return solves_; }
   /// memory_probe calls, and how many of them ran out of budget.
   size_t probes() const { return probes_; }
+  /// Fixes the memory probe's work budget (stage evaluations; 0: 4x the largest solve so far).
+  /// For tests that must cover a probe running out of budget.
+  void set_probe_budget(size_t evals) { probe_budget_ = evals; }
   size_t probes_aborted() const { return probes_aborted_; }
 
  private:
@@ -218,6 +221,7 @@ class SeqDp {
   const Entry* find(int s, int i, int d, int down) const;
   void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth, int z) const;
+  bool beats_two_stages(const Seq& q, const Entry* best, int down) const;
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -276,7 +280,7 @@ class SeqDp {
   // Stage evaluations (all solves), at the current solve's start, the largest per solve, and the
   // current solve's budget (0: unbounded); aborted_: the budget ran out.
   size_t evals_ = 0, solve_start_ = 0, max_solve_evals_ = 0, budget_ = 0;
-  size_t probes_ = 0, probes_aborted_ = 0;
+  size_t probes_ = 0, probes_aborted_ = 0, probe_budget_ = 0;
   bool aborted_ = false;
   bool target_hit_ = false;  // this solve rejected something for its time
 };

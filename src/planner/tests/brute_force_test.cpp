@@ -304,7 +304,10 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
       const detail::Structure chain = detail::chain_structure(cm);
       for (int mbs : {1, 16}) {
         SCOPED_TRACE(fmt::format("limit {} n {} mbs {}", limit, n, mbs));
+        // The probe with its own budget and with one so small that it always gives up.
+        for (size_t budget : {size_t{0}, size_t{50}}) {
         detail::SeqDp with(cm, chain, mbs, 64, limit, n, true);
+        with.set_probe_budget(budget);
         double t1 = 0;
         std::vector<detail::StageChoice> s1;
         const bool ok1 = with.minimise(1e-3, 0, &t1, &s1);
@@ -333,6 +336,7 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
         }
         saw_abort = saw_abort || with.probes_aborted() > 0;
         saw_proof = saw_proof || (with.probes() > with.probes_aborted() && !ok1);
+        }
       }
     }
   }
