@@ -27,6 +27,7 @@ Registrar reg(70, [](CLI::App& root) {
   diff->add_option("b", *b, "Second checkpoint file or directory")->required();
   diff->callback([a, b] {
     runtime::CheckpointDiff d = runtime::diff_checkpoints(*a, *b);
+    std::fputs(d.shared.c_str(), stdout);  // copies of shared parameters on several stages
     if (d.identical()) {
       std::printf("identical: %d file(s), %lld tensors, %lld values, same step counts\n", d.files,
                   static_cast<long long>(d.tensors), static_cast<long long>(d.values));

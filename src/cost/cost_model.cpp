@@ -345,6 +345,35 @@ double stage_transient_bytes(const CostModel& cm, const std::vector<OpId>& ops, 
   return std::max(std::max(0.0, fwd - saved), out_grads + worst_op);
 }
 
+/// Shared (tied) parameters the stage holds (docs/cost-model.md, "Shared parameters"): one copy of
+/// each, whose state is not yet counted when its canonical user is on another stage; the bytes of
+/// those also held by other stages leave the replicas' all-reduce for the holders' sum. Returns
+/// the bytes to take off the stage's data-parallel all-reduce.
+double add_shared_copies(const CostModel& cm, const std::vector<char>& in_stage, int dp_degree, bool same_node,
+                         StageCost& s) {
+  const ir::Graph& g = cm.graph();
+  double leave_dp = 0;
+  for (int k : g.shared_held(in_stage)) {
+    const std::vector<OpId>& users = g.shared_users(static_cast<size_t>(k));
+    const OpId canon = users.front();
+    const double frac = static_cast<double>(g.shared_numel(static_cast<size_t>(k))) /
+                        static_cast<double>(std::max<int64_t>(1, g.costs(canon).params));
+    const double bytes = frac * static_cast<double>(g.costs(canon).param_bytes);
+    if (!in_stage[canon.v]) {
+      CostModel::StateParts sp = cm.state_parts(canon);
+      s.state.weights += frac * sp.weights;
+      s.state.gradients += frac * sp.gradients;
+      s.state.optimizer += frac * sp.optimizer;
+    }
+    bool all_here = std::all_of(users.begin(), users.end(), [&](OpId u) { return in_stage[u.v] != 0; });
+    if (all_here) continue;  // one copy, summed over the replicas like any parameter
+    s.shared_bytes += bytes;
+    if (in_stage[canon.v]) leave_dp += bytes;
+  }
+  if (s.shared_bytes > 0) s.shared_allreduce_s = cm.allreduce_time(2 * dp_degree, same_node, s.shared_bytes);
+  return leave_dp;
+}
+
 }  // namespace
 
 StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
@@ -387,7 +416,8 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   // Each cut tensor crosses twice per micro-batch: activation forward, gradient backward.
   for (OpId p : producers) s.comm_s += 2 * cm.p2p_time(same_node, cm.output_bytes(p, b));
   for (OpId o : senders) s.comm_s += 2 * cm.p2p_time(same_node, cm.output_bytes(o, b));
-  s.allreduce_s = cm.allreduce_time(dp_degree, same_node, param_bytes);
+  param_bytes -= add_shared_copies(cm, in_stage, dp_degree, same_node, s);
+  s.allreduce_s = cm.allreduce_time(dp_degree, same_node, std::max(0.0, param_bytes));
   s.state_bytes = s.state.total();
   if (dp_degree > 1) s.step_transient_bytes = std::max(s.step_transient_bytes, s.state.gradients);
   s.micro_batches = static_cast<int>((mini_batch + micro_batch - 1) / micro_batch);
@@ -398,7 +428,7 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   // stage of many embedding tables is cheap per sample in compute but not in its optimizer step.
   s.optimizer_s = optimizer_step_time(cm.cluster(), s.state_bytes);
   s.tps_s = (s.compute_s + s.comm_s) / static_cast<double>(micro_batch) +
-            (s.allreduce_s + s.optimizer_s) / static_cast<double>(mini_batch);
+            (s.allreduce_s + s.shared_allreduce_s + s.optimizer_s) / static_cast<double>(mini_batch);
   return s;
 }
 

@@ -198,8 +198,13 @@ struct StageCost {
   double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
   double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
   double optimizer_s = 0;        // the optimizer step, per mini-batch (optimizer_step_time)
+  /// Summing the gradients of shared parameters the stage holds with their holders on other stages,
+  /// per mini-batch: a ring all-reduce of those bytes among 2 x dp_degree devices (the other holders
+  /// are not known while one stage is costed; sim_costs uses the plan's real holders).
+  double shared_allreduce_s = 0;
+  double shared_bytes = 0;       // bytes of those shared parameters (held by other stages too)
   double tps_s = 0;              // time per sample: (compute + comm)/micro_batch
-                                 //   + (allreduce + optimizer)/mini_batch
+                                 //   + (allreduce + shared_allreduce + optimizer)/mini_batch
   double state_bytes = 0;        // weights + gradients + optimizer state
   double act_bytes_per_mb = 0;   // activations saved for backward per in-flight micro-batch
   CostModel::StateParts state;   // state_bytes split into weights, gradients, optimizer state

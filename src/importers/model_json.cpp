@@ -45,6 +45,28 @@ ir::Shape parse_shape(const JsonAt& j) {
   return s;
 }
 
+OJson shared_json(const ir::SharedParam& sp) {
+  return OJson{{"name", sp.name}, {"shape", sp.shape}, {"uses", sp.uses}};
+}
+
+// "shared_params" (optional): [{"name", "shape" (no batch dim), "uses": ["op/param", ...]}].
+void read_shared_params(const JsonAt& doc, ir::Model& m) {
+  if (!doc.has("shared_params")) return;
+  JsonAt list = doc.at("shared_params");
+  for (size_t k = 0; k < list.size(); ++k) {
+    JsonAt j = list.at(k);
+    j.expect_object();
+    ir::SharedParam sp;
+    sp.name = j.at("name").str();
+    sp.shape = j.at("shape").i64_list();
+    for (size_t d = 0; d < sp.shape.size(); ++d)
+      if (sp.shape[d] <= 0) j.at("shape").at(d).fail(fmt::format("dimension {} is {}: dimensions are positive", d, sp.shape[d]));
+    JsonAt uses = j.at("uses");
+    for (size_t u = 0; u < uses.size(); ++u) sp.uses.push_back(uses.at(u).str());
+    m.shared_params.push_back(std::move(sp));
+  }
+}
+
 }  // namespace
 
 Json model_to_json(const ir::Model& m) {
@@ -53,6 +75,10 @@ Json model_to_json(const ir::Model& m) {
   for (const auto& in : m.inputs) doc["inputs"].push_back(Json::parse(input_json(in).dump()));
   doc["ops"] = Json::array();
   for (const auto& op : m.ops) doc["ops"].push_back(Json::parse(op_json(op).dump()));
+  if (!m.shared_params.empty()) {
+    doc["shared_params"] = Json::array();
+    for (const auto& sp : m.shared_params) doc["shared_params"].push_back(Json::parse(shared_json(sp).dump()));
+  }
   return doc;
 }
 
@@ -122,6 +148,8 @@ ir::Model model_from_json(const Json& json, const std::string& file) {
     m.outputs.push_back(std::move(name));
   }
 
+  read_shared_params(doc, m);
+
   // Shapes (declared output shapes must equal the inferred ones), attrs, cycles, reachability:
   // the IR's own checks, named by file.
   ir::validate(m, file);
@@ -141,7 +169,10 @@ void write_model_json(const std::string& path, const ir::Model& m) {
   s += m.inputs.empty() ? "],\n \"ops\": [" : "\n ],\n \"ops\": [";
   for (size_t i = 0; i < m.ops.size(); ++i) s += (i ? ",\n  " : "\n  ") + op_json(m.ops[i]).dump();
   s += m.ops.empty() ? "],\n" : "\n ],\n";
-  s += " \"outputs\": " + OJson(m.outputs).dump() + "\n}\n";
+  s += " \"outputs\": " + OJson(m.outputs).dump();
+  for (size_t k = 0; k < m.shared_params.size(); ++k)
+    s += (k ? ",\n  " : ",\n \"shared_params\": [\n  ") + shared_json(m.shared_params[k]).dump();
+  s += m.shared_params.empty() ? "\n}\n" : "\n ]\n}\n";
   write_text_file(path, s);
 }
 

@@ -455,6 +455,7 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
     if (!unknown) throw;
   }
   ir::Model model = m.finish();
+  tie_shared_params(net, m.param_sources, model);
   if (sources) *sources = std::move(m.param_sources);
   return model;
 }

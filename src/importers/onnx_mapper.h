@@ -54,6 +54,10 @@ struct Mapper {
   ir::Model finish();
 };
 
+/// Parameters read by several IR ops (one initializer behind several weight slots) become
+/// model.shared_params (onnx_shared.cpp); UserError when the ops use it in different layouts.
+void tie_shared_params(const Net& net, const std::vector<ParamSource>& sources, ir::Model& model);
+
 /// Maps a loaded net to the IR (import_onnx); `sources`, when given, receives every IR parameter's source.
 ir::Model map_net(const Net& net, std::vector<ParamSource>* sources);
 

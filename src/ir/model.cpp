@@ -162,6 +162,7 @@ std::vector<int> validate(const Model& m, const std::string& where) {
   }
   for (size_t i = 0; i < m.ops.size(); ++i)
     GP_CHECK(live[i], "{}: op \"{}\" has no path to an output ({})", where, m.ops[i].name, m.outputs.front());
+  validate_shared_params(m, where);
   return order;
 }
 
@@ -171,6 +172,7 @@ Graph Graph::build(Model model, const std::string& where) {
   g.model_.name = std::move(model.name);
   g.model_.inputs = std::move(model.inputs);
   g.model_.outputs = std::move(model.outputs);
+  g.model_.shared_params = std::move(model.shared_params);
   for (int i : order) g.model_.ops.push_back(std::move(model.ops[i]));
   const size_t n = g.model_.ops.size();
   for (size_t i = 0; i < n; ++i) g.index_.emplace(g.model_.ops[i].name, static_cast<int32_t>(i));
@@ -202,6 +204,7 @@ Graph Graph::build(Model model, const std::string& where) {
     }
     g.costs_[i] = derive_costs(op, shapes, dts);
   }
+  g.link_shared_params(where);
   return g;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "support/ids.h"
@@ -99,14 +100,32 @@ struct OpCosts {
   bool operator==(const OpCosts&) const = default;
 };
 
+/// One parameter tensor used by several ops (tied weights: GPT-2's LM head reuses the token
+/// embedding's table). `uses` are "op/param" names (the runtime's parameter names, e.g.
+/// "wte/weight"), of distinct ops, all of `shape`. The first use is canonical: the parameter is
+/// counted with that op (the other users' OpCosts exclude it), it names the parameter in checkpoints,
+/// and its initial value (seeded or from the model file) is every copy's. A stage holding any user
+/// holds the parameter once; stages holding different users keep identical copies whose gradients
+/// are summed every iteration (docs/graph.md, "Shared parameters").
+struct SharedParam {
+  std::string name;               // a label: the ONNX initializer, "tied.wte"
+  Shape shape;                    // the parameter's shape (no batch dimension)
+  std::vector<std::string> uses;  // >= 2 "op/param", distinct ops
+  bool operator==(const SharedParam&) const = default;
+};
+
 /// A model as written in a file or built by the zoo: plain value, no derived state.
 struct Model {
   std::string name;
   std::vector<Input> inputs;
   std::vector<Op> ops;
   std::vector<std::string> outputs;  // the loss op(s)
+  std::vector<SharedParam> shared_params;  // tied parameters; empty for most models
   bool operator==(const Model&) const = default;
 };
+
+/// Splits a shared parameter use "op/param" at its last '/' (op names may contain '/').
+std::pair<std::string, std::string> split_use(const std::string& use);
 
 /// A validated model with dense ids and derived costs. Ops are stored in a topological order;
 /// OpId(i) is ops()[i]. preds/succs are op-to-op edges only (graph inputs are not nodes).
@@ -135,7 +154,16 @@ class Graph {
   OpId find(const std::string& op_name) const;  // invalid id when absent
   const Input* find_input(const std::string& name) const;
 
-  // Totals per sample over all ops.
+  /// The ops using shared parameter k (model().shared_params[k]), in its `uses` order; the first
+  /// is the canonical user.
+  const std::vector<OpId>& shared_users(size_t k) const { return shared_users_[k]; }
+  /// Shared parameters whose users include an op of the stage `in_stage` (size num_ops), in
+  /// model order: the stage holds one copy of each.
+  std::vector<int> shared_held(const std::vector<char>& in_stage) const;
+  /// Parameters (elements) of shared parameter k.
+  int64_t shared_numel(size_t k) const;
+
+  // Totals per sample over all ops (a shared parameter counts once).
   int64_t total_params() const;
   double total_fwd_flops() const;
   double total_bwd_flops() const;
@@ -146,13 +174,22 @@ class Graph {
   std::vector<OpCosts> costs_;
   std::vector<std::vector<OpId>> preds_, succs_;
   std::vector<std::vector<int>> graph_inputs_;
+  std::vector<std::vector<OpId>> shared_users_;
   std::unordered_map<std::string, int32_t> index_;
+
+  void link_shared_params(const std::string& where);
 };
 
 /// Checks a model; throws UserError naming the problem: duplicate name, unknown input, a cycle
 /// (naming the ops on it), a shape mismatch (naming the op and both shapes), bad attributes,
 /// an op with no path to an output. Returns the ops in a topological order (indices into ops).
 std::vector<int> validate(const Model& m, const std::string& where = "model");
+
+/// Checks model().shared_params against the ops (validate() calls it): each has a name, a shape of
+/// positive dims and >= 2 uses "op/param" naming distinct existing ops; a use appears in at most
+/// one shared parameter. Whether the op really has that parameter with that shape is checked by the
+/// runtime (it knows parameter names); the IR checks the op has at least that many parameters.
+void validate_shared_params(const Model& m, const std::string& where);
 
 /// Infers the output shape of an op from its input shapes and attrs (throws UserError on mismatch).
 Shape infer_shape(const Op& op, const std::vector<Shape>& input_shapes, const std::string& where);

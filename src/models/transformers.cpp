@@ -53,18 +53,28 @@ ir::Model build_mmt(const BuiltinSpec& s) {
 // GPT: the input is the token embeddings [seq, hidden] (the IR has no token-embedding op); the LM
 // head runs on every position (its real cost), and the logits are averaged over positions so the
 // loss is cross_entropy over [B, vocab] against one label token per sample.
+// With tie_embeddings=1 the input is token ids into a token embedding "wte" (with learned
+// positions), and the LM head (no bias, as GPT-2's) shares wte's [vocab, hidden] table: one
+// ir::SharedParam, counted once, held by each stage that holds either op.
 ir::Model build_gpt(const BuiltinSpec& s) {
   check_heads(s);
+  const bool tie = s["tie_embeddings"] != 0;
+  GP_CHECK(s["tie_embeddings"] <= 1, "{}: tie_embeddings = {} must be 1 (tied) or left out (untied)", s.model,
+           s["tie_embeddings"]);
   ir::ModelBuilder b(s.canonical());
-  std::string x = b.input("tokens", {s["seq"], s["hidden"]});
+  std::string x = tie ? b.op("wte", OpKind::embedding, {b.input("tokens", {s["seq"]}, ir::DType::i64)},
+                             {{"rows", s["vocab"]}, {"dim", s["hidden"]}, {"positions", true}})
+                      : b.input("tokens", {s["seq"], s["hidden"]});
   for (int64_t l = 0; l < s["layers"]; ++l)
     x = transformer_layer(b, fmt::format("l{}", l), x, s["heads"], s["hidden"], s["ffn"]);
   auto label = b.input("label", {}, ir::DType::i64);
   auto norm = b.op("final.ln", OpKind::layernorm, {x});
-  auto logits = b.linear("final.lm_head", norm, s["vocab"]);
+  auto logits = b.linear("final.lm_head", norm, s["vocab"], /*bias=*/!tie);
   auto pooled = b.op("final.pool", OpKind::mean, {logits}, {{"axis", 1}});
   b.output(b.op("loss", OpKind::cross_entropy, {pooled, label}));
-  return b.build();
+  ir::Model m = b.build();
+  if (tie) m.shared_params.push_back({"wte", {s["vocab"], s["hidden"]}, {"wte/weight", "final.lm_head/weight"}});
+  return m;
 }
 
 }  // namespace gp::models::detail

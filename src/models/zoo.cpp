@@ -55,7 +55,8 @@ const std::vector<Builtin>& registry() {
          {"hidden", 768, "hidden size"},
          {"heads", 12, "attention heads (must divide hidden)"},
          {"ffn", 3072, "feed-forward inner size"},
-         {"vocab", 50257, "vocabulary size"}}},
+         {"vocab", 50257, "vocabulary size"},
+         {"tie_embeddings", 0, "1: token ids in, a token embedding whose table the LM head shares (tied)"}}},
        detail::build_gpt},
       {{"inception",
         "GoogLeNet-style CNN: stem, inception blocks of 4 parallel branches (1x1 | 1x1-3x3 | "

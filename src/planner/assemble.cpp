@@ -154,7 +154,8 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
     p.predicted = {};
     p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
     // Per stage and micro-batch (see iteration_time): compute, sends, the backward's share, and
-    // the tail after the last backward (gradient all-reduce among replicas, optimizer step).
+    // the tail after the last backward (gradient all-reduce among replicas, the sum of shared
+    // parameters' gradients with their other holders, optimizer step).
     StageTimes st(p.stages.size());
     for (size_t k = 0; k < p.stages.size(); ++k) {
       plan::Stage& s = p.stages[k];
@@ -174,7 +175,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       st.compute[k] = c.compute_s;
       st.send[k] = c.comm_s / 2;  // comm_s counts each cut tensor at both ends
       st.bwd[k] = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
-      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + c.optimizer_s;
+      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s;
       p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
       if (lines) {
         std::string alt;

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <set>
 
 #include "runtime/checkpoint_tool.h"
 #include "runtime/detail/optim.h"
@@ -35,7 +37,52 @@ std::vector<std::string> files_of(const std::string& path) {
   return out;
 }
 
+/// The stage a checkpoint was written for (manifest identity), -1 when unknown (--single, old files).
+int stage_of(const CheckpointContents& c) {
+  if (!c.has_manifest()) return -1;
+  const Json& id = c.manifest.value("identity", Json());
+  return id.is_object() ? id.value("stage", -1) : -1;
+}
+
 }  // namespace
+
+std::string shared_copies(const std::string& path) {
+  struct Copy {
+    std::string file;
+    int stage;
+    torch::Tensor t;
+  };
+  std::map<std::string, std::vector<Copy>> by_name;
+  for (const auto& f : files_of(path)) {
+    CheckpointContents c = load(f);
+    for (auto& [n, t] : c.params) by_name[n].push_back({fs::path(f).filename().string(), stage_of(c), t});
+  }
+  std::string out;
+  for (const auto& [name, copies] : by_name) {
+    std::set<int> stages;
+    for (const Copy& c : copies) stages.insert(c.stage);
+    if (stages.size() < 2 || stages.count(-1)) continue;  // replicas of one stage, or not a pipeline
+    double max_abs = 0;
+    bool same = true;
+    std::vector<std::string> where;
+    for (const Copy& c : copies) {
+      where.push_back(c.file);
+      if (c.t.sizes() != copies.front().t.sizes()) {
+        same = false;
+        max_abs = std::numeric_limits<double>::infinity();
+        continue;
+      }
+      if (c.t.ne(copies.front().t).any().item<bool>()) {
+        same = false;
+        max_abs = std::max(max_abs, (c.t - copies.front().t).abs().max().item<double>());
+      }
+    }
+    out += fmt::format("shared parameter {}: {} copies ({}) on stages {}: {}\n", name, copies.size(),
+                       fmt::join(where, ", "), fmt::join(stages, ", "),
+                       same ? "identical" : fmt::format("DIFFERENT (max |a-b| {:.3g})", max_abs));
+  }
+  return out;
+}
 
 std::string describe_checkpoints(const std::string& path) {
   std::string out;
@@ -66,7 +113,7 @@ std::string describe_checkpoints(const std::string& path) {
     for (auto& [n, t] : l.params)
       out += fmt::format("  {:<40} [{}]  norm {:.6g}\n", n, fmt::join(t.sizes(), ", "), t.norm().item<double>());
   }
-  return out;
+  return out + shared_copies(path);
 }
 
 CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
@@ -101,6 +148,7 @@ CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
                               differ, tx.numel(), max_abs);
     }
   }
+  d.shared = shared_copies(a) + shared_copies(b);
   return d;
 }
 

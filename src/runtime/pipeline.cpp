@@ -173,6 +173,7 @@ class StageRunner {
         }
     for (auto& [e, names] : edge_) std::sort(names.begin(), names.end());
     if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
+    make_shared_groups(stage_of);
   }
 
   StageModule& module() { return *module_; }
@@ -234,6 +235,7 @@ class StageRunner {
       case ActionKind::recv_grad: transfer(a, true, false); break;
       case ActionKind::allreduce: allreduce(); break;
       case ActionKind::optimizer_step:
+        sum_shared_gradients();
         if (!opt_.allow_nonfinite) check_gradients_finite(*module_, {step_, st_.id});
         optim_->step();
         break;
@@ -410,14 +412,51 @@ class StageRunner {
   }
 
   // Each replica's loss is scaled by its share of the mini-batch, so replicas' gradients add up.
+  // Shared parameters held by other stages too are summed with all their holders instead.
   void allreduce() {
     if (!group_) return;
     std::vector<torch::Tensor> grads;
     for (auto& p : module_->parameters()) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p.grad());
+      if (!summed_with_holders(p)) grads.push_back(p.grad());
     }
     if (!grads.empty()) group_->all_reduce(grads, detail::Reduce::sum).wait();
+  }
+
+  // A shared parameter whose users sit on several stages: every replica of every holding stage
+  // keeps a copy; one communicator per set of holder ranks (created in shared-parameter order, the
+  // same on every member, so creation cannot deadlock).
+  void make_shared_groups(const std::vector<int>& stage_of) {
+    std::map<std::vector<int>, size_t> by_ranks;
+    for (const auto& [k, t] : module_->shared()) {
+      std::set<int> stages;
+      for (OpId u : g_.shared_users(static_cast<size_t>(k))) stages.insert(stage_of[u.v]);
+      if (stages.size() < 2) continue;
+      std::vector<int> ranks;
+      for (int h : stages) ranks.insert(ranks.end(), p_.stages[h].devices.begin(), p_.stages[h].devices.end());
+      std::sort(ranks.begin(), ranks.end());
+      auto [it, fresh] = by_ranks.emplace(ranks, shared_.size());
+      if (fresh) shared_.push_back({world_.subgroup(ranks, "shared" + std::to_string(k)), {}});
+      shared_[it->second].params.push_back(t);
+    }
+  }
+  bool summed_with_holders(const torch::Tensor& p) const {
+    for (const auto& sg : shared_)
+      for (const auto& t : sg.params)
+        if (t.is_same(p)) return true;
+    return false;
+  }
+  // Before the optimizer step: every holder (and replica) adds its gradient of each shared
+  // parameter, so all copies take the same update from the whole mini-batch's gradient.
+  void sum_shared_gradients() {
+    for (auto& sg : shared_) {
+      std::vector<torch::Tensor> grads;
+      for (auto& p : sg.params) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        grads.push_back(p.grad());
+      }
+      sg.comm->all_reduce(grads, detail::Reduce::sum).wait();
+    }
   }
 
   const TrainOptions& opt_;
@@ -427,6 +466,11 @@ class StageRunner {
   int rep_;
   Communicator& world_;
   std::unique_ptr<Communicator> group_;
+  struct SharedGroup {
+    std::unique_ptr<Communicator> comm;  // every rank of the stages holding these parameters
+    std::vector<torch::Tensor> params;
+  };
+  std::vector<SharedGroup> shared_;
   const std::vector<Action>& actions_;
   std::unique_ptr<StageModule> module_;
   std::unique_ptr<torch::optim::Optimizer> optim_;

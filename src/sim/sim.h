@@ -18,7 +18,8 @@ struct StageTimes {
   double fwd_s = 0;
   double bwd_s = 0;
   double allreduce_s = 0;        // gradient all-reduce among the replicas, once per iteration
-  double optimizer_s = 0;        // the optimizer step, once per iteration
+  double optimizer_s = 0;        // the optimizer step, once per iteration (with, before it, the sum
+                                 // of shared parameters' gradients over their holding stages)
   double state_bytes = 0;        // weights + gradients + optimizer state, per device
   double act_bytes_per_mb = 0;   // activations saved for backward per held micro-batch, per device
   /// The rest of the peak, per device: transient buffers of one micro-batch and the gradients sent

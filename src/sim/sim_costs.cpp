@@ -5,6 +5,34 @@
 
 namespace gp::sim {
 
+namespace {
+
+/// Per stage: the time to sum the gradients of its shared parameters with their holders on other
+/// stages (a ring all-reduce among every device of every holding stage, placement-aware), taken
+/// just before the optimizer step.
+std::vector<double> shared_allreduce_times(const plan::Plan& p, const cost::CostModel& cm,
+                                           const std::vector<int>& stage_of) {
+  const ir::Graph& g = cm.graph();
+  std::vector<double> out(p.stages.size(), 0.0);
+  for (size_t k = 0; k < g.model().shared_params.size(); ++k) {
+    std::vector<int> holders;
+    for (OpId u : g.shared_users(k))
+      if (std::find(holders.begin(), holders.end(), stage_of[u.v]) == holders.end()) holders.push_back(stage_of[u.v]);
+    if (holders.size() < 2) continue;
+    const OpId canon = g.shared_users(k).front();
+    const double bytes = static_cast<double>(g.shared_numel(k)) / static_cast<double>(g.costs(canon).params) *
+                         static_cast<double>(g.costs(canon).param_bytes);
+    std::vector<int> devices;
+    for (int h : holders) devices.insert(devices.end(), p.stages[h].devices.begin(), p.stages[h].devices.end());
+    std::sort(devices.begin(), devices.end());
+    const double t = cm.allreduce_time(devices, bytes);
+    for (int h : holders) out[h] += t;
+  }
+  return out;
+}
+
+}  // namespace
+
 SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
   const ir::Graph& g = cm.graph();
   const cost::Cluster& cl = cm.cluster();
@@ -22,6 +50,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
       ops[st.id].push_back(id);
     }
   }
+  const std::vector<double> shared_s = shared_allreduce_times(p, cm, stage_of);
   SimCosts c;
   c.cluster = cl;
   c.p2p_time = [&cm](int a, int b, double bytes) { return cm.p2p_time(a, b, bytes); };
@@ -52,7 +81,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
     t.other_bytes = cost::stage_memory(sc, 0) - sc.state_bytes;
-    t.optimizer_s = sc.optimizer_s;
+    t.optimizer_s = sc.optimizer_s + shared_s[st.id];
     // Bytes per sample on each out-edge: every op output read by an op of that successor.
     for (int v : st.outputs_to) {
       double bytes = 0;

@@ -36,7 +36,7 @@ TEST(Zoo, ListsTheContractModelsAndParameters) {
                                       "rows=1000000", "dim=64", "bag=100"}));
   EXPECT_EQ(params_of("candle-uno"), (std::vector<std::string>{"branches=7", "layers=4", "hidden=4096"}));
   EXPECT_EQ(params_of("gpt"), (std::vector<std::string>{"layers=12", "seq=1024", "hidden=768", "heads=12",
-                                                        "ffn=3072", "vocab=50257"}));
+                                                        "ffn=3072", "vocab=50257", "tie_embeddings=0"}));
   EXPECT_EQ(params_of("inception"),
             (std::vector<std::string>{"blocks=9", "channels=64", "image=224", "classes=1000"}));
 }
@@ -72,6 +72,24 @@ TEST(Zoo, GptParamsMatchClosedForm) {
   EXPECT_EQ(g.num_ops(), 2u * 8 + 4);
   ir::Graph d = build("gpt");
   EXPECT_EQ(d.total_params(), 12 * transformer_layer_params(768, 3072) + 2 * 768 + linear_params(768, 50257));
+}
+
+// tie_embeddings=1: token ids -> wte (vocab x hidden table + seq x hidden positions); the LM head
+// has no bias and shares wte's table, counted once (GPT-2's parameter count).
+TEST(Zoo, GptTiedEmbeddingsCountTheTableOnce) {
+  ir::Graph g = build("gpt:layers=2,seq=16,hidden=64,heads=4,ffn=128,vocab=100,tie_embeddings=1");
+  EXPECT_EQ(g.total_params(), 100 * 64 + 16 * 64 + 2 * transformer_layer_params(64, 128) + 2 * 64);
+  EXPECT_EQ(g.num_ops(), 2u * 8 + 5);
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  EXPECT_EQ(g.model().shared_params[0].uses, (std::vector<std::string>{"wte/weight", "final.lm_head/weight"}));
+  EXPECT_EQ(g.model().inputs[0].dtype, ir::DType::i64);
+  EXPECT_EQ(g.name(), "gpt:layers=2,seq=16,hidden=64,heads=4,ffn=128,vocab=100,tie_embeddings=1");
+  try {
+    build("gpt:tie_embeddings=2");
+    FAIL() << "accepted";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tie_embeddings = 2 must be 1 (tied) or left out (untied)"));
+  }
 }
 
 TEST(Zoo, DlrmParamsMatchClosedForm) {

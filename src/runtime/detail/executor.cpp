@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "runtime/detail/executor.h"
@@ -139,11 +140,18 @@ torch::Tensor initial_value(const ir::Graph& g, OpId id, const std::string& para
 }  // namespace
 
 void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial) {
-  if (initial.empty()) return;
-  std::set<std::string> known;
+  std::map<std::string, std::vector<int64_t>> known;
   for (size_t i = 0; i < g.num_ops(); ++i)
     for (const auto& [name, shape] : param_specs(g, OpId(static_cast<int32_t>(i))))
-      known.insert(g.op(OpId(static_cast<int32_t>(i))).name + "/" + name);
+      known.emplace(g.op(OpId(static_cast<int32_t>(i))).name + "/" + name, shape);
+  for (const ir::SharedParam& sp : g.model().shared_params)
+    for (const std::string& use : sp.uses) {
+      auto it = known.find(use);
+      GP_CHECK(it != known.end(), "{}: shared parameter \"{}\": \"{}\" is not a parameter of the model", g.name(),
+               sp.name, use);
+      GP_CHECK(it->second == sp.shape, "{}: shared parameter \"{}\" has shape {}, but \"{}\" is [{}]", g.name(),
+               sp.name, ir::shape_str(sp.shape), use, fmt::join(it->second, ", "));
+    }
   for (const auto& [key, v] : initial)
     GP_CHECK(known.count(key), "{}: initial value for \"{}\", which is not a parameter of the model", g.name(), key);
 }
@@ -154,6 +162,9 @@ StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t see
   std::sort(ops_.begin(), ops_.end());  // OpIds are a topological order
   ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
   std::set<std::string> inside, external;
+  std::unordered_map<std::string, int> shared_index;  // "op/param" -> shared parameter
+  for (size_t k = 0; k < g.model().shared_params.size(); ++k)
+    for (const std::string& use : g.model().shared_params[k].uses) shared_index.emplace(use, static_cast<int>(k));
   for (OpId id : ops_) {
     GP_ASSERT(id.valid() && static_cast<size_t>(id.v) < g.num_ops(), "op id {} out of range", id.v);
     inside.insert(g.op(id).name);
@@ -165,7 +176,7 @@ StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t see
     std::vector<torch::Tensor> ps;
     std::vector<std::string> names;
     for (auto& [name, shape] : param_specs(g, id)) {
-      ps.push_back(initial_value(g, id, name, shape, seed, initial).to(device_).requires_grad_(true));
+      ps.push_back(make_parameter(id, name, shape, initial, shared_index));
       names.push_back(name);
     }
     params_.push_back(std::move(ps));
@@ -176,19 +187,39 @@ StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t see
     if (inside.count(out)) losses_.push_back(out);
 }
 
+// A shared parameter is made once per stage, from its canonical use's initial value (the file's, or
+// seeded by the canonical op and parameter names), so every holder starts from the same tensor.
+torch::Tensor StageModule::make_parameter(OpId id, const std::string& name, const std::vector<int64_t>& shape,
+                                          const importers::ParamValues& initial,
+                                          const std::unordered_map<std::string, int>& shared_index) {
+  const std::string key = g_->op(id).name + "/" + name;
+  auto it = shared_index.find(key);
+  if (it == shared_index.end()) {
+    torch::Tensor t = initial_value(*g_, id, name, shape, seed_, initial).to(device_).requires_grad_(true);
+    named_.emplace_back(key, t);
+    return t;
+  }
+  const int k = it->second;
+  const ir::SharedParam& sp = g_->model().shared_params[static_cast<size_t>(k)];
+  GP_CHECK(shape == sp.shape, "{}: shared parameter \"{}\" has shape {}, but \"{}\" needs [{}]", g_->name(), sp.name,
+           ir::shape_str(sp.shape), key, fmt::join(shape, ", "));
+  for (auto& [idx, t] : shared_)
+    if (idx == k) return t;
+  const OpId canon = g_->shared_users(static_cast<size_t>(k)).front();
+  torch::Tensor t =
+      initial_value(*g_, canon, ir::split_use(sp.uses.front()).second, shape, seed_, initial).to(device_).requires_grad_(true);
+  shared_.emplace_back(k, t);
+  named_.emplace_back(sp.uses.front(), t);
+  return t;
+}
+
 std::vector<torch::Tensor> StageModule::parameters() const {
   std::vector<torch::Tensor> out;
-  for (const auto& ps : params_) out.insert(out.end(), ps.begin(), ps.end());
+  for (const auto& [n, t] : named_) out.push_back(t);
   return out;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> StageModule::named_parameters() const {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (size_t i = 0; i < ops_.size(); ++i)
-    for (size_t k = 0; k < params_[i].size(); ++k)
-      out.emplace_back(g_->op(ops_[i]).name + "/" + param_names_[i][k], params_[i][k]);
-  return out;
-}
+std::vector<std::pair<std::string, torch::Tensor>> StageModule::named_parameters() const { return named_; }
 
 TensorMap StageModule::forward(const TensorMap& external, const MicroBatchInfo& info) const {
   TensorMap out;

@@ -93,9 +93,14 @@ class StageModule {
   const torch::Device& device() const { return device_; }
 
   /// requires_grad leaves in a deterministic order (ops in topological order, params in spec order).
+  /// A shared parameter (ir::SharedParam) is one tensor for all its users in the stage, listed once
+  /// where its first user in the stage lists it.
   std::vector<torch::Tensor> parameters() const;
-  /// Same order, named "op/param" (e.g. "enc.l0.attn/wq").
+  /// Same order, named "op/param" (e.g. "enc.l0.attn/wq"); a shared parameter by its canonical
+  /// use (its first "op/param"), whichever of its users the stage holds.
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  /// The shared parameters this stage holds (indices into model().shared_params) and their tensors.
+  const std::vector<std::pair<int, torch::Tensor>>& shared() const { return shared_; }
 
   /// Names of tensors this stage reads from outside: graph inputs and other stages' op outputs,
   /// sorted by name.
@@ -119,6 +124,12 @@ class StageModule {
   torch::Device device_;
   std::vector<std::vector<torch::Tensor>> params_;      // per op (ops_ order)
   std::vector<std::vector<std::string>> param_names_;   // per op
+  std::vector<std::pair<std::string, torch::Tensor>> named_;  // each tensor once (canonical names)
+  std::vector<std::pair<int, torch::Tensor>> shared_;   // shared parameter index -> its tensor
+
+  torch::Tensor make_parameter(OpId id, const std::string& name, const std::vector<int64_t>& shape,
+                               const importers::ParamValues& initial,
+                               const std::unordered_map<std::string, int>& shared_index);
   std::vector<std::string> external_;
   std::vector<std::string> losses_;
 };

@@ -94,3 +94,41 @@ TEST(PlannerAgreement, CostlyLinksMakeThePlannerPessimistic) {
 
 }  // namespace
 }  // namespace gp::sim
+
+namespace gp::sim {
+namespace {
+
+// A tied table: the embedding on stage 0 (2 replicas), the tied head on stage 1. Both holders'
+// optimizer steps start with the sum of the table's gradient over all 3 holder devices.
+TEST(SharedParams, HoldersOnTwoStagesSumTheGradientBeforeTheirOptimizerStep) {
+  ir::ModelBuilder b("tied");
+  b.input("ids", {4}, ir::DType::i64);
+  auto e = b.op("emb", ir::OpKind::embedding, {"ids"}, {{"rows", 50}, {"dim", 16}});
+  auto m = b.op("pool", ir::OpKind::mean, {b.linear("fc", e, 16)}, {{"axis", 1}});
+  b.input("label", {}, ir::DType::i64);
+  b.output(b.op("loss", ir::OpKind::cross_entropy, {b.linear("head", m, 50, false), "label"}));
+  ir::Model model = b.build();
+  model.shared_params.push_back({"table", {50, 16}, {"emb/weight", "head/weight"}});
+  ir::Graph g = ir::Graph::build(model);
+  cost::CostModel cm(g, cost::load_cluster("summit", 4), cost::Optimizer::adam);
+  plan::Plan p = gp::testing::make_plan(16, {{4, 2, {1}}, {4, 1, {}}});
+  p.stages[0].ops = {"emb", "fc"};
+  p.stages[1].ops = {"pool", "head", "loss"};
+  ASSERT_EQ(p.stages[1].devices, std::vector<int>{2});
+  SimCosts c = sim_costs(p, cm);
+  const double sum = cm.allreduce_time({0, 1, 2}, 50 * 16 * 4.0);
+  EXPECT_GT(sum, 0);
+  for (int s = 0; s < 2; ++s) {
+    std::vector<OpId> ops;
+    std::vector<char> mask(g.num_ops(), 0);
+    for (const auto& n : p.stages[s].ops) mask[(ops.emplace_back(g.find(n))).v] = 1;
+    cost::StageCost sc = cost::stage_cost(cm, ops, mask, static_cast<int>(p.stages[s].devices.size()),
+                                          p.stages[s].micro_batch_size, p.mini_batch_size, true);
+    EXPECT_DOUBLE_EQ(c.stages[s].optimizer_s, sc.optimizer_s + sum) << "stage " << s;
+  }
+  SimResult r = simulate(p, schedule::build_schedule(p), c);
+  EXPECT_GT(r.iteration_time_s, sum);
+}
+
+}  // namespace
+}  // namespace gp::sim

@@ -1,0 +1,161 @@
+// Tied parameters (issue 20): a parameter shared by ops on different stages is held by each, with
+// identical copies that take the same update. The tied_embedding fixture (an output projection
+// sharing the token embedding's table, exported from PyTorch) trains on a 2-stage plan that puts
+// the two users on different stages exactly like --single (1e-5) and like PyTorch's own training
+// (1e-4; tests/fixtures/tied/reference.json from make_reference.py, on the committed .npy data;
+// tests never run Python); so does the builtin gpt with tie_embeddings=1.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "plan/plan.h"
+#include "runtime/tests/dist_plans.h"
+#include "runtime/tests/scratch_dir.h"
+#include "runtime/train.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = fs::path(GP_SOURCE_DIR) / "tests/fixtures/tied";
+const std::string kModel = (fs::path(GP_SOURCE_DIR) / "tests/fixtures/onnx/tied_embedding.onnx").string();
+const std::string kShared = "/tok/Gather/weight";  // the canonical use of the shared table
+
+Json reference() {
+  std::ifstream f(kFixtures / "reference.json");
+  return Json::parse(f);
+}
+
+TrainOptions reference_options(const Json& ref, const std::string& optimizer) {
+  TrainOptions o = testing::options(ref["steps"].get<int>(), optimizer, ref[optimizer]["lr"].get<double>());
+  if (optimizer == "sgd") o.momentum = ref[optimizer]["momentum"].get<double>();
+  o.model_spec = kModel;
+  o.data_dir = (kFixtures / ref["train"].get<std::string>()).string();
+  return o;
+}
+
+std::vector<double> log_losses(const fs::path& p) {
+  std::vector<double> out;
+  std::ifstream f(p);
+  for (std::string line; std::getline(f, line);) out.push_back(Json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t s = 0; s < got.size(); ++s) {
+    EXPECT_LE(std::abs(got[s] - want[s]), rel * std::abs(want[s])) << what << " step " << s << ": " << got[s]
+                                                                    << " vs " << want[s];
+    worst = std::max(worst, std::abs(got[s] - want[s]) / std::abs(want[s]));
+  }
+  std::printf("%s: %zu steps, largest relative loss difference %.2e\n", what.c_str(), got.size(), worst);
+}
+
+class TiedTest : public testing::ScratchDirTest {
+ protected:
+  TiedTest() : ScratchDirTest("gp_tied_") {}
+};
+
+TEST_F(TiedTest, ImportCountsTheSharedTableOnceAsPyTorchDoes) {
+  ir::Graph g = importers::load_graph(kModel);
+  EXPECT_EQ(g.total_params(), reference()["params"].get<int64_t>());  // 4,256 (7,456 untied)
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  const ir::SharedParam& sp = g.model().shared_params[0];
+  EXPECT_EQ(sp.name, "tok.weight");
+  EXPECT_EQ(sp.shape, (ir::Shape{100, 32}));
+  EXPECT_EQ(sp.uses, (std::vector<std::string>{kShared, "/out/MatMul/weight"}));
+  // One module holding both users has one tensor for both: 4,256 values.
+  StageModule m(g, g.op_ids(), 1, importers::load_weights(kModel));
+  int64_t n = 0;
+  for (auto& t : m.parameters()) n += t.numel();
+  EXPECT_EQ(n, 4256);
+}
+
+// Stage 0 holds the embedding (and fc), stage 1 the output projection: both hold the table.
+plan::Plan split_plan(std::vector<int> last_devices) {
+  return testing::make_plan(kModel, 8, {{{"/tok/", "/fc/"}, {0}, 4}, {{}, std::move(last_devices), 4}});
+}
+
+void expect_pipeline_matches(const plan::Plan& p, const std::string& what, const fs::path& dir) {
+  Json ref = reference();
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    TrainOptions o = reference_options(ref, optimizer);
+    PreparedRun run = prepare_run(p, "1f1b");
+    RunData data = open_run_data(o, run.graph, true);
+    run.data = data.train;
+    auto results = testing::run_threads(run, o);
+    // --single on the same data, the same file weights.
+    TrainOptions s = reference_options(ref, optimizer);
+    s.single = true;
+    s.batch = p.mini_batch_size;
+    s.log_path = (dir / (optimizer + ".jsonl")).string();
+    ASSERT_EQ(run_single(s), 0);
+    const std::vector<double> single = log_losses(s.log_path);
+    const std::vector<double> torch_losses = ref[optimizer]["losses"].get<std::vector<double>>();
+    expect_close(single, torch_losses, 1e-4, "--single " + optimizer + " vs PyTorch");
+    std::vector<torch::Tensor> copies;
+    for (size_t r = 0; r < results.size(); ++r) {
+      const std::string rank = what + " " + optimizer + " rank " + std::to_string(r);
+      expect_close(results[r].step_losses, single, 1e-5, rank + " vs --single");
+      expect_close(results[r].step_losses, torch_losses, 1e-4, rank + " vs PyTorch");
+      for (auto& [n, t] : results[r].final_params)
+        if (n == kShared) copies.push_back(t);
+    }
+    ASSERT_EQ(copies.size(), results.size()) << "every rank holds a copy of the shared table";
+    for (size_t r = 1; r < copies.size(); ++r)
+      EXPECT_TRUE(torch::equal(copies[r], copies[0])) << what << ": copy on rank " << r << " differs from rank 0's";
+  }
+}
+
+TEST_F(TiedTest, TwoStagesHoldingOneUserEachTrainLikeSingleAndPyTorch) {
+  plan::Plan p = split_plan({1});
+  ASSERT_EQ(p.stages.size(), 2u);
+  expect_pipeline_matches(p, "2 stages", dir_);
+}
+
+TEST_F(TiedTest, ADataParallelHolderSumsOverItsReplicasToo) {
+  expect_pipeline_matches(split_plan({1, 2}), "2 stages, 3 workers", dir_);
+}
+
+TEST_F(TiedTest, CheckpointsRecordTheTableOncePerHolderAndCheckpointDiffShowsTheCopiesEqual) {
+  // Two worker processes through the binary, then `checkpoint show` and `checkpoint diff`.
+  plan::save_plan((dir_ / "plan.json").string(), split_plan({1}));
+  const std::string data = (kFixtures / "train").string();
+  testing::Proc t = graphpipe("train --plan plan.json --steps 3 --data " + data + " --checkpoint-dir ck", "", 120);
+  ASSERT_EQ(t.code, 0) << t.err;
+  testing::Proc show = graphpipe("checkpoint show ck");
+  ASSERT_EQ(show.code, 0) << show.err;
+  // Each file lists the table once, under its canonical name.
+  size_t listed = 0;
+  for (size_t at = show.out.find("  " + kShared + " "); at != std::string::npos;
+       at = show.out.find("  " + kShared + " ", at + 1))
+    ++listed;
+  EXPECT_EQ(listed, 2u) << show.out;
+  testing::Proc diff = graphpipe("checkpoint diff ck ck");
+  ASSERT_EQ(diff.code, 0) << diff.out << diff.err;
+  EXPECT_NE(diff.out.find("shared parameter " + kShared + ": 2 copies (stage0-rank0.pt, stage1-rank1.pt) on stages 0, 1: identical"),
+            std::string::npos)
+      << diff.out;
+  EXPECT_EQ(diff.out.find("DIFFERENT"), std::string::npos) << diff.out;
+}
+
+TEST_F(TiedTest, BuiltinGptWithTiedEmbeddingsTrainsLikeSingle) {
+  const std::string spec = "gpt:layers=2,seq=8,hidden=32,heads=2,ffn=64,vocab=50,tie_embeddings=1";
+  ir::Graph g = importers::load_graph(spec);
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  int64_t held = 0;  // every op's own parameters, the shared table counted with both users
+  for (OpId id : g.op_ids())
+    for (auto& [n, shape] : param_specs(g, id)) held += c10::multiply_integers(shape);
+  EXPECT_EQ(g.total_params(), held - 50 * 32);
+  // Stage 0: the token embedding and layer 0; stage 1: layer 1 and the tied LM head.
+  testing::expect_equivalent(testing::make_plan(spec, 8, {{{"wte", "l0."}, {0}, 4}, {{}, {1}, 4}}), 4, "sgd", 0.05);
+  testing::expect_equivalent(testing::make_plan(spec, 8, {{{"wte", "l0."}, {0}, 4}, {{}, {1, 2}, 4}}), 4);
+}
+
+}  // namespace
+}  // namespace gp::runtime
