@@ -1,5 +1,5 @@
 // A directed graph over dense node ids 0..n-1 and the generic DAG algorithms the IR, planner and
-// scheduler share. Any node type adapts by numbering its nodes (see ir::Graph -> to_dag()).
+// scheduler share. Any node type adapts by numbering its nodes (for ir::Graph: models::to_dag).
 #pragma once
 #include <cstdint>
 #include <optional>
