@@ -236,21 +236,30 @@ void assign_min_in_flight(Plan& p) {
 
 void derive_stage_edges(Plan& p, const ir::Graph& g) {
   std::vector<int> st = stage_of_ops(p, g);
+  GP_ASSERT(std::find(st.begin(), st.end(), -1) == st.end(), "op without a stage");
   std::vector<std::set<int>> out(p.stages.size()), in(p.stages.size());
-  for (size_t i = 0; i < g.num_ops(); ++i) {
-    for (OpId s : g.succs(OpId(static_cast<int32_t>(i)))) {
-      int a = st[i], b = st[s.v];
-      GP_ASSERT(a >= 0 && b >= 0, "op without a stage");
-      if (a != b) {
-        out[a].insert(b);
-        in[b].insert(a);
-      }
-    }
+  for (const auto& [edge, ops] : cut_edges(g, st)) {
+    out[edge.first].insert(edge.second);
+    in[edge.second].insert(edge.first);
   }
   for (size_t k = 0; k < p.stages.size(); ++k) {
     p.stages[k].outputs_to.assign(out[k].begin(), out[k].end());
     p.stages[k].inputs_from.assign(in[k].begin(), in[k].end());
   }
+}
+
+CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of) {
+  CutEdges cut;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const OpId op(static_cast<int32_t>(i));
+    for (OpId s : g.succs(op)) {
+      const int a = stage_of[i], b = stage_of[s.v];
+      if (a < 0 || b < 0 || a == b) continue;
+      std::vector<OpId>& ops = cut[{a, b}];
+      if (ops.empty() || ops.back() != op) ops.push_back(op);  // ops arrive in ascending order
+    }
+  }
+  return cut;
 }
 
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {
