@@ -71,24 +71,31 @@ std::vector<int> Dag::sinks() const {
   return out;
 }
 
-std::optional<std::vector<int>> topo_order(const Dag& g) {
+std::vector<int> kahn_order(const Dag& g, const std::function<int64_t(int)>& key) {
   const int n = g.size();
   std::vector<int> indeg(n);
-  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  using Entry = std::pair<int64_t, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  auto push = [&](int u) { ready.push({key ? key(u) : 0, u}); };
   for (int u = 0; u < n; ++u) {
     indeg[u] = static_cast<int>(g.preds(u).size());
-    if (indeg[u] == 0) ready.push(u);
+    if (indeg[u] == 0) push(u);
   }
   std::vector<int> order;
   order.reserve(n);
   while (!ready.empty()) {
-    int u = ready.top();
+    int u = ready.top().second;
     ready.pop();
     order.push_back(u);
     for (int v : g.succs(u))
-      if (--indeg[v] == 0) ready.push(v);
+      if (--indeg[v] == 0) push(v);
   }
-  if (static_cast<int>(order.size()) != n) return std::nullopt;
+  return order;
+}
+
+std::optional<std::vector<int>> topo_order(const Dag& g) {
+  std::vector<int> order = kahn_order(g);
+  if (static_cast<int>(order.size()) != g.size()) return std::nullopt;
   return order;
 }
 
@@ -128,46 +135,78 @@ std::vector<int> find_cycle(const Dag& g) {
   return {};
 }
 
-Reachability::Reachability(const Dag& g) : n_(g.size()) {
-  const size_t words = (static_cast<size_t>(n_) + 63) / 64;
-  bits_.assign(words * n_, 0);
-  auto row = [&](int u) { return bits_.data() + words * u; };
-  if (auto order = topo_order(g)) {
-    // Reverse topological order: every successor's row is final before it is ORed in.
-    for (auto it = order->rbegin(); it != order->rend(); ++it) {
-      uint64_t* r = row(*it);
-      r[*it / 64] |= uint64_t{1} << (*it % 64);
-      for (int v : g.succs(*it)) {
-        const uint64_t* s = row(v);
-        for (size_t w = 0; w < words; ++w) r[w] |= s[w];
-      }
-    }
+namespace {
+
+const std::vector<int>& next_nodes(const Dag& g, int u, Reachability::Direction dir) {
+  return dir == Reachability::Direction::descendants ? g.succs(u) : g.preds(u);
+}
+
+}  // namespace
+
+Reachability::Reachability(const Dag& g, Direction dir)
+    : words_((static_cast<size_t>(g.size()) + 63) / 64) {
+  const int n = g.size();
+  bits_.assign(words_ * n, 0);
+  lo_.assign(n, words_);
+  hi_.assign(n, 0);
+  // A topologically numbered graph (every edge u->v has u < v, as sp_ize's parts are) needs no sort.
+  bool numbered = true;
+  for (int u = 0; u < n && numbered; ++u)
+    for (int v : g.succs(u)) numbered = numbered && u < v;
+  std::optional<std::vector<int>> order;
+  if (numbered) {
+    order.emplace(n);
+    for (int u = 0; u < n; ++u) (*order)[u] = u;
+  } else {
+    order = topo_order(g);
+  }
+  if (!order) {
+    close_by_search(g, dir);
     return;
   }
+  // Each node's row is built after the rows it ORs in: successors first for descendants.
+  if (dir == Direction::descendants) std::reverse(order->begin(), order->end());
+  close_in_order(g, dir, *order);
+}
+
+void Reachability::close_in_order(const Dag& g, Direction dir, const std::vector<int>& order) {
+  for (int u : order) {
+    uint64_t* r = bits_.data() + words_ * u;
+    const size_t own = static_cast<size_t>(u) / 64;
+    r[own] |= uint64_t{1} << (u % 64);
+    size_t lo = own, hi = own + 1;
+    for (int v : next_nodes(g, u, dir)) {
+      const uint64_t* s = row(v);
+      for (size_t w = lo_[v]; w < hi_[v]; ++w) r[w] |= s[w];
+      lo = std::min(lo, lo_[v]);
+      hi = std::max(hi, hi_[v]);
+    }
+    lo_[u] = lo;
+    hi_[u] = hi;
+  }
+}
+
+void Reachability::close_by_search(const Dag& g, Direction dir) {
   // Cyclic graph: one BFS per node (O(n*(n+m))), still exact.
   std::vector<int> queue;
-  for (int u = 0; u < n_; ++u) {
-    uint64_t* r = row(u);
+  for (int u = 0; u < g.size(); ++u) {
+    uint64_t* r = bits_.data() + words_ * u;
     queue.assign(1, u);
     r[u / 64] |= uint64_t{1} << (u % 64);
     for (size_t qi = 0; qi < queue.size(); ++qi)
-      for (int v : g.succs(queue[qi]))
+      for (int v : next_nodes(g, queue[qi], dir))
         if (!(r[v / 64] >> (v % 64) & 1)) {
           r[v / 64] |= uint64_t{1} << (v % 64);
           queue.push_back(v);
         }
+    lo_[u] = 0;
+    hi_[u] = words_;
   }
 }
 
-bool Reachability::reaches(int u, int v) const {
-  const size_t words = (static_cast<size_t>(n_) + 63) / 64;
-  return bits_[words * u + v / 64] >> (v % 64) & 1;
-}
-
 int Reachability::reach_count(int u) const {
-  const size_t words = (static_cast<size_t>(n_) + 63) / 64;
   int count = 0;
-  for (size_t w = 0; w < words; ++w) count += std::popcount(bits_[words * u + w]);
+  for (size_t w = lo_[u]; w < hi_[u]; ++w) count += std::popcount(row(u)[w]);
   return count;
 }
 

@@ -1,7 +1,8 @@
 // A directed graph over dense node ids 0..n-1 and the generic DAG algorithms the IR, planner and
-// scheduler share. Any node type adapts by numbering its nodes (see ir::Graph -> to_dag()).
+// scheduler share. Any node type adapts by numbering its nodes (for ir::Graph: models::to_dag).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,6 +33,9 @@ class Dag {
   std::vector<std::vector<int>> succ_, pred_;
 };
 
+/// Kahn's algorithm, the one copy: among ready nodes the smallest key(u) first, ties (and an empty
+/// key) by smallest id. Returns the nodes it placed: all of them unless a cycle blocks the rest.
+std::vector<int> kahn_order(const Dag& g, const std::function<int64_t(int)>& key = {});
 /// Kahn order (smallest id first among ready nodes); nullopt if the graph has a cycle.
 std::optional<std::vector<int>> topo_order(const Dag& g);
 /// A cycle as a node list (first == last omitted) if one exists, else empty.
@@ -39,16 +43,27 @@ std::vector<int> find_cycle(const Dag& g);
 /// Renders a find_cycle() result as "3 -> 5 -> 3" for error messages ("" for an empty list).
 std::string describe_cycle(const std::vector<int>& cycle);
 
-/// reach[u] is the bitset of nodes reachable from u (u itself included).
+/// The one bitset transitive closure: row(u) is the bitset of the nodes reachable from u (u itself
+/// included), following successors (descendants) or predecessors (ancestors). Exact on cyclic
+/// graphs too. Each row remembers its span of non-zero words, so on a topologically numbered DAG
+/// the rows cost about half of n*n/64 words to build and to count.
 class Reachability {
  public:
-  explicit Reachability(const Dag& g);
-  bool reaches(int u, int v) const;
+  enum class Direction { descendants, ancestors };
+  explicit Reachability(const Dag& g, Direction dir = Direction::descendants);
+  bool reaches(int u, int v) const { return row(u)[v / 64] >> (v % 64) & 1; }
   /// Number of nodes reachable from u, u itself included.
   int reach_count(int u) const;
+  /// u's row: words() 64-bit words, bit v set iff v is reachable from u.
+  const uint64_t* row(int u) const { return bits_.data() + words_ * static_cast<size_t>(u); }
+  size_t words() const { return words_; }
+
  private:
-  int n_ = 0;
+  void close_in_order(const Dag& g, Direction dir, const std::vector<int>& order);
+  void close_by_search(const Dag& g, Direction dir);
+  size_t words_ = 0;
   std::vector<uint64_t> bits_;
+  std::vector<size_t> lo_, hi_;  // row u's non-zero words lie in [lo_[u], hi_[u])
 };
 
 /// A node set S is convex iff no path leaves S and re-enters it.

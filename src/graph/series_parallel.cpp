@@ -55,20 +55,19 @@ std::string SpTree::to_string() const {
 
 namespace {
 
-using detail::Closure;
 using detail::Part;
 
 // Searches a prime part (connected, no series cut) for an induced N: a<c, b<c, b<d with a||b,
 // a||d, c||d. Such a part always contains one (series-parallel orders are exactly the N-free
 // ones); the search is bounded so a huge part only costs a bounded amount of work.
 std::string describe_prime_part(const Part& part) {
-  const Closure cl(part.dag);
-  const int k = cl.size();
-  const size_t words = cl.words();
+  const Reachability desc(part.dag), anc(part.dag, Reachability::Direction::ancestors);
+  const int k = part.dag.size();
+  const size_t words = desc.words();
   int64_t budget = 50'000'000;  // word operations
   std::vector<uint64_t> a_set(words), d_set(words), a_free(words);
   auto cmp_clear = [&](uint64_t* dst, int x) {  // dst &= ~(anc(x) | desc(x))
-    for (size_t w = 0; w < words; ++w) dst[w] &= ~(cl.anc(x)[w] | cl.desc(x)[w]);
+    for (size_t w = 0; w < words; ++w) dst[w] &= ~(anc.row(x)[w] | desc.row(x)[w]);
   };
   auto first_bit = [&](const uint64_t* s) {
     for (size_t w = 0; w < words; ++w)
@@ -78,12 +77,12 @@ std::string describe_prime_part(const Part& part) {
   std::vector<int> found;
   for (int b = 0; b < k && found.empty() && budget > 0; ++b) {
     for (int c = b + 1; c < k && found.empty() && budget > 0; ++c) {
-      if (!cl.reaches(b, c)) continue;
+      if (!desc.reaches(b, c)) continue;
       budget -= static_cast<int64_t>(4 * words);
-      std::copy(cl.desc(b), cl.desc(b) + words, d_set.begin());  // d: b<d, d||c
+      std::copy(desc.row(b), desc.row(b) + words, d_set.begin());  // d: b<d, d||c
       cmp_clear(d_set.data(), c);
       if (first_bit(d_set.data()) < 0) continue;
-      std::copy(cl.anc(c), cl.anc(c) + words, a_set.begin());  // a: a<c, a||b
+      std::copy(anc.row(c), anc.row(c) + words, a_set.begin());  // a: a<c, a||b
       cmp_clear(a_set.data(), b);
       if (first_bit(a_set.data()) < 0) continue;
       for (size_t w = 0; w < words && found.empty() && budget > 0; ++w)

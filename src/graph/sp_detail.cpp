@@ -1,7 +1,6 @@
 #include "graph/sp_detail.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "support/error.h"
 
@@ -84,40 +83,6 @@ std::vector<std::vector<int>> series_blocks(const Dag& g) {
     if (cross == p_size * q_size) blocks.emplace_back();
   }
   return blocks;
-}
-
-Closure::Closure(const Dag& g) : k_(g.size()), words_((static_cast<size_t>(g.size()) + 63) / 64) {
-  desc_.assign(words_ * k_, 0);
-  anc_.assign(words_ * k_, 0);
-  for (int i = k_ - 1; i >= 0; --i) {
-    uint64_t* row = desc_.data() + words_ * i;
-    row[i / 64] |= uint64_t{1} << (i % 64);
-    for (int v : g.succs(i)) {
-      GP_ASSERT(v > i, "Closure: edge {}->{} not topologically numbered", i, v);
-      const uint64_t* s = desc(v);
-      for (size_t w = i / 64; w < words_; ++w) row[w] |= s[w];
-    }
-  }
-  for (int i = 0; i < k_; ++i) {
-    uint64_t* row = anc_.data() + words_ * i;
-    row[i / 64] |= uint64_t{1} << (i % 64);
-    for (int p : g.preds(i)) {
-      const uint64_t* s = anc(p);
-      for (size_t w = 0; w <= static_cast<size_t>(i / 64); ++w) row[w] |= s[w];
-    }
-  }
-}
-
-int Closure::desc_count(int i) const {
-  int c = 0;
-  for (size_t w = i / 64; w < words_; ++w) c += std::popcount(desc(i)[w]);
-  return c;
-}
-
-int Closure::anc_count(int i) const {
-  int c = 0;
-  for (size_t w = 0; w <= static_cast<size_t>(i / 64); ++w) c += std::popcount(anc(i)[w]);
-  return c;
 }
 
 }  // namespace gp::graph::detail

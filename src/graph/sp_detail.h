@@ -1,7 +1,6 @@
 // Internal to gp_graph: the pieces sp_decompose and sp_ize share. They work on "topologically
 // numbered" DAGs (every edge u->v has u < v); induced subgraphs on ascending node lists stay so.
 #pragma once
-#include <cstdint>
 #include <vector>
 
 #include "graph/dag.h"
@@ -27,23 +26,5 @@ std::vector<std::vector<int>> parallel_parts(const Part& part);
 /// The finest series split of a topologically numbered connected DAG: position i is a cut iff
 /// every node before it reaches every node from it on. Blocks in order; one block = no cut.
 std::vector<std::vector<int>> series_blocks(const Dag& g);
-
-/// Reachability of a topologically numbered DAG as bitset rows; desc(i) and anc(i) include i.
-class Closure {
- public:
-  explicit Closure(const Dag& g);
-  int size() const { return k_; }
-  size_t words() const { return words_; }
-  const uint64_t* desc(int i) const { return desc_.data() + words_ * i; }
-  const uint64_t* anc(int i) const { return anc_.data() + words_ * i; }
-  bool reaches(int i, int j) const { return desc(i)[j / 64] >> (j % 64) & 1; }
-  int desc_count(int i) const;
-  int anc_count(int i) const;
-
- private:
-  int k_;
-  size_t words_;
-  std::vector<uint64_t> desc_, anc_;
-};
 
 }  // namespace gp::graph::detail

@@ -25,7 +25,6 @@
 #include <cstdlib>
 #include <functional>
 #include <optional>
-#include <queue>
 #include <set>
 
 #include "graph/series_parallel.h"
@@ -35,28 +34,7 @@
 namespace gp::graph {
 namespace {
 
-using detail::Closure;
 using detail::Part;
-
-// Kahn's algorithm on g, smallest key first.
-std::vector<int> keyed_order(const Dag& g, const std::function<int64_t(int)>& key) {
-  const int k = g.size();
-  std::vector<int> indeg(k, 0), out;
-  using Entry = std::pair<int64_t, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
-  for (int i = 0; i < k; ++i) {
-    indeg[i] = static_cast<int>(g.preds(i).size());
-    if (indeg[i] == 0) ready.push({key(i), i});
-  }
-  while (!ready.empty()) {
-    int i = ready.top().second;
-    ready.pop();
-    out.push_back(i);
-    for (int v : g.succs(i))
-      if (--indeg[v] == 0) ready.push({key(v), v});
-  }
-  return out;
-}
 
 // How a candidate cut Down;Up is scored (lower is better). Minimising the pairs lost right now
 // favours peeling off a node or two, which can lose more over the following cuts (grids); the
@@ -81,10 +59,10 @@ std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) 
   const int k = g.size();
   std::vector<int64_t> desc(k), anc(k), depth(k, 0), height(k, 0);
   {
-    const Closure cl(g);
+    const Reachability down(g), up(g, Reachability::Direction::ancestors);
     for (int i = 0; i < k; ++i) {
-      desc[i] = cl.desc_count(i);
-      anc[i] = cl.anc_count(i);
+      desc[i] = down.reach_count(i);
+      anc[i] = up.reach_count(i);
     }
   }
   for (int i = 0; i < k; ++i)
@@ -106,7 +84,7 @@ std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) 
   size_t best_order = 0;
   int best_prefix = 0;
   for (const auto& key : keys) {
-    const std::vector<int>& ord = orders.emplace_back(keyed_order(g, key));
+    const std::vector<int>& ord = orders.emplace_back(kahn_order(g, key));
     int64_t cross = 0;
     for (int i = 0; i + 1 < k; ++i) {
       cross += (desc[ord[i]] - 1) - (anc[ord[i]] - 1);

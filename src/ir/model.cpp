@@ -2,8 +2,9 @@
 #include "ir/model.h"
 
 #include <algorithm>
-#include <queue>
 #include <unordered_set>
+
+#include "graph/dag.h"
 
 namespace gp::ir {
 
@@ -17,29 +18,15 @@ bool within_limits(const Shape& s) {
   return n <= static_cast<double>(kMaxExtent);
 }
 
-// Kahn's algorithm over op indices, smallest index first (keeps a file's order when it is already
-// topological). Returns the order; ops left out are on or behind a cycle.
+// Kahn's algorithm (graph::kahn_order) over op indices, smallest index first (keeps a file's order
+// when it is already topological). Returns the order; ops left out are on or behind a cycle.
 std::vector<int> kahn(const std::vector<std::vector<int>>& op_preds) {
-  const int n = static_cast<int>(op_preds.size());
-  std::vector<std::vector<int>> succ(n);
-  std::vector<int> indeg(n, 0);
-  for (int v = 0; v < n; ++v)
-    for (int u : op_preds[v]) {
-      succ[u].push_back(v);
-      ++indeg[v];
-    }
-  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
-  for (int v = 0; v < n; ++v)
-    if (indeg[v] == 0) ready.push(v);
-  std::vector<int> order;
-  while (!ready.empty()) {
-    int u = ready.top();
-    ready.pop();
-    order.push_back(u);
-    for (int v : succ[u])
-      if (--indeg[v] == 0) ready.push(v);
-  }
-  return order;
+  graph::Dag dag(static_cast<int>(op_preds.size()));
+  std::vector<std::pair<int, int>> edges;
+  for (size_t v = 0; v < op_preds.size(); ++v)
+    for (int u : op_preds[v]) edges.emplace_back(u, static_cast<int>(v));
+  dag.add_edges(edges);
+  return graph::kahn_order(dag);
 }
 
 // A cycle among ops not placed by kahn(): walk predecessors inside the remainder until a repeat.

@@ -236,21 +236,30 @@ void assign_min_in_flight(Plan& p) {
 
 void derive_stage_edges(Plan& p, const ir::Graph& g) {
   std::vector<int> st = stage_of_ops(p, g);
+  GP_ASSERT(std::find(st.begin(), st.end(), -1) == st.end(), "op without a stage");
   std::vector<std::set<int>> out(p.stages.size()), in(p.stages.size());
-  for (size_t i = 0; i < g.num_ops(); ++i) {
-    for (OpId s : g.succs(OpId(static_cast<int32_t>(i)))) {
-      int a = st[i], b = st[s.v];
-      GP_ASSERT(a >= 0 && b >= 0, "op without a stage");
-      if (a != b) {
-        out[a].insert(b);
-        in[b].insert(a);
-      }
-    }
+  for (const auto& [edge, ops] : cut_edges(g, st)) {
+    out[edge.first].insert(edge.second);
+    in[edge.second].insert(edge.first);
   }
   for (size_t k = 0; k < p.stages.size(); ++k) {
     p.stages[k].outputs_to.assign(out[k].begin(), out[k].end());
     p.stages[k].inputs_from.assign(in[k].begin(), in[k].end());
   }
+}
+
+CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of) {
+  CutEdges cut;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const OpId op(static_cast<int32_t>(i));
+    for (OpId s : g.succs(op)) {
+      const int a = stage_of[i], b = stage_of[s.v];
+      if (a < 0 || b < 0 || a == b) continue;
+      std::vector<OpId>& ops = cut[{a, b}];
+      if (ops.empty() || ops.back() != op) ops.push_back(op);  // ops arrive in ascending order
+    }
+  }
+  return cut;
 }
 
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {
@@ -334,27 +343,35 @@ std::string convexity_witness(const ir::Graph& g, const graph::Dag& d, const std
 
 }  // namespace
 
-void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where) {
-  auto fail = [&](const std::string& msg) { throw UserError(where + ": " + msg); };
-  const int num_stages = static_cast<int>(p.stages.size());
-  if (num_stages == 0) fail("plan has no stages");
-  if (p.num_ops != static_cast<int>(g.num_ops()))
-    fail(fmt::format("model.num_ops is {} but model \"{}\" has {} ops", p.num_ops, g.name(),
-                     g.num_ops()));
-  for (int k = 0; k < num_stages; ++k)
-    if (p.stages[k].id != k) fail(fmt::format("stages[{}] has id {}; ids must equal positions", k, p.stages[k].id));
+namespace {
 
-  // C1: every op in exactly one stage.
+// The steps of validate_plan, in order; each throws UserError "WHERE: RULE: ..." on the first
+// violation it finds.
+[[noreturn]] void fail(const std::string& where, const std::string& msg) { throw UserError(where + ": " + msg); }
+
+void check_header(const Plan& p, const ir::Graph& g, const std::string& where) {
+  const int num_stages = static_cast<int>(p.stages.size());
+  if (num_stages == 0) fail(where, "plan has no stages");
+  if (p.num_ops != static_cast<int>(g.num_ops()))
+    fail(where, fmt::format("model.num_ops is {} but model \"{}\" has {} ops", p.num_ops, g.name(),
+                            g.num_ops()));
+  for (int k = 0; k < num_stages; ++k)
+    if (p.stages[k].id != k)
+      fail(where, fmt::format("stages[{}] has id {}; ids must equal positions", k, p.stages[k].id));
+}
+
+// C1: every op in exactly one stage. Returns each op's stage.
+std::vector<int> check_ops_in_one_stage(const Plan& p, const ir::Graph& g, const std::string& where) {
   std::vector<int> st(g.num_ops(), -1);
   for (const Stage& s : p.stages) {
-    if (s.ops.empty()) fail(fmt::format("C1: stage {} has no ops", s.id));
+    if (s.ops.empty()) fail(where, fmt::format("C1: stage {} has no ops", s.id));
     for (const std::string& name : s.ops) {
       OpId id = g.find(name);
       if (!id.valid()) {
         if (g.find_input(name)) continue;  // graph inputs may be listed; they are not ops
-        fail(fmt::format("C1: stage {} lists unknown op \"{}\"", s.id, name));
+        fail(where, fmt::format("C1: stage {} lists unknown op \"{}\"", s.id, name));
       }
-      if (st[id.v] >= 0) fail(fmt::format("C1: op \"{}\" is in stages {} and {}", name, st[id.v], s.id));
+      if (st[id.v] >= 0) fail(where, fmt::format("C1: op \"{}\" is in stages {} and {}", name, st[id.v], s.id));
       st[id.v] = s.id;
     }
   }
@@ -365,84 +382,115 @@ void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where) 
     std::string eg;
     for (size_t i = 0; i < std::min<size_t>(3, missing.size()); ++i)
       eg += fmt::format("{}\"{}\"", i ? ", " : "", missing[i]);
-    fail(fmt::format("C1: {} op{} in no stage, e.g. {}", missing.size(), missing.size() == 1 ? " is" : "s are", eg));
+    fail(where, fmt::format("C1: {} op{} in no stage, e.g. {}", missing.size(),
+                            missing.size() == 1 ? " is" : "s are", eg));
   }
-  // C1: convex stages.
-  graph::Dag d = op_dag(g);
-  {
-    std::vector<std::vector<int>> members(num_stages);
-    for (size_t i = 0; i < st.size(); ++i) members[st[i]].push_back(static_cast<int>(i));
-    for (int k = 0; k < num_stages; ++k)
-      if (!graph::is_convex(d, members[k]))
-        fail(fmt::format("C1: stage {} is not convex: {}", k, convexity_witness(g, d, st, k)));
-  }
+  return st;
+}
 
-  // C2: declared stage edges well-formed and consistent, implied edges declared, acyclic.
+// C1: convex stages.
+void check_convex(const Plan& p, const ir::Graph& g, const graph::Dag& d, const std::vector<int>& st,
+                  const std::string& where) {
+  std::vector<std::vector<int>> members(p.stages.size());
+  for (size_t i = 0; i < st.size(); ++i) members[st[i]].push_back(static_cast<int>(i));
+  for (size_t k = 0; k < members.size(); ++k)
+    if (!graph::is_convex(d, members[k]))
+      fail(where, fmt::format("C1: stage {} is not convex: {}", k,
+                              convexity_witness(g, d, st, static_cast<int>(k))));
+}
+
+// C2: declared stage edges well-formed and each listed from both ends.
+void check_declared_edges(const Plan& p, const std::string& where) {
+  const int num_stages = static_cast<int>(p.stages.size());
   for (const Stage& s : p.stages) {
     for (int t : s.outputs_to) {
-      if (t < 0 || t >= num_stages) fail(fmt::format("C2: stage {} outputs_to unknown stage {}", s.id, t));
-      if (t == s.id) fail(fmt::format("C2: stage {} lists itself in outputs_to", s.id));
+      if (t < 0 || t >= num_stages) fail(where, fmt::format("C2: stage {} outputs_to unknown stage {}", s.id, t));
+      if (t == s.id) fail(where, fmt::format("C2: stage {} lists itself in outputs_to", s.id));
       const auto& back = p.stages[t].inputs_from;
       if (std::find(back.begin(), back.end(), s.id) == back.end())
-        fail(fmt::format("C2: stage {} outputs_to {} but stage {} inputs_from does not list {}", s.id,
-                         t, t, s.id));
+        fail(where, fmt::format("C2: stage {} outputs_to {} but stage {} inputs_from does not list {}",
+                                s.id, t, t, s.id));
     }
     for (int f : s.inputs_from) {
-      if (f < 0 || f >= num_stages) fail(fmt::format("C2: stage {} inputs_from unknown stage {}", s.id, f));
+      if (f < 0 || f >= num_stages) fail(where, fmt::format("C2: stage {} inputs_from unknown stage {}", s.id, f));
       const auto& fwd = p.stages[f].outputs_to;
       if (std::find(fwd.begin(), fwd.end(), s.id) == fwd.end())
-        fail(fmt::format("C2: stage {} inputs_from {} but stage {} outputs_to does not list {}", s.id,
-                         f, f, s.id));
+        fail(where, fmt::format("C2: stage {} inputs_from {} but stage {} outputs_to does not list {}",
+                                s.id, f, f, s.id));
     }
   }
+}
+
+// C2: every op edge across stages is a declared stage edge, and the stage graph is acyclic.
+void check_implied_edges(const Plan& p, const ir::Graph& g, const graph::Dag& d, const std::vector<int>& st,
+                         const std::string& where) {
   for (int u = 0; u < d.size(); ++u)
     for (int v : d.succs(u))
       if (st[u] != st[v]) {
         const auto& outs = p.stages[st[u]].outputs_to;
         if (std::find(outs.begin(), outs.end(), st[v]) == outs.end())
-          fail(fmt::format("C2: op \"{}\" (stage {}) feeds op \"{}\" (stage {}) but stage {} outputs_to "
-                           "does not list {}",
-                           g.op(OpId(u)).name, st[u], g.op(OpId(v)).name, st[v], st[u], st[v]));
+          fail(where, fmt::format("C2: op \"{}\" (stage {}) feeds op \"{}\" (stage {}) but stage {} "
+                                  "outputs_to does not list {}",
+                                  g.op(OpId(u)).name, st[u], g.op(OpId(v)).name, st[v], st[u], st[v]));
       }
-  graph::Dag sd = stage_dag(p);
-  if (auto cyc = graph::find_cycle(sd); !cyc.empty())
-    fail("C2: stage graph has a cycle: " + cycle_str(cyc));
+  if (auto cyc = graph::find_cycle(stage_dag(p)); !cyc.empty())
+    fail(where, "C2: stage graph has a cycle: " + cycle_str(cyc));
+}
 
-  // C3: devices non-empty, in range, disjoint.
-  std::map<int, int> owner;
+// C3: devices non-empty, in range, disjoint.
+void check_devices(const Plan& p, const std::string& where) {
+  std::map<int, int> stage_of_device;
   for (const Stage& s : p.stages) {
-    if (s.devices.empty()) fail(fmt::format("C3: stage {} has no devices", s.id));
+    if (s.devices.empty()) fail(where, fmt::format("C3: stage {} has no devices", s.id));
     for (int dev : s.devices) {
       if (dev < 0 || dev >= p.num_devices)
-        fail(fmt::format("C3: stage {} uses device {} outside [0, {})", s.id, dev, p.num_devices));
-      auto [it, fresh] = owner.emplace(dev, s.id);
-      if (!fresh) fail(fmt::format("C3: device {} in stages {} and {}", dev, it->second, s.id));
+        fail(where, fmt::format("C3: stage {} uses device {} outside [0, {})", s.id, dev, p.num_devices));
+      auto [it, fresh] = stage_of_device.emplace(dev, s.id);
+      if (!fresh) fail(where, fmt::format("C3: device {} in stages {} and {}", dev, it->second, s.id));
     }
   }
+}
 
-  // Micro-batch sizes: divide the mini-batch, split evenly over the stage's replicas.
-  if (p.mini_batch_size < 1) fail(fmt::format("mini_batch_size {} must be >= 1", p.mini_batch_size));
+// Micro-batch sizes divide the mini-batch and split evenly over the stage's replicas.
+void check_micro_batches(const Plan& p, const std::string& where) {
+  if (p.mini_batch_size < 1) fail(where, fmt::format("mini_batch_size {} must be >= 1", p.mini_batch_size));
   for (const Stage& s : p.stages) {
     if (s.micro_batch_size < 1 || p.mini_batch_size % s.micro_batch_size != 0)
-      fail(fmt::format("stage {}: micro_batch_size {} does not divide mini_batch_size {}", s.id,
-                       s.micro_batch_size, p.mini_batch_size));
+      fail(where, fmt::format("stage {}: micro_batch_size {} does not divide mini_batch_size {}", s.id,
+                              s.micro_batch_size, p.mini_batch_size));
     if (s.micro_batch_size % static_cast<int>(s.devices.size()) != 0)
-      fail(fmt::format("stage {}: micro_batch_size {} is not divisible by its {} devices "
-                       "(data-parallel replicas)",
-                       s.id, s.micro_batch_size, s.devices.size()));
+      fail(where, fmt::format("stage {}: micro_batch_size {} is not divisible by its {} devices "
+                              "(data-parallel replicas)",
+                              s.id, s.micro_batch_size, s.devices.size()));
   }
+}
 
-  // In-flight rule: 1 + max over successors (in samples when micro-batch sizes differ).
+// In-flight rule: 1 + max over successors (in samples when micro-batch sizes differ).
+void check_in_flight(const Plan& p, const std::string& where) {
   for (const Stage& s : p.stages) {
     int64_t succ = 0;
     for (int t : s.outputs_to)
       succ = std::max<int64_t>(succ, int64_t{p.stages[t].in_flight} * p.stages[t].micro_batch_size);
     int need = required_in_flight(s.micro_batch_size, succ);
     if (s.in_flight < need)
-      fail(fmt::format("in_flight: stage {} has {}, needs >= {} (1 + its successors' in-flight "
-                       "samples / micro_batch_size {})",
-                       s.id, s.in_flight, need, s.micro_batch_size));
+      fail(where, fmt::format("in_flight: stage {} has {}, needs >= {} (1 + its successors' in-flight "
+                              "samples / micro_batch_size {})",
+                              s.id, s.in_flight, need, s.micro_batch_size));
   }
+}
+
+}  // namespace
+
+void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where) {
+  check_header(p, g, where);
+  const std::vector<int> st = check_ops_in_one_stage(p, g, where);
+  const graph::Dag d = op_dag(g);
+  check_convex(p, g, d, st, where);
+  check_declared_edges(p, where);
+  check_implied_edges(p, g, d, st, where);
+  check_devices(p, where);
+  check_micro_batches(p, where);
+  check_in_flight(p, where);
 }
 
 }  // namespace gp::plan

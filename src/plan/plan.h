@@ -1,7 +1,9 @@
 // A GPP strategy: the stage DAG with devices, micro-batch sizes and in-flight counts. The planning
 // side and the runtime side meet only through this type and its file format, graphpipe.plan/1.
 #pragma once
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/dag.h"
@@ -123,6 +125,11 @@ int pipeline_depth(const Plan& p);
 
 /// Stage index of every op (by OpId), for a plan already validated against g.
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g);
+/// The op outputs that cross each stage edge: cut[{u, v}] lists, ascending and once each, the ops
+/// of stage u read by an op of stage v (u != v). `stage_of` is stage_of_ops(); ops without a stage
+/// (-1) are left out. The one answer to "which ops cross stage u -> v" (plan, sim, runtime).
+using CutEdges = std::map<std::pair<int, int>, std::vector<OpId>>;
+CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of);
 /// Stage ids in a topological order of the stage DAG.
 std::vector<int> stage_topo_order(const Plan& p);
 

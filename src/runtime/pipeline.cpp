@@ -40,11 +40,7 @@ void check_runtime_limits(const plan::Plan& p, const ir::Graph& g) {
            "plan: mini_batch_size {} is above what the runtime can train, {} samples per step", p.mini_batch_size,
            kMaxMiniBatchSamples - 1);
   auto stage_of = plan::stage_of_ops(p, g);
-  std::map<std::pair<int, int>, std::set<int>> crossing;  // stage edge -> source ops
-  for (size_t i = 0; i < g.num_ops(); ++i)
-    for (OpId s : g.succs(OpId(static_cast<int32_t>(i))))
-      if (stage_of[i] != stage_of[s.v]) crossing[{stage_of[i], stage_of[s.v]}].insert(static_cast<int>(i));
-  for (const auto& [e, ops] : crossing)
+  for (const auto& [e, ops] : plan::cut_edges(g, stage_of))
     GP_CHECK(ops.size() <= kMaxTensorsPerEdge,
              "plan: stage {} sends {} op outputs to stage {}; the runtime carries at most {} per stage edge (cut "
              "the model elsewhere)",

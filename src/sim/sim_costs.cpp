@@ -51,6 +51,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     }
   }
   const std::vector<double> shared_s = shared_allreduce_times(p, cm, stage_of);
+  const plan::CutEdges cut = plan::cut_edges(g, stage_of);
   SimCosts c;
   c.cluster = cl;
   c.p2p_time = [&cm](int a, int b, double bytes) { return cm.p2p_time(a, b, bytes); };
@@ -85,11 +86,8 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     // Bytes per sample on each out-edge: every op output read by an op of that successor.
     for (int v : st.outputs_to) {
       double bytes = 0;
-      for (OpId op : ops[st.id]) {
-        const auto& succ = g.succs(op);
-        if (std::any_of(succ.begin(), succ.end(), [&](OpId s) { return stage_of[s.v] == v; }))
-          bytes += cm.output_bytes(op, 1);
-      }
+      if (auto it = cut.find({st.id, v}); it != cut.end())
+        for (OpId op : it->second) bytes += cm.output_bytes(op, 1);
       t.out_bytes_per_sample.push_back(bytes);
     }
     c.stages.push_back(std::move(t));

@@ -56,97 +56,127 @@ std::string time_label(double s, double step) {
   return fmt::format("{:g} us", std::round(s * 1e9) / 1e3);
 }
 
-}  // namespace
-
-std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::string& title) {
+// The picture's geometry: one row per device in device order, each row a compute lane with a
+// thin send lane under it.
+struct Layout {
   std::vector<std::pair<int, int>> rows;  // (device, stage) in device order
+  std::map<int, int> row_of;              // device -> row
+  double left = 120, right = 30, plot_w = 1100, row_h = 26, send_h = 5, gap = 10;
+  double top = 58, pitch = row_h + send_h + 2 + gap;
+  double axis_y = 0, legend_y = 0, width = 0, T = 1;
+  double x(double t) const { return left + t / T * plot_w; }
+};
+
+Layout layout(const plan::Plan& p, const SimResult& r) {
+  Layout L;
   for (const plan::Stage& st : p.stages)
-    for (int d : st.devices) rows.emplace_back(d, st.id);
-  std::sort(rows.begin(), rows.end());
-  std::map<int, int> row_of;
-  for (size_t i = 0; i < rows.size(); ++i) row_of[rows[i].first] = static_cast<int>(i);
+    for (int d : st.devices) L.rows.emplace_back(d, st.id);
+  std::sort(L.rows.begin(), L.rows.end());
+  for (size_t i = 0; i < L.rows.size(); ++i) L.row_of[L.rows[i].first] = static_cast<int>(i);
+  L.axis_y = L.top + L.rows.size() * L.pitch + 4;
+  L.legend_y = L.axis_y + 40;
+  L.width = L.left + L.plot_w + L.right;
+  L.T = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
+  return L;
+}
 
-  const double left = 120, right = 30, plot_w = 1100, row_h = 26, send_h = 5, gap = 10;
-  const double top = 58, pitch = row_h + send_h + 2 + gap;
-  const double axis_y = top + rows.size() * pitch + 4;
-  const double legend_y = axis_y + 40;
-  const double width = left + plot_w + right;
-  double T = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
-  auto X = [&](double t) { return left + t / T * plot_w; };
-
+// The <svg> element (its height filled in at the end), the title and the summary line.
+std::string svg_head(const Layout& L, const plan::Plan& p, const SimResult& r, const std::string& title) {
   std::string o = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"@HEIGHT@\" "
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      width);
+      L.width);
   std::string head = title.empty() ? std::string("Simulated iteration") : title;
   o += fmt::format(
       "<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n"
       "<text x=\"{}\" y=\"40\" font-size=\"12\" fill=\"#333\">iteration {:.4g} ms · {:.4g} "
       "samples/s · bubble {:.1f}% · {} stages on {} devices · mini-batch {}</text>\n",
-      left, esc(head), left, r.iteration_time_s * 1e3, r.throughput_samples_per_s,
-      r.bubble_fraction * 100, p.stages.size(), rows.size(), p.mini_batch_size);
+      L.left, esc(head), L.left, r.iteration_time_s * 1e3, r.throughput_samples_per_s,
+      r.bubble_fraction * 100, p.stages.size(), L.rows.size(), p.mini_batch_size);
+  return o;
+}
 
-  // Row backgrounds and labels.
-  for (size_t i = 0; i < rows.size(); ++i) {
-    double y = top + i * pitch;
-    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", left,
-                     y, plot_w, row_h);
-    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">device {} · s{}</text>\n", left - 8,
-                     y + row_h / 2 + 4, rows[i].first, rows[i].second);
+// Row backgrounds and labels, then the time axis.
+std::string svg_rows_and_axis(const Layout& L) {
+  std::string o;
+  for (size_t i = 0; i < L.rows.size(); ++i) {
+    double y = L.top + i * L.pitch;
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", L.left,
+                     y, L.plot_w, L.row_h);
+    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">device {} · s{}</text>\n", L.left - 8,
+                     y + L.row_h / 2 + 4, L.rows[i].first, L.rows[i].second);
   }
-  // Time axis.
-  double step = nice_step(T, 10);
-  for (double t = 0; t <= T * 1.0001; t += step) {
-    double x = X(t);
+  double step = nice_step(L.T, 10);
+  for (double t = 0; t <= L.T * 1.0001; t += step) {
+    double x = L.x(t);
     o += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\" "
                      "stroke-width=\"0.5\"/>\n",
-                     x, top - 4, axis_y);
+                     x, L.top - 4, L.axis_y);
     o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>\n", x,
-                     axis_y + 14, time_label(t, step));
+                     L.axis_y + 14, time_label(t, step));
   }
-  o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", left, axis_y,
-                   left + plot_w, axis_y);
+  o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", L.left, L.axis_y,
+                   L.left + L.plot_w, L.axis_y);
+  return o;
+}
 
+// The text inside an event's box: the micro-batch of a forward or backward, "AR", "opt".
+std::string label_of(const Event& e) {
   using schedule::ActionKind;
-  for (const Event& e : r.events) {
-    auto it = row_of.find(e.device);
-    if (it == row_of.end()) continue;
-    double y = top + it->second * pitch;
-    double x0 = X(e.start_s), w = std::max(0.0, X(e.end_s) - x0);
-    std::string fill, label, text_fill = "#000";
-    double h = row_h, yy = y;
-    switch (e.kind) {
-      case ActionKind::forward: fill = light(e.stage); label = std::to_string(e.micro_batch); break;
-      case ActionKind::backward:
-        fill = dark(e.stage);
-        label = std::to_string(e.micro_batch);
-        text_fill = "#fff";
-        break;
-      case ActionKind::allreduce: fill = "#d62728"; label = "AR"; text_fill = "#fff"; break;
-      case ActionKind::optimizer_step: fill = "#444"; label = "opt"; text_fill = "#fff"; break;
-      case ActionKind::send_act:
-      case ActionKind::send_grad:
-        fill = e.kind == ActionKind::send_act ? "#7f7f7f" : "#222";
-        yy = y + row_h + 2;
-        h = send_h;
-        break;
-      case ActionKind::recv_act:
-      case ActionKind::recv_grad: continue;  // waiting shows as the empty row
-    }
-    if (w < 0.3 && h == send_h) w = 0.6;  // keep tiny transfers visible
-    o += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" "
-                     "stroke=\"{}\" stroke-width=\"0.4\"><title>{} [{:.6g}, {:.6g}] s</title></rect>\n",
-                     x0, yy, w, h, fill, h == send_h ? fill : "#fff", esc(e.name), e.start_s,
-                     e.end_s);
-    if (!label.empty() && w >= 7.0 * label.size() + 2)
-      o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
-                       "fill=\"{}\">{}</text>\n",
-                       x0 + w / 2, y + row_h / 2 + 4, text_fill, label);
+  switch (e.kind) {
+    case ActionKind::forward:
+    case ActionKind::backward: return std::to_string(e.micro_batch);
+    case ActionKind::allreduce: return "AR";
+    case ActionKind::optimizer_step: return "opt";
+    default: return "";
   }
+}
 
-  // Legend: stages (forward light / backward dark), all-reduce, optimizer step, sends.
-  double lx = left, ly = legend_y;
+// One event's box (with a hover title) and its label where it fits; receives draw nothing
+// (waiting shows as the empty row).
+std::string svg_event(const Layout& L, const Event& e) {
+  using schedule::ActionKind;
+  auto it = L.row_of.find(e.device);
+  if (it == L.row_of.end()) return "";
+  double y = L.top + it->second * L.pitch;
+  double x0 = L.x(e.start_s), w = std::max(0.0, L.x(e.end_s) - x0);
+  const std::string label = label_of(e);
+  std::string fill, text_fill = "#000";
+  double h = L.row_h, yy = y;
+  switch (e.kind) {
+    case ActionKind::forward: fill = light(e.stage); break;
+    case ActionKind::backward:
+      fill = dark(e.stage);
+      text_fill = "#fff";
+      break;
+    case ActionKind::allreduce: fill = "#d62728"; text_fill = "#fff"; break;
+    case ActionKind::optimizer_step: fill = "#444"; text_fill = "#fff"; break;
+    case ActionKind::send_act:
+    case ActionKind::send_grad:
+      fill = e.kind == ActionKind::send_act ? "#7f7f7f" : "#222";
+      yy = y + L.row_h + 2;
+      h = L.send_h;
+      break;
+    case ActionKind::recv_act:
+    case ActionKind::recv_grad: return "";
+  }
+  if (w < 0.3 && h == L.send_h) w = 0.6;  // keep tiny transfers visible
+  std::string o = fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" "
+                              "stroke=\"{}\" stroke-width=\"0.4\"><title>{} [{:.6g}, {:.6g}] s</title></rect>\n",
+                              x0, yy, w, h, fill, h == L.send_h ? fill : "#fff", esc(e.name), e.start_s,
+                              e.end_s);
+  if (!label.empty() && w >= 7.0 * label.size() + 2)
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
+                     "fill=\"{}\">{}</text>\n",
+                     x0 + w / 2, y + L.row_h / 2 + 4, text_fill, label);
+  return o;
+}
+
+// Legend: stages (forward light / backward dark), all-reduce, optimizer step, sends. Returns the
+// y the picture ends at.
+double svg_legend(const Layout& L, const plan::Plan& p, std::string& o) {
+  double lx = L.left, ly = L.legend_y;
   auto swatch = [&](const std::string& fill, double sw, double sh) {
     o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", lx,
                      ly + (12 - sh) / 2, sw, sh, fill);
@@ -155,7 +185,7 @@ std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::str
   auto text = [&](const std::string& t) {
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", lx, ly + 10, esc(t));
     lx += 7.0 * t.size() + 16;
-    if (lx > left + plot_w - 150) lx = left, ly += 18;
+    if (lx > L.left + L.plot_w - 150) lx = L.left, ly += 18;
   };
   for (const plan::Stage& st : p.stages) {
     swatch(light(st.id), 12, 12);
@@ -166,12 +196,22 @@ std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::str
   text("all-reduce");
   swatch("#444", 14, 12);
   text("optimizer step");
-  swatch("#7f7f7f", 18, send_h);
+  swatch("#7f7f7f", 18, L.send_h);
   text("send activations");
-  swatch("#222", 18, send_h);
+  swatch("#222", 18, L.send_h);
   text("send gradients");
+  return ly + 30;
+}
+
+}  // namespace
+
+std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::string& title) {
+  const Layout L = layout(p, r);
+  std::string o = svg_head(L, p, r, title) + svg_rows_and_axis(L);
+  for (const Event& e : r.events) o += svg_event(L, e);
+  const double height = svg_legend(L, p, o);
   o += "</svg>\n";
-  o.replace(o.find("@HEIGHT@"), 8, fmt::format("{:.0f}", ly + 30));
+  o.replace(o.find("@HEIGHT@"), 8, fmt::format("{:.0f}", height));
   return o;
 }
 

@@ -32,6 +32,16 @@ TEST(Dag, TopoOrderIsKahnSmallestIdFirst) {
   EXPECT_FALSE(topo_order(make_dag(3, {{0, 1}, {1, 2}, {2, 1}})).has_value());
 }
 
+TEST(Dag, KahnOrderTakesTheSmallestKeyThenId) {
+  Dag g = make_dag(5, {{3, 1}, {4, 0}, {0, 2}, {1, 2}});
+  EXPECT_EQ(kahn_order(g), (std::vector<int>{3, 1, 4, 0, 2}));
+  // Key -id: the largest ready id first.
+  EXPECT_EQ(kahn_order(g, [](int u) { return -u; }), (std::vector<int>{4, 3, 1, 0, 2}));
+  EXPECT_EQ(kahn_order(g, [](int) { return 7; }), (std::vector<int>{3, 1, 4, 0, 2}));  // ties by id
+  // A cycle blocks its nodes and everything behind them; the rest is still placed.
+  EXPECT_EQ(kahn_order(make_dag(4, {{0, 1}, {1, 2}, {2, 1}, {2, 3}})), (std::vector<int>{0}));
+}
+
 TEST(Dag, FindCycle) {
   Dag g = make_dag(4, {{0, 1}, {1, 2}, {2, 3}, {3, 1}});
   EXPECT_EQ(find_cycle(g), (std::vector<int>{1, 2, 3}));
@@ -63,6 +73,32 @@ TEST(Dag, Reachability) {
   Reachability cyc(make_dag(3, {{0, 1}, {1, 0}, {1, 2}}));
   EXPECT_TRUE(cyc.reaches(1, 0));
   EXPECT_FALSE(cyc.reaches(2, 0));
+}
+
+TEST(Dag, ReachabilityOfAncestors) {
+  using Direction = Reachability::Direction;
+  // Not topologically numbered (edge 3 -> 1), and one with two words per row.
+  Reachability r(make_dag(5, {{0, 3}, {3, 1}, {0, 2}, {1, 4}, {2, 4}}), Direction::ancestors);
+  EXPECT_TRUE(r.reaches(4, 0));
+  EXPECT_TRUE(r.reaches(1, 3));
+  EXPECT_FALSE(r.reaches(3, 1));
+  EXPECT_FALSE(r.reaches(2, 3));
+  EXPECT_EQ(r.reach_count(4), 5);
+  EXPECT_EQ(r.reach_count(0), 1);
+  Dag chain(130);
+  for (int i = 0; i + 1 < 130; ++i) chain.add_edge(i, i + 1);
+  Reachability up(chain, Direction::ancestors);
+  EXPECT_TRUE(up.reaches(129, 0));
+  EXPECT_FALSE(up.reaches(0, 1));
+  EXPECT_EQ(up.reach_count(129), 130);
+  EXPECT_EQ(up.reach_count(65), 66);
+  EXPECT_EQ(up.words(), 3u);
+  EXPECT_EQ(up.row(64)[0], ~uint64_t{0});
+  EXPECT_EQ(up.row(64)[1], uint64_t{1});
+  EXPECT_EQ(up.row(64)[2], uint64_t{0});
+  Reachability cyc(make_dag(3, {{0, 1}, {1, 0}, {1, 2}}), Direction::ancestors);
+  EXPECT_TRUE(cyc.reaches(2, 0));
+  EXPECT_FALSE(cyc.reaches(0, 2));
 }
 
 TEST(Dag, Convexity) {

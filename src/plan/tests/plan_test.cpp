@@ -310,6 +310,19 @@ TEST(Helpers, DeriveEdgesAndInFlight) {
   EXPECT_EQ(p, good_plan());
 }
 
+TEST(Helpers, CutEdgesListEachCrossingOpOnce) {
+  ir::Graph g = two_chains();
+  Plan p = good_plan();
+  auto id = [&](const char* name) { return g.find(name); };
+  CutEdges cut = cut_edges(g, stage_of_ops(p, g));
+  EXPECT_EQ(cut, (CutEdges{{{0, 1}, {id("a")}}, {{0, 2}, {id("a")}},
+                           {{1, 3}, {id("b2")}}, {{2, 3}, {id("c2")}}}));
+  // a feeds both b1 and c1 in one stage: still listed once; ops without a stage are left out.
+  p.stages = {stage(0, {"a"}, {0}, 4, 1, {}, {}), stage(1, {"b1", "b2", "c1", "c2"}, {1}, 4, 1, {}, {})};
+  std::vector<int> st = stage_of_ops(p, g);
+  EXPECT_EQ(cut_edges(g, st), (CutEdges{{{0, 1}, {id("a")}}}));
+}
+
 TEST(Helpers, StageOfOpsAndTopoOrder) {
   ir::Graph g = two_chains();
   Plan p = good_plan();

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "schedule/tests/test_plans.h"
+#include "schedule/trace.h"
 #include "sim/sim.h"
 #include "sim/tests/sim_helpers.h"
 
@@ -184,6 +185,33 @@ TEST(Trace, OneSlicePerActionPerDevice) {
   for (const Json& e : t["traceEvents"])
     if (e["ph"] == "X" && e["name"] == "s1 F mb3") found = e["pid"] == 2 && e["cat"] == "forward";
   EXPECT_TRUE(found);
+}
+
+// The one trace writer (schedule/trace.h): track names, sort index and format for every trace.
+TEST(Trace, WriterNamesTracksAndFormat) {
+  schedule::TraceWriter w;
+  w.add_device(3, -1);
+  w.add_slice(3, schedule::kSendTrack, "s0 send_act ->s1 [0,4)", "", 0.5, 0.75, {{"stage", 0}});
+  w.add_counter(3, "tensor memory (MB)", 1.0, {{"live", 2.5}});
+  Json t = std::move(w).finish({{"source", "test"}});
+  EXPECT_EQ(t["otherData"], (Json{{"format", "graphpipe.trace/1"}, {"source", "test"}}));
+  const Json& ev = t["traceEvents"];
+  ASSERT_EQ(ev.size(), 6u);
+  EXPECT_EQ(ev[0]["args"]["name"], "device 3");
+  EXPECT_EQ(ev[1]["args"]["sort_index"], 3);
+  EXPECT_EQ(ev[2]["args"]["name"], "compute");
+  EXPECT_EQ(ev[3]["tid"], 1);
+  EXPECT_EQ(ev[3]["args"]["name"], "send");
+  EXPECT_EQ(ev[4], (Json{{"ph", "X"}, {"name", "s0 send_act ->s1 [0,4)"}, {"pid", 3}, {"tid", 1},
+                         {"ts", 5e5}, {"dur", 2.5e5}, {"args", {{"stage", 0}}}}));  // no "cat"
+  EXPECT_EQ(ev[5]["ph"], "C");
+  EXPECT_EQ(ev[5]["ts"], 1e6);
+  // The simulator's trace is written through it.
+  plan::Plan p = make_chain(2, 4, 1);
+  Json sim = chrome_trace(p, simulate(p, build_schedule(p), uniform_costs(p, 1, 2)));
+  EXPECT_EQ(sim["otherData"]["format"], "graphpipe.trace/1");
+  EXPECT_EQ(sim["otherData"]["source"], "simulator");
+  EXPECT_EQ(sim["traceEvents"][3]["args"]["name"], "send");
 }
 
 TEST(Svg, DrawsEveryComputeSliceAndALegend) {
