@@ -188,7 +188,7 @@ TEST(IrTest, RejectsShapeMismatchNamingBothShapes) {
   try {
     b.op("s", OpKind::add, {"a", "c"});
   } catch (const UserError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("shape mismatch: input 0 is [B, 4] but input 1 is [B, 5]"));
+    EXPECT_THAT(e.what(), HasSubstr("shape mismatch: [B, 4], [B, 5] do not broadcast"));
   }
 }
 
