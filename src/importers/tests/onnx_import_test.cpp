@@ -314,7 +314,7 @@ TEST(OnnxImport, EveryTorchvisionFamily) {
     check_common(f.name, g, e.at(f.name));
     auto kinds = kind_counts(m);
     for (const auto& [kind, n] : f.min_kinds) EXPECT_GE(kinds[kind], n) << kind;
-    std::printf("[onnx family] %s: %d ONNX nodes -> %zu IR ops, %.1f GFLOP/sample forward, import %.1f ms\n", f.name,
+    std::printf("[onnx family] %s: %d ONNX nodes -> %zu IR ops, %.3g GFLOP/sample forward, import %.1f ms\n", f.name,
                 e.at(f.name).at("onnx_nodes").get<int>(), m.ops.size(), g.total_fwd_flops() / 1e9, ms);
   }
 }
