@@ -522,3 +522,31 @@ TEST(OnnxImportFuzzRegression, ConvInputRankUnlikeItsWeightIsAUserErrorNotACrash
     EXPECT_EQ(std::string(e.what()).find("shape inference failed"), std::string::npos) << e.what();
   }
 }
+
+namespace gp::importers {
+namespace {
+// Issue 15: every parameter of the small per-family models (conv weights [co, ci/groups, kh, kw],
+// layer scales, class token, position table) is read from the file, and together they are exactly
+// PyTorch's parameters.
+TEST(OnnxWeights, TorchvisionFamiliesEveryParameterFromTheFile) {
+  const Json e = testing::expected();
+  for (const char* name : {"tiny_mobilenet_v3", "tiny_mobilenet_v2", "tiny_efficientnet", "tiny_regnet",
+                           "tiny_shufflenet", "tiny_convnext", "tiny_vit", "tiny_inception", "tiny_densenet",
+                           "multimodal"}) {
+    SCOPED_TRACE(name);
+    ir::Model m;
+    ParamValues w = import_onnx_weights(testing::kDir + "/" + name + ".onnx", &m);
+    ir::Graph g = ir::Graph::build(m);
+    int64_t numel = 0;
+    for (const auto& [key, v] : w) {
+      int64_t n = 1;
+      for (int64_t d : v.shape) n *= d;
+      EXPECT_EQ(static_cast<int64_t>(v.data.size()), n) << key;
+      numel += n;
+    }
+    EXPECT_EQ(numel, g.total_params());
+    EXPECT_EQ(numel, e.at(name).at("params").get<int64_t>());
+  }
+}
+}  // namespace
+}  // namespace gp::importers
