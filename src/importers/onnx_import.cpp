@@ -165,7 +165,8 @@ void Mapper::map_node(int i) {
     for (int k = 1; k < n.output_size(); ++k)
       if (!unused(net, n.output(k))) return unsupported(n, "running statistics outputs are used by the graph");
     if (net.shape(x).size() != 4) return unsupported(n, "only 2-d batch norm ([B,C,H,W]) is supported");
-    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y);
+    // eps from the node: torchvision's inception and mobilenet_v3 use 0.001, not the default 1e-5.
+    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
     add_param(name, "weight", n.input(1), {net.shape(x)[1]});
     add_param(name, "bias", n.input(2), {net.shape(x)[1]});
     return;
