@@ -104,8 +104,10 @@ TEST(OnnxWeights, TokenPositionEmbeddingOutputEqualsPyTorch) { compare_with_pyto
 // Issue 15: one small model per torchvision family, built from torchvision's own classes (batchnorm
 // in training mode on both sides: the batch's statistics).
 TEST(OnnxWeights, TorchvisionFamiliesOutputEqualsPyTorch) {
+  // tiny_vit is left out: torchvision's VisionTransformer initialises its head to zeros, so PyTorch's
+  // reference output is all zeros and would check nothing (re-export with a non-zero head: to do).
   for (const char* name : {"tiny_mobilenet_v3", "tiny_mobilenet_v2", "tiny_efficientnet", "tiny_regnet",
-                           "tiny_shufflenet", "tiny_convnext", "tiny_vit", "tiny_inception", "tiny_densenet"})
+                           "tiny_shufflenet", "tiny_convnext", "tiny_inception", "tiny_densenet"})
     compare_with_pytorch(name);
 }
 
