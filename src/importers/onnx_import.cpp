@@ -87,6 +87,31 @@ std::string window_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& k
   return "";
 }
 
+// General 2-d convolution geometry: any kernel shape, stride and dilation pairs, asymmetric pads.
+std::string conv_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, Json& attrs) {
+  if (kernel.size() != 2) return fmt::format("only 2-d convolutions are supported, found kernel {}", fmt::join(kernel, "x"));
+  auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
+  if (strides.empty()) strides = {1, 1};
+  if (dil.empty()) dil = {1, 1};
+  if (pads.empty()) pads = {0, 0, 0, 0};
+  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4)
+    return fmt::format("strides {}, dilations {} or pads {} do not fit a 2-d kernel", fmt::join(strides, "x"),
+                       fmt::join(dil, "x"), fmt::join(pads, ","));
+  const auto* ap = find_attr(n, "auto_pad");
+  if (ap && ap->s() != "NOTSET") return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
+  auto one_or_pair = [](const std::vector<int64_t>& v) { return v[0] == v[1] ? Json(v[0]) : Json(v); };
+  attrs["kernel"] = one_or_pair(kernel);
+  attrs["stride"] = one_or_pair(strides);
+  if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
+  if (std::count(pads.begin(), pads.end(), pads[0]) == 4)
+    attrs["padding"] = pads[0];
+  else if (pads[0] == pads[2] && pads[1] == pads[3])
+    attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
+  else
+    attrs["padding"] = pads;  // ONNX [top, left, bottom, right] is the IR's order
+  return "";
+}
+
 bool unused(const Net& net, const std::string& tensor) {
   if (tensor.empty()) return true;
   auto it = net.t.find(tensor);
@@ -107,7 +132,7 @@ void Mapper::map_node(int i) {
       "Relu", "Sigmoid", "Tanh", "Gelu", "Identity", "Conv", "BatchNormalization", "MaxPool", "AveragePool",
       "GlobalAveragePool", "Concat", "Add", "Mul", "Gemm", "MatMul", "Flatten", "Dropout", "Reshape", "Squeeze",
       "Unsqueeze", "Transpose", "Softmax", "LayerNormalization", "Split", "Slice", "Gather", "ReduceMean",
-      "ReduceSum"};
+      "ReduceSum", "Pad", "Clip", "HardSigmoid", "HardSwish"};
   if (!kSupported.count(op)) {
     unsupported_ops[op] += 1;
     return;
@@ -121,6 +146,11 @@ void Mapper::map_node(int i) {
   if (op == "Relu") return simple(ir::OpKind::relu);
   if (op == "Sigmoid") return simple(ir::OpKind::sigmoid);
   if (op == "Tanh") return simple(ir::OpKind::tanh);
+  if (op == "HardSigmoid")
+    return simple(ir::OpKind::hardsigmoid, Json{{"alpha", attr_f(n, "alpha", 0.2f)}, {"beta", attr_f(n, "beta", 0.5f)}});
+  if (op == "HardSwish") return simple(ir::OpKind::hardswish);
+  if (op == "Clip") return map_clip(i);
+  if (op == "Pad") return map_pad(i);
   if (op == "Gelu") {
     const auto* a = find_attr(n, "approximate");
     if (a && a->s() != "none") return unsupported(n, "only the exact (erf) GELU is supported");
@@ -130,27 +160,13 @@ void Mapper::map_node(int i) {
     alias[y] = x;
     return;
   }
-  if (op == "Conv") {
-    if (is_act(1)) return unsupported(n, "the weight must be a parameter, not an activation");
-    const auto& w = net.shape(n.input(1));
-    if (attr_i(n, "group", 1) != 1) return unsupported(n, fmt::format("grouped convolution (group={})", attr_i(n, "group", 1)));
-    Json attrs = Json::object();
-    std::string why = window_attrs(n, {w.begin() + 2, w.end()}, attrs);
-    if (!why.empty()) return unsupported(n, why);
-    attrs["out_channels"] = w[0];
-    const bool bias = n.input_size() > 2 && !n.input(2).empty();
-    attrs["bias"] = bias;
-    const int64_t k = attrs["kernel"].get<int64_t>(), ci = net.shape(x)[1];
-    const std::string name = emit(n.name(), ir::OpKind::conv2d, {x}, y, attrs);
-    add_param(name, "weight", n.input(1), {w[0], ci, k, k});
-    if (bias) add_param(name, "bias", n.input(2), {w[0]});
-    return;
-  }
+  if (op == "Conv") return map_conv(i);
   if (op == "BatchNormalization") {
     for (int k = 1; k < n.output_size(); ++k)
       if (!unused(net, n.output(k))) return unsupported(n, "running statistics outputs are used by the graph");
     if (net.shape(x).size() != 4) return unsupported(n, "only 2-d batch norm ([B,C,H,W]) is supported");
-    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y);
+    // eps from the node: torchvision's inception and mobilenet_v3 use 0.001, not the default 1e-5.
+    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
     add_param(name, "weight", n.input(1), {net.shape(x)[1]});
     add_param(name, "bias", n.input(2), {net.shape(x)[1]});
     return;
@@ -171,21 +187,9 @@ void Mapper::map_node(int i) {
     return (void)emit(n.name() + "/unsqueeze", ir::OpKind::reshape, {"\x01" + gap}, y,
                       Json{{"shape", {net.shape(x)[1], 1, 1}}});
   }
-  if (op == "Concat") {
-    int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(y).size());
-    if (axis < 1) return unsupported(n, "concatenation along the batch dimension");
-    for (int k = 0; k < n.input_size(); ++k)
-      if (!is_act(k)) return unsupported(n, fmt::format("input \"{}\" is a constant, not an activation", n.input(k)));
-    return (void)emit(n.name(), ir::OpKind::concat, {n.input().begin(), n.input().end()}, y, Json{{"axis", axis}});
-  }
+  if (op == "Concat") return map_concat(i);
   if (op == "Add" && is_act(0) != is_act(1) && learned_positions(i, is_act(0) ? 0 : 1)) return;
-  if (op == "Add" || op == "Mul") {
-    if (!is_act(0) || !is_act(1))
-      return unsupported(n, fmt::format("{} with a constant operand outside a recognised pattern (linear bias, "
-                                        "layer norm, GELU)", op));
-    if (net.shape(n.input(0)) != net.shape(n.input(1))) return unsupported(n, "broadcasting between different shapes");
-    return (void)emit(n.name(), op == "Add" ? ir::OpKind::add : ir::OpKind::mul, {n.input(0), n.input(1)}, y);
-  }
+  if (op == "Add" || op == "Mul") return map_elementwise(i);
   if (op == "Gemm") {
     if (attr_i(n, "transA", 0) || attr_f(n, "alpha", 1) != 1.0f || attr_f(n, "beta", 1) != 1.0f || is_act(1) || is_act(2))
       return unsupported(n, "only Gemm(x, W, b) with transA=0, alpha=beta=1 and parameter W, b is supported");
@@ -292,15 +296,167 @@ void Mapper::map_node(int i) {
     return (void)emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, y,
                       Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
   }
-  if (op == "ReduceMean" || op == "ReduceSum") {
-    auto axes = attr_ints(n, "axes");
-    if (axes.size() != 1) return unsupported(n, "only a reduction over one axis is supported");
-    int64_t axis = norm_axis(axes[0], net.shape(x).size());
-    if (axis < 1) return unsupported(n, "reduction over the batch dimension");
-    return simple(op == "ReduceMean" ? ir::OpKind::mean : ir::OpKind::sum,
-                  Json{{"axis", axis}, {"keepdim", attr_i(n, "keepdims", 1) != 0}});
-  }
+  if (op == "ReduceMean" || op == "ReduceSum") return map_reduce(i);
   GP_ASSERT(false, "supported op {} not mapped", op);
+}
+
+void Mapper::map_conv(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const std::string &x = n.input(0), &y = n.output(0);
+  if (net.at(n.input(1)).activation) return unsupported(n, "the weight must be a parameter, not an activation");
+  const auto& w = net.shape(n.input(1));
+  Json attrs = Json::object();
+  std::string why = conv_attrs(n, {w.begin() + 2, w.end()}, attrs);
+  if (!why.empty()) return unsupported(n, why);
+  const int64_t groups = attr_i(n, "group", 1), ci = net.shape(x)[1];
+  if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
+    return unsupported(n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci,
+                                      fmt::join(w, ", ")));
+  if (groups != 1) attrs["groups"] = groups;
+  attrs["out_channels"] = w[0];
+  const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  attrs["bias"] = bias;
+  const std::string name = emit(n.name(), ir::OpKind::conv2d, {x}, y, attrs);
+  add_param(name, "weight", n.input(1), {w[0], w[1], w[2], w[3]});
+  if (bias) add_param(name, "bias", n.input(2), {w[0]});
+}
+
+void Mapper::map_pad(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const auto* mode = find_attr(n, "mode");
+  if (mode && mode->s() != "constant") return unsupported(n, fmt::format("only constant padding, found mode {}", mode->s()));
+  std::vector<int64_t> pads = attr_ints(n, "pads");  // opset < 11: an attribute
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    const auto& p = net.at(n.input(1));
+    if (!p.ints) return unsupported(n, "the pads are not a constant");
+    pads = *p.ints;
+  }
+  if (n.input_size() > 3 && !n.input(3).empty()) return unsupported(n, "padding selected axes (the axes input)");
+  double value = attr_f(n, "value", 0.0f);
+  if (n.input_size() > 2 && !n.input(2).empty()) {
+    const auto& v = net.at(n.input(2));
+    if (!v.reals && !v.ints) return unsupported(n, "the constant value is not a constant");
+    value = v.reals ? (*v.reals).at(0) : static_cast<double>((*v.ints).at(0));
+  }
+  const size_t r = net.shape(n.input(0)).size();
+  if (pads.size() != 2 * r || pads[0] != 0 || pads[r] != 0)
+    return unsupported(n, fmt::format("pads [{}] pad the batch or do not fit rank {}", fmt::join(pads, ", "), r));
+  std::vector<int64_t> per_sample;
+  for (size_t side = 0; side < 2; ++side)
+    for (size_t d = 1; d < r; ++d) {
+      if (pads[side * r + d] < 0) return unsupported(n, "negative pads (cropping)");
+      per_sample.push_back(pads[side * r + d]);
+    }
+  emit(n.name(), ir::OpKind::pad, {n.input(0)}, n.output(0), Json{{"pads", per_sample}, {"value", value}});
+}
+
+void Mapper::map_clip(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  Json attrs = Json::object();
+  auto bound = [&](int k, const char* key, const char* attr) {
+    if (k < n.input_size() && !n.input(k).empty()) {
+      const auto& t = net.at(n.input(k));
+      if (!t.reals && !t.ints) return false;
+      attrs[key] = t.reals ? (*t.reals).at(0) : static_cast<double>((*t.ints).at(0));
+    } else if (find_attr(n, attr)) {  // opset < 11
+      attrs[key] = attr_f(n, attr, 0.0f);
+    }
+    return true;
+  };
+  if (!bound(1, "min", "min") || !bound(2, "max", "max")) return unsupported(n, "the bounds are not constants");
+  emit(n.name(), ir::OpKind::clip, {n.input(0)}, n.output(0), attrs);
+}
+
+std::optional<ParamOperand> Mapper::param_operand(const std::string& tensor, size_t rank) const {
+  const TensorInfo& ti = net.at(tensor);
+  if (!ti.param || !ti.shape) return std::nullopt;
+  ParamOperand p{tensor, *ti.shape};
+  if (ti.producer >= 0) {  // Expand(P, [B, ...]) (a class token repeated over the batch): P itself
+    const onnx::NodeProto& e = net.nodes[static_cast<size_t>(ti.producer)];
+    if (e.op_type() != "Expand" || net.at(e.input(0)).producer >= 0) return std::nullopt;
+    p.tensor = e.input(0);
+  }
+  if (!p.shape.empty() && p.shape.size() == rank && (p.shape[0] == 1 || p.shape[0] == kProbeBatch))
+    p.shape.erase(p.shape.begin());  // the batch dim: broadcast or expanded
+  if (p.shape.size() >= rank) return std::nullopt;
+  p.shape.insert(p.shape.begin(), rank - 1 - p.shape.size(), 1);  // NumPy: right-aligned
+  return p;
+}
+
+void Mapper::map_elementwise(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const std::string& y = n.output(0);
+  const size_t rank = net.shape(y).size();
+  std::vector<std::string> acts;
+  std::optional<ParamOperand> param;
+  for (int k = 0; k < 2; ++k) {
+    if (net.at(n.input(k)).activation) {
+      if (net.shape(n.input(k)).size() != rank)
+        return unsupported(n, fmt::format("operand \"{}\" has rank {}, the result {}", n.input(k),
+                                          net.shape(n.input(k)).size(), rank));
+      acts.push_back(n.input(k));
+    } else if (!(param = param_operand(n.input(k), rank))) {
+      return unsupported(n, fmt::format("{} with a constant operand \"{}\" outside a recognised pattern (linear bias, "
+                                        "layer norm, GELU); parameters are supported",
+                                        n.op_type(), n.input(k)));
+    }
+  }
+  Json attrs = Json::object();
+  if (param) attrs["param"] = param->shape;
+  const std::string name = emit(n.name(), n.op_type() == "Add" ? ir::OpKind::add : ir::OpKind::mul, acts, y, attrs);
+  if (param) add_param(name, "param", param->tensor, param->shape);
+}
+
+void Mapper::map_concat(int i) {
+  const onnx::NodeProto& n = net.nodes[i];
+  const size_t rank = net.shape(n.output(0)).size();
+  int64_t axis = norm_axis(attr_i(n, "axis", 0), rank);
+  if (axis < 1) return unsupported(n, "concatenation along the batch dimension");
+  std::vector<std::string> acts;
+  std::optional<ParamOperand> param;
+  Json attrs{{"axis", axis}};
+  for (int k = 0; k < n.input_size(); ++k) {
+    if (net.at(n.input(k)).activation) {
+      acts.push_back(n.input(k));
+      continue;
+    }
+    if (param || !(param = param_operand(n.input(k), rank)))
+      return unsupported(n, fmt::format("input \"{}\" is a constant, not an activation (one parameter operand, a class "
+                                        "token, is supported)", n.input(k)));
+    attrs["param"] = param->shape;
+    if (k > 0) attrs["param_at"] = k;
+  }
+  if (acts.empty()) return unsupported(n, "no activation operand");
+  const std::string name = emit(n.name(), ir::OpKind::concat, acts, n.output(0), attrs);
+  if (param) add_param(name, "param", param->tensor, param->shape);
+}
+
+void Mapper::map_reduce(int i) {
+  // One mean / sum per axis, the highest first (so the lower axes keep their index without keepdim):
+  // x.mean([2, 3]) (shufflenet, mnasnet) is a mean over 3 then over 2, exactly the mean over both.
+  const onnx::NodeProto& n = net.nodes[i];
+  auto axes = attr_ints(n, "axes");
+  const size_t rank = net.shape(n.input(0)).size();
+  if (axes.empty()) return unsupported(n, "a reduction over every axis (the batch included)");
+  for (auto& a : axes) a = norm_axis(a, rank);
+  std::sort(axes.begin(), axes.end(), std::greater<>());
+  if (axes.back() < 1) return unsupported(n, "reduction over the batch dimension");
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return unsupported(n, "an axis listed twice");
+  const bool keep = attr_i(n, "keepdims", 1) != 0;
+  const ir::OpKind kind = n.op_type() == "ReduceMean" ? ir::OpKind::mean : ir::OpKind::sum;
+  std::string cur = n.input(0);
+  ir::Shape shape = ir_shape(cur);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const bool last = k + 1 == axes.size();
+    if (keep)
+      shape[static_cast<size_t>(axes[k])] = 1;
+    else
+      shape.erase(shape.begin() + axes[k]);
+    std::string out = last ? n.output(0) : fmt::format("\x01{}/{}", n.name(), k);
+    emit(axes.size() == 1 ? n.name() : fmt::format("{}/{}", n.name(), k), kind, {cur}, out,
+         Json{{"axis", axes[k]}, {"keepdim", keep}}, &shape);
+    cur = out;
+  }
 }
 
 void Mapper::map_slice(int i) {

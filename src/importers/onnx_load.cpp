@@ -238,6 +238,32 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
       vals.insert(vals.end(), d->begin(), d->end());
     }
     vshape = {static_cast<int64_t>(vals.size())};
+  } else if (op == "ConstantOfShape") {  // expand(n, -1, -1) (ViT's class token): Where(Equal(s, -1), 1s, s)
+    const auto* d = ints_of(0);
+    const auto* v = find_attr(n, "value");
+    if (!d || !v || (v->t().data_type() != onnx::TensorProto::INT64) || d->size() > 8) return false;
+    int64_t count = 1;
+    for (int64_t x : *d) count = x < 0 || x > 1024 ? -1 : count * x;
+    if (count < 0 || count > 1024) return false;
+    const auto& t = v->t();
+    int64_t value = t.int64_data_size() ? t.int64_data(0) : 0;
+    if (!t.int64_data_size() && t.raw_data().size() == sizeof(int64_t)) std::memcpy(&value, t.raw_data().data(), sizeof value);
+    vals.assign(static_cast<size_t>(count), value);
+    vshape = *d;
+  } else if (op == "Equal" || op == "Where") {  // on integer shape vectors (1-element operands broadcast)
+    std::vector<const std::vector<int64_t>*> in;
+    size_t len = 1;
+    for (int k = 0; k < n.input_size(); ++k) {
+      in.push_back(ints_of(k));
+      if (!in.back()) return false;
+      if (in.back()->size() != 1 && len != 1 && in.back()->size() != len) return false;
+      len = std::max(len, in.back()->size());
+    }
+    if (in.size() != (op == "Equal" ? 2u : 3u)) return false;
+    auto at = [&](size_t k, size_t i) { return (*in[k])[in[k]->size() == 1 ? 0 : i]; };
+    for (size_t i = 0; i < len; ++i)
+      vals.push_back(op == "Equal" ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
+    vshape = {static_cast<int64_t>(len)};
   } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
     const auto *a = ints_of(0), *b = ints_of(1);
     if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return false;

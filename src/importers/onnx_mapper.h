@@ -2,6 +2,7 @@
 // single nodes, onnx_patterns.cpp the multi-node patterns: attention blocks, layer norm, GELU, linear).
 #pragma once
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,6 +19,14 @@ struct ParamSource {
   int64_t part = 0, parts = 1; // rows [part*n/parts, (part+1)*n/parts) of dim 0 (packed Q/K/V in_proj)
   std::vector<int64_t> shape;  // the IR parameter's shape
   std::string error;           // set when the source is unknown; loading weights then fails with it
+};
+
+/// A parameter used as an operand (add / mul / concat): its tensor (an initializer or weight input;
+/// behind an Expand over the batch for a class token) and the IR's per-sample shape, right-aligned
+/// to the activation's rank.
+struct ParamOperand {
+  std::string tensor;
+  ir::Shape shape;
 };
 
 struct Mapper {
@@ -47,6 +56,14 @@ struct Mapper {
   void match_patterns(std::vector<bool>& claimed);
   void map_node(int i);
   void map_slice(int i);
+  void map_conv(int i);
+  void map_reduce(int i);
+  void map_pad(int i);
+  void map_clip(int i);
+  void map_elementwise(int i);
+  void map_concat(int i);
+  /// `tensor` as a parameter operand of an op whose result has rank `rank`, or nothing.
+  std::optional<ParamOperand> param_operand(const std::string& tensor, size_t rank) const;
   /// Add(token embedding, P) at node i (input `act` the embedding) with P a parameter [1, seq, dim]
   /// or [seq, dim], or Gather(table [max_len, dim], arange(seq)): learned positions, folded into
   /// the embedding op (`pos` parameter). False when it is not that.

@@ -190,8 +190,14 @@ ParamValues import_onnx_weights(const std::string& path, ir::Model* model) {
     // values, the IR's shape.
     auto lead = v->shape.begin();
     while (v->shape.end() - lead > static_cast<std::ptrdiff_t>(ps.shape.size()) && *lead == 1) ++lead;
+    // A parameter operand [C] of an add / mul over [B, H, W, C] is [1, 1, C] in the IR: leading 1s
+    // added or dropped, same values.
+    auto strip = [](std::vector<int64_t> d) {
+      while (d.size() > 1 && d.front() == 1) d.erase(d.begin());
+      return d;
+    };
     bool fits = v->shape == ps.shape || std::vector<int64_t>(lead, v->shape.end()) == ps.shape ||
-                (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]);
+                (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]) || strip(v->shape) == strip(ps.shape);
     GP_CHECK(fits, "{} has shape [{}]{}, expected [{}]", where, fmt::join(v->shape, ", "),
              ps.transpose || ps.parts > 1 ? " after transposing / splitting" : "", fmt::join(ps.shape, ", "));
     v->shape = ps.shape;

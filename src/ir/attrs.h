@@ -16,4 +16,23 @@ std::vector<int64_t> attr_ints(const Op& op, const char* key, const std::string&
 int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank,
                   const std::string& where);
 
+/// conv2d geometry from its attrs (kernel / stride / dilation an integer or [h, w]; padding an
+/// integer, [h, w] or [top, left, bottom, right]); checked: positive sizes, padding >= 0, groups
+/// dividing `in_channels` and out_channels. Errors name the op and the attribute.
+struct ConvGeometry {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0, pb = 0, pr = 0;  // top, left, bottom, right
+  int64_t groups = 1;
+  bool symmetric() const { return pt == pb && pl == pr; }
+};
+ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string& where);
+
+/// The per-sample shape of an add / mul / concat's learned parameter operand (attrs.param), or
+/// nothing when the op has none.
+std::optional<Shape> param_shape(const Op& op, const std::string& where);
+
+/// NumPy broadcasting of equal-rank shapes (each dim equal, or 1 in some); nothing when they do not
+/// broadcast.
+std::optional<Shape> broadcast(const std::vector<Shape>& shapes);
+
 }  // namespace gp::ir

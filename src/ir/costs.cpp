@@ -40,15 +40,23 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       break;
     }
     case OpKind::add:
-      c.fwd_flops = static_cast<double>(in.size() - 1) * out_elems;
-      c.bwd_flops = 0;  // gradients pass through
+    case OpKind::mul: {
+      // n operands (a parameter operand counts): n-1 FLOPs per output element; a broadcast operand's
+      // gradient is the sum of the output gradient over its broadcast dims (one more pass each).
+      const std::optional<Shape> ps = param_shape(op, where);
+      const double n = static_cast<double>(in.size() + (ps ? 1 : 0));
+      double broadcast_operands = ps ? 1 : 0;
+      for (const Shape& s : in) broadcast_operands += s == op.output_shape ? 0 : 1;
+      if (ps) params = static_cast<double>(per_sample_elems(*ps));
+      c.fwd_flops = (n - 1) * out_elems;
+      c.bwd_flops = (op.kind == OpKind::mul ? n * (n - 1) * out_elems : 0) + broadcast_operands * out_elems;
+      if (op.kind == OpKind::mul) c.saved_bytes = c.input_bytes;
       break;
-    case OpKind::mul:
-      c.fwd_flops = static_cast<double>(in.size() - 1) * out_elems;
-      c.bwd_flops = static_cast<double>(in.size()) * static_cast<double>(in.size() - 1) * out_elems;
-      c.saved_bytes = c.input_bytes;
-      break;
+    }
     case OpKind::concat:
+      if (const std::optional<Shape> ps = param_shape(op, where)) params = static_cast<double>(per_sample_elems(*ps));
+      break;  // data movement only (the parameter's gradient sums over the batch: not counted)
+    case OpKind::pad:
     case OpKind::slice:
     case OpKind::flatten:
     case OpKind::reshape:
@@ -62,6 +70,17 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     case OpKind::gelu:  // erf form: ~8 FLOPs forward, ~12 backward per element
       c.fwd_flops = 8 * out_elems;
       c.bwd_flops = 12 * out_elems;
+      c.saved_bytes = in0_bytes;
+      break;
+    case OpKind::clip:
+    case OpKind::hardsigmoid:  // a multiply-add and a clamp; backward masks the gradient
+      c.fwd_flops = (op.kind == OpKind::clip ? 1 : 3) * out_elems;
+      c.bwd_flops = out_elems;
+      c.saved_bytes = in0_bytes;
+      break;
+    case OpKind::hardswish:
+      c.fwd_flops = 4 * out_elems;
+      c.bwd_flops = 4 * out_elems;
       c.saved_bytes = in0_bytes;
       break;
     case OpKind::sigmoid:
@@ -129,10 +148,12 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
       break;
     }
     case OpKind::conv2d: {
-      int64_t ci = in[0][1], co = op.output_shape[1], k = attr_int(op, "kernel", std::nullopt, where);
-      params = static_cast<double>(co) * static_cast<double>(ci) * static_cast<double>(k) * static_cast<double>(k) +
-               (attr_bool(op, "bias", true, where) ? static_cast<double>(co) : 0.0);
-      c.fwd_flops = 2 * out_elems * static_cast<double>(ci) * static_cast<double>(k) * static_cast<double>(k);
+      // Each output element is a dot product over its group's ci/groups input channels x kh x kw.
+      const ConvGeometry g = conv_geometry(op, in[0][1], where);
+      const double co = static_cast<double>(op.output_shape[1]);
+      const double taps = static_cast<double>(in[0][1] / g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
+      params = co * taps + (attr_bool(op, "bias", true, where) ? co : 0.0);
+      c.fwd_flops = 2 * out_elems * taps;
       c.bwd_flops = 2 * c.fwd_flops;
       c.saved_bytes = in0_bytes;
       break;

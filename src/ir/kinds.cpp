@@ -27,6 +27,8 @@ constexpr std::array kKinds = {
     KindName{OpKind::transpose, "transpose"}, KindName{OpKind::mean, "mean"},
     KindName{OpKind::sum, "sum"},             KindName{OpKind::mse_loss, "mse_loss"},
     KindName{OpKind::cross_entropy, "cross_entropy"}, KindName{OpKind::embedding, "embedding"},
+    KindName{OpKind::clip, "clip"},           KindName{OpKind::hardsigmoid, "hardsigmoid"},
+    KindName{OpKind::hardswish, "hardswish"}, KindName{OpKind::pad, "pad"},
 };
 
 }  // namespace

@@ -35,11 +35,21 @@ DType dtype_from_string(const std::string& s);  // throws UserError listing vali
 enum class OpKind {
   linear,         // y = x W^T + b over the last dim. attrs: out_features, bias (bool, default true)
   matmul,         // y = a @ b, batched over leading dims: a [B,..,m,k], b [B,..,k,n] -> [B,..,m,n]
-  add,            // elementwise sum of 2+ inputs of identical shape
-  mul,            // elementwise product of 2+ inputs of identical shape
-  concat,         // concatenation along attrs.axis (>= 1)
+  add,            // elementwise sum of the inputs, broadcast NumPy-style over the per-sample dims
+                  // (ranks equal, each dim equal or 1 in all but one operand: [B,C,H,W] * [B,C,1,1]);
+                  // attrs.param (optional per-sample shape, e.g. [C,1,1]): a learned parameter "param"
+                  // of that shape is one more operand (a bias/position table); 1+ inputs with it, else 2+
+  mul,            // elementwise product, the same broadcasting and optional attrs.param (a layer scale)
+  concat,         // concatenation along attrs.axis (>= 1); attrs.param (optional per-sample shape): a
+                  // learned parameter "param" broadcast over the batch is one more operand, at position
+                  // attrs.param_at (default 0) among them (ViT's class token)
   slice,          // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end
   relu, gelu, sigmoid, tanh,  // elementwise; gelu is the exact (erf) form
+  clip,           // elementwise clamp to [attrs.min, attrs.max] (each optional; ReLU6 is 0, 6)
+  hardsigmoid,    // max(0, min(1, alpha x + beta)); attrs alpha (default 1/6), beta (default 0.5)
+  hardswish,      // x * hardsigmoid(x) with alpha 1/6, beta 0.5
+  pad,            // constant padding; attrs.pads: 2 x (rank-1) non-negative counts over the per-sample
+                  // dims, all begins then all ends (ONNX order without the batch); attrs.value (0)
   softmax,        // along attrs.axis (default -1)
   layernorm,      // over the last dim, with affine weight and bias; attrs: eps (default 1e-5)
   dropout,        // attrs: p (default 0.1); identity at p = 0
@@ -50,7 +60,10 @@ enum class OpKind {
                   // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
   attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
                   // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
-  conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true)
+  conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true),
+                  // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
+                  // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or
+                  // [top, left, bottom, right] (asymmetric, ONNX order)
   batchnorm,      // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
   maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0), ceil_mode (default
                      // false; true rounds the output size up as PyTorch does: the last window may

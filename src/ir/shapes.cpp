@@ -1,5 +1,7 @@
 // Shape inference per op kind (the semantics documented in model.h) and attribute access.
+#include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include "ir/attrs.h"
 #include "ir/model.h"
@@ -75,6 +77,75 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
+namespace {
+/// An integer or a list of `n` integers (n in `counts`) under attrs[key]; dflt when absent.
+std::vector<int64_t> int_or_list(const Op& op, const char* key, std::optional<int64_t> dflt,
+                                 std::initializer_list<size_t> counts, const std::string& where) {
+  if (op.attrs.is_object() && op.attrs.contains(key) && op.attrs.at(key).is_array()) {
+    std::vector<int64_t> v = attr_ints(op, key, where);
+    if (std::find(counts.begin(), counts.end(), v.size()) == counts.end())
+      fail(op, where, fmt::format("attrs.{} has {} values, expected an integer or {}", key, v.size(),
+                                  counts.size() == 1 ? "2" : "2 or 4"));
+    return v;
+  }
+  return {attr_int(op, key, dflt, where)};
+}
+}  // namespace
+
+ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string& where) {
+  auto pair = [&](const char* key, std::optional<int64_t> dflt, int64_t lo) {
+    std::vector<int64_t> v = int_or_list(op, key, dflt, {2}, where);
+    if (v.size() == 1) v.push_back(v[0]);
+    for (int64_t x : v)
+      if (x < lo || x > kMaxExtent)
+        fail(op, where, fmt::format("attrs.{} has value {}, not in [{}, 2^40]", key, x, lo));
+    return std::pair{v[0], v[1]};
+  };
+  ConvGeometry g;
+  std::tie(g.kh, g.kw) = pair("kernel", std::nullopt, 1);
+  std::tie(g.sh, g.sw) = pair("stride", 1, 1);
+  std::tie(g.dh, g.dw) = pair("dilation", 1, 1);
+  std::vector<int64_t> p = int_or_list(op, "padding", 0, {2, 4}, where);
+  if (p.size() == 1) p = {p[0], p[0], p[0], p[0]};
+  if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};
+  for (int64_t x : p)
+    if (x < 0 || x > kMaxExtent) fail(op, where, fmt::format("attrs.padding has value {}, not in [0, 2^40]", x));
+  g.pt = p[0], g.pl = p[1], g.pb = p[2], g.pr = p[3];
+  g.groups = attr_int(op, "groups", 1, where);
+  int64_t co = attr_int(op, "out_channels", std::nullopt, where);
+  if (g.groups < 1 || in_channels % g.groups != 0 || co % g.groups != 0)
+    fail(op, where, fmt::format("attrs.groups = {} must be positive and divide the {} input and {} output channels",
+                                g.groups, in_channels, co));
+  return g;
+}
+
+std::optional<Shape> param_shape(const Op& op, const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains("param")) return std::nullopt;
+  Shape s = attr_ints(op, "param", where);
+  double n = 1;
+  for (int64_t d : s) {
+    if (d <= 0 || d > kMaxExtent) fail(op, where, fmt::format("attrs.param has dimension {}, not in [1, 2^40]", d));
+    n *= static_cast<double>(d);
+  }
+  if (s.empty() || n > static_cast<double>(kMaxExtent))
+    fail(op, where, fmt::format("attrs.param {} must have 1 to 2^40 elements and at least one dimension",
+                                op.attrs.at("param").dump()));
+  return s;
+}
+
+std::optional<Shape> broadcast(const std::vector<Shape>& shapes) {
+  Shape out = shapes.at(0);
+  for (const Shape& s : shapes) {
+    if (s.size() != out.size()) return std::nullopt;
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (s[d] == out[d] || s[d] == 1) continue;
+      if (out[d] != 1) return std::nullopt;
+      out[d] = s[d];
+    }
+  }
+  return out;
+}
+
 Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string& where) {
   auto need_inputs = [&](size_t lo, size_t hi) {
     if (in.size() < lo || in.size() > hi) {
@@ -118,25 +189,42 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
     }
     case OpKind::add:
     case OpKind::mul: {
-      need_inputs(2, 64);
-      for (size_t i = 1; i < in.size(); ++i)
-        if (in[i] != in[0])
-          fail(op, where, fmt::format("shape mismatch: input 0 is {} but input {} is {}", shape_str(in[0]), i,
-                                      shape_str(in[i])));
-      return in[0];
+      std::vector<Shape> all = in;
+      std::optional<Shape> ps = param_shape(op, where);
+      need_inputs(ps ? 1 : 2, 64);
+      if (ps) {
+        all.push_back(Shape{kBatch});
+        all.back().insert(all.back().end(), ps->begin(), ps->end());
+      }
+      std::optional<Shape> out = broadcast(all);
+      if (!out) {
+        std::string list;
+        for (const Shape& s : all) list += (list.empty() ? "" : ", ") + shape_str(s);
+        fail(op, where, fmt::format("shape mismatch: {} do not broadcast{}", list, ps ? " (the last is attrs.param)" : ""));
+      }
+      return *out;
     }
     case OpKind::concat: {
       need_inputs(1, 1024);
-      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
-      Shape out = in[0];
-      for (size_t i = 1; i < in.size(); ++i) {
-        Shape a = in[0], b = in[i];
+      std::vector<Shape> all = in;
+      if (std::optional<Shape> ps = param_shape(op, where)) {
+        int64_t at = attr_int(op, "param_at", 0, where);
+        if (at < 0 || at > static_cast<int64_t>(in.size()))
+          fail(op, where, fmt::format("attrs.param_at = {} is not in [0, {}]", at, in.size()));
+        Shape p{kBatch};
+        p.insert(p.end(), ps->begin(), ps->end());
+        all.insert(all.begin() + at, p);
+      }
+      int64_t axis = attr_axis(op, "axis", std::nullopt, all[0].size(), where);
+      Shape out = all[0];
+      for (size_t i = 1; i < all.size(); ++i) {
+        Shape a = all[0], b = all[i];
         if (a.size() != b.size()) fail(op, where, fmt::format("shape mismatch: {} vs {}", shape_str(a), shape_str(b)));
         a[axis] = b[axis] = 0;
         if (a != b)
-          fail(op, where, fmt::format("shape mismatch: input 0 is {} but input {} is {} (concat on axis {})",
-                                      shape_str(in[0]), i, shape_str(in[i]), axis));
-        out[axis] += in[i][axis];
+          fail(op, where, fmt::format("shape mismatch: operand 0 is {} but operand {} is {} (concat on axis {})",
+                                      shape_str(all[0]), i, shape_str(all[i]), axis));
+        out[axis] += all[i][axis];
       }
       return out;
     }
@@ -161,6 +249,29 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
         if (p < 0 || p >= 1) fail(op, where, fmt::format("attrs.p must be in [0, 1), found {}", p));
       }
       return in[0];
+    case OpKind::clip:
+    case OpKind::hardsigmoid:
+    case OpKind::hardswish:
+      need_inputs(1, 1);
+      if (op.kind == OpKind::clip && attr_num(op, "min", -1e300, where) > attr_num(op, "max", 1e300, where))
+        fail(op, where, fmt::format("attrs.min = {} is above attrs.max = {}", attr_num(op, "min", 0, where),
+                                    attr_num(op, "max", 0, where)));
+      return in[0];
+    case OpKind::pad: {
+      need_inputs(1, 1);
+      std::vector<int64_t> pads = attr_ints(op, "pads", where);
+      const size_t r = in[0].size() - 1;
+      if (pads.size() != 2 * r)
+        fail(op, where, fmt::format("attrs.pads has {} values, expected {} (begin and end of each of the {} per-sample dims)",
+                                    pads.size(), 2 * r, r));
+      Shape out = in[0];
+      for (size_t d = 0; d < r; ++d) {
+        if (pads[d] < 0 || pads[d + r] < 0 || pads[d] > kMaxExtent || pads[d + r] > kMaxExtent)
+          fail(op, where, fmt::format("attrs.pads has a value outside [0, 2^40]: {}", op.attrs.at("pads").dump()));
+        out[d + 1] += pads[d] + pads[d + r];
+      }
+      return out;
+    }
     case OpKind::softmax:
       need_inputs(1, 1);
       attr_axis(op, "axis", -1, in[0].size(), where);
@@ -203,12 +314,14 @@ Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string&
     case OpKind::conv2d: {
       need_inputs(1, 1);
       need_rank(0, 4, 4);
-      int64_t co = positive("out_channels", std::nullopt), k = positive("kernel", std::nullopt);
-      int64_t s = positive("stride", 1), p = attr_int(op, "padding", 0, where);
-      if (p < 0 || p > kMaxExtent) fail(op, where, fmt::format("attrs.padding = {} is not in [0, 2^40]", p));
-      int64_t h = (in[0][2] + 2 * p - k) / s + 1, w = (in[0][3] + 2 * p - k) / s + 1;
-      if (h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
-      return Shape{kBatch, co, h, w};
+      int64_t co = positive("out_channels", std::nullopt);
+      ConvGeometry cg = conv_geometry(op, in[0][1], where);
+      int64_t span_h = in[0][2] + cg.pt + cg.pb - cg.dh * (cg.kh - 1) - 1;
+      int64_t span_w = in[0][3] + cg.pl + cg.pr - cg.dw * (cg.kw - 1) - 1;
+      if (span_h < 0 || span_w < 0)
+        fail(op, where, fmt::format("kernel {}x{} (dilation {}x{}) does not fit input {}", cg.kh, cg.kw, cg.dh, cg.dw,
+                                    shape_str(in[0])));
+      return Shape{kBatch, co, span_h / cg.sh + 1, span_w / cg.sw + 1};
     }
     case OpKind::batchnorm:
       need_inputs(1, 1);

@@ -44,5 +44,17 @@ if has plan; then
       fi
     done
   done
+  # Issue 15: every torchvision family and the multi-modal model plan and simulate at 4 devices.
+  for name in alexnet vgg11 resnext50_32x4d wide_resnet50_2 squeezenet1_1 densenet121 inception_v3 \
+      shufflenet_v2_x0_5 mobilenet_v2 mobilenet_v3_small mnasnet0_5 efficientnet_b0 regnet_y_400mf convnext_tiny \
+      vit_b_16 multimodal; do
+    "$GP" plan --model "$FX/$name.onnx" --cluster dgx-a100 --devices 4 --batch 64 --out "$tmp/p.json" \
+      >"$tmp/out" 2>"$tmp/err" || fail "plan $name exited $?: $(cat "$tmp/err")"
+    if has simulate; then
+      "$GP" simulate --plan "$tmp/p.json" --json >"$tmp/sim.json" 2>"$tmp/err" ||
+        fail "simulate $name exited $?: $(cat "$tmp/err")"
+      grep -q '"graphpipe.sim/1"' "$tmp/sim.json" || fail "simulate $name: $(cat "$tmp/sim.json")"
+    fi
+  done
 fi
 echo "ok (plan: $(has plan && echo yes || echo no), simulate: $(has simulate && echo yes || echo no))"

@@ -245,12 +245,137 @@ TEST(OnnxImportErrors, Cycle) {
   EXPECT_EQ(error_of(path), path + ": the ONNX graph has a cycle: \"relu_b\" -> \"add_a\" -> \"relu_b\"");
 }
 
-TEST(OnnxImportErrors, NonSquareKernelNamesTheNode) {
-  std::string path = kDir + "/nonsquare_conv.onnx";
-  EXPECT_EQ(error_of(path), path + ": cannot import the ONNX model (nothing was imported): unsupported uses: "
-                                   "\"conv3x5\" (Conv): only square 2-d kernels are supported, found 3x5");
+TEST(OnnxImport, NonSquareKernel) {
+  // nonsquare_conv.onnx: a 3x5 kernel over [B, 3, 16, 16] -> [B, 4, 14, 12] (issue 15: general convolution).
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/nonsquare_conv.onnx"));
+  const ir::Op& conv = g.op(g.find("conv3x5"));
+  EXPECT_EQ(conv.attrs.at("kernel"), Json({3, 5}));
+  EXPECT_EQ(conv.output_shape, (ir::Shape{ir::kBatch, 4, 14, 12}));
+  EXPECT_EQ(g.costs(g.find("conv3x5")).params, 4 * 3 * 3 * 5);  // no bias
 }
 
+TEST(OnnxImportErrors, AutoPadAndReflectPadNameTheNode) {
+  onnx::ModelProto m = load_proto(kDir + "/nonsquare_conv.onnx");
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name("auto_pad");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("SAME_UPPER");
+  std::string path = save_temp(m, "auto_pad");
+  EXPECT_THAT(error_of(path), HasSubstr("\"conv3x5\" (Conv): auto_pad SAME_UPPER is not supported"));
+  // densenet121's transitions pad before AveragePool: a reflect mode there is reported.
+  onnx::ModelProto d = load_proto(kDir + "/densenet121.onnx");
+  int changed = 0;
+  for (auto& n : *d.mutable_graph()->mutable_node())
+    if (n.op_type() == "Pad" && changed++ == 0) {
+      onnx::AttributeProto* mode = nullptr;
+      for (auto& a : *n.mutable_attribute())
+        if (a.name() == "mode") mode = &a;
+      if (!mode) mode = n.add_attribute();
+      mode->set_name("mode");
+      mode->set_type(onnx::AttributeProto::STRING);
+      mode->set_s("reflect");
+    }
+  ASSERT_GT(changed, 0);
+  EXPECT_THAT(error_of(save_temp(d, "reflect_pad")), HasSubstr("only constant padding, found mode reflect"));
+}
+
+// Every torchvision classification family (issue 15): parameters equal PyTorch's, the batch stays
+// symbolic, the ops the family needs are there; the import time is printed (docs/onnx.md).
+struct Family {
+  const char* name;
+  std::map<std::string, int> min_kinds;  // IR op kinds the family must produce, at least this many
+};
+
+TEST(OnnxImport, EveryTorchvisionFamily) {
+  const Json e = expected();
+  const std::vector<Family> families = {
+      {"alexnet", {{"conv2d", 5}, {"linear", 3}}},
+      {"vgg11", {{"conv2d", 8}, {"maxpool", 5}}},
+      {"resnext50_32x4d", {{"conv2d", 53}, {"add", 16}}},
+      {"wide_resnet50_2", {{"conv2d", 53}, {"add", 16}}},
+      {"squeezenet1_1", {{"conv2d", 26}, {"concat", 8}}},
+      {"densenet121", {{"conv2d", 120}, {"pad", 3}, {"concat", 58}}},
+      {"inception_v3", {{"conv2d", 94}, {"pad", 9}, {"concat", 11}}},
+      {"shufflenet_v2_x0_5", {{"conv2d", 56}, {"transpose", 16}, {"slice", 1}}},
+      {"mobilenet_v2", {{"conv2d", 52}, {"clip", 35}}},
+      {"mobilenet_v3_small", {{"conv2d", 52}, {"hardsigmoid", 28}, {"mul", 28}}},
+      {"mnasnet0_5", {{"conv2d", 52}}},
+      {"efficientnet_b0", {{"conv2d", 81}, {"mul", 65}, {"sigmoid", 65}}},
+      {"regnet_y_400mf", {{"conv2d", 85}, {"mul", 16}}},
+      {"convnext_tiny", {{"conv2d", 22}, {"layernorm", 23}, {"mul", 18}}},
+      {"vit_b_16", {{"attention", 12}, {"concat", 1}, {"add", 1}}},
+  };
+  for (const Family& f : families) {
+    SCOPED_TRACE(f.name);
+    auto t0 = std::chrono::steady_clock::now();
+    ir::Model m = import_onnx(kDir + "/" + f.name + ".onnx");
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ir::Graph g = ir::Graph::build(m);
+    check_common(f.name, g, e.at(f.name));
+    auto kinds = kind_counts(m);
+    for (const auto& [kind, n] : f.min_kinds) EXPECT_GE(kinds[kind], n) << kind;
+    std::printf("[onnx family] %s: %d ONNX nodes -> %zu IR ops, %.3g GFLOP/sample forward, import %.1f ms\n", f.name,
+                e.at(f.name).at("onnx_nodes").get<int>(), m.ops.size(), g.total_fwd_flops() / 1e9, ms);
+  }
+}
+
+TEST(OnnxImport, GroupedDepthwiseAndLayerScaleCosts) {
+  // regnet: grouped 3x3 (group width 8); mobilenet_v3: depthwise (groups = channels); convnext: the
+  // layer scale is a [C, 1, 1] parameter operand of a mul. Parameters per op from the geometry.
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/tiny_convnext.onnx"));
+  int scales = 0, depthwise = 0;
+  for (OpId id : g.op_ids()) {
+    const ir::Op& op = g.op(id);
+    if (op.kind == ir::OpKind::mul && op.attrs.contains("param")) {
+      ++scales;
+      EXPECT_EQ(g.costs(id).params, op.output_shape[1]) << op.name;
+    }
+    if (op.kind == ir::OpKind::conv2d && op.attrs.value("groups", int64_t{1}) > 1) {
+      ++depthwise;
+      const int64_t c = op.output_shape[1];
+      EXPECT_EQ(op.attrs.at("groups").get<int64_t>(), c) << op.name;
+      EXPECT_EQ(g.costs(id).params, c * 7 * 7 + c) << op.name;
+      EXPECT_DOUBLE_EQ(g.costs(id).fwd_flops, 2.0 * ir::per_sample_elems(op.output_shape) * 49) << op.name;
+    }
+  }
+  EXPECT_EQ(scales, 2);
+  EXPECT_EQ(depthwise, 2);
+}
+
+TEST(OnnxImport, VitClassTokenAndPositionsAreParameterOperands) {
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/tiny_vit.onnx"));
+  const Json e = expected().at("tiny_vit");
+  check_common("tiny_vit", g, e);
+  int tokens = 0, positions = 0;
+  for (OpId id : g.op_ids()) {
+    const ir::Op& op = g.op(id);
+    if (op.kind == ir::OpKind::concat && op.attrs.contains("param")) {
+      ++tokens;
+      EXPECT_EQ(op.attrs.at("param"), Json({1, 32}));  // one [1, hidden] token before the 16 patches
+      EXPECT_EQ(op.output_shape, (ir::Shape{ir::kBatch, 17, 32}));
+    }
+    if (op.kind == ir::OpKind::add && op.attrs.contains("param")) {
+      ++positions;
+      EXPECT_EQ(op.attrs.at("param"), Json({17, 32}));
+    }
+  }
+  EXPECT_EQ(tokens, 1);
+  EXPECT_EQ(positions, 1);
+}
+
+TEST(OnnxImport, MultiModalBranchesImport) {
+  // An image CNN, token ids through an embedding and an encoder layer, tabular features through an
+  // MLP, concatenated: three data inputs, parameters equal PyTorch's.
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/multimodal.onnx"));
+  EXPECT_EQ(g.total_params(), expected().at("multimodal").at("params").get<int64_t>());
+  std::vector<std::string> names;
+  for (const auto& in : g.model().inputs) names.push_back(in.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"input0", "input1", "input2", "label"}));
+  auto kinds = kind_counts(g.model());
+  EXPECT_EQ(kinds["attention"], 1);
+  EXPECT_EQ(kinds["embedding"], 1);
+  EXPECT_EQ(kinds["conv2d"], 2);
+}
 }  // namespace
 }  // namespace gp::importers
 
@@ -397,3 +522,31 @@ TEST(OnnxImportFuzzRegression, ConvInputRankUnlikeItsWeightIsAUserErrorNotACrash
     EXPECT_EQ(std::string(e.what()).find("shape inference failed"), std::string::npos) << e.what();
   }
 }
+
+namespace gp::importers {
+namespace {
+// Issue 15: every parameter of the small per-family models (conv weights [co, ci/groups, kh, kw],
+// layer scales, class token, position table) is read from the file, and together they are exactly
+// PyTorch's parameters.
+TEST(OnnxWeights, TorchvisionFamiliesEveryParameterFromTheFile) {
+  const Json e = testing::expected();
+  for (const char* name : {"tiny_mobilenet_v3", "tiny_mobilenet_v2", "tiny_efficientnet", "tiny_regnet",
+                           "tiny_shufflenet", "tiny_convnext", "tiny_vit", "tiny_inception", "tiny_densenet",
+                           "multimodal"}) {
+    SCOPED_TRACE(name);
+    ir::Model m;
+    ParamValues w = import_onnx_weights(testing::kDir + "/" + name + ".onnx", &m);
+    ir::Graph g = ir::Graph::build(m);
+    int64_t numel = 0;
+    for (const auto& [key, v] : w) {
+      int64_t n = 1;
+      for (int64_t d : v.shape) n *= d;
+      EXPECT_EQ(static_cast<int64_t>(v.data.size()), n) << key;
+      numel += n;
+    }
+    EXPECT_EQ(numel, g.total_params());
+    EXPECT_EQ(numel, e.at(name).at("params").get<int64_t>());
+  }
+}
+}  // namespace
+}  // namespace gp::importers

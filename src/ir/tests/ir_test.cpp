@@ -188,7 +188,7 @@ TEST(IrTest, RejectsShapeMismatchNamingBothShapes) {
   try {
     b.op("s", OpKind::add, {"a", "c"});
   } catch (const UserError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("shape mismatch: input 0 is [B, 4] but input 1 is [B, 5]"));
+    EXPECT_THAT(e.what(), HasSubstr("shape mismatch: [B, 4], [B, 5] do not broadcast"));
   }
 }
 
@@ -238,4 +238,60 @@ TEST(IrTest, KindNamesRoundTrip) {
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), HasSubstr("valid kinds: linear, matmul"));
   }
+}
+
+// Issue 15: general convolution, padding, broadcasting elementwise ops and parameter operands.
+TEST(IrTest, GeneralConvolutionShapesAndCosts) {
+  ModelBuilder b("conv");
+  b.input("x", {8, 17, 20});
+  // 1x7 kernel, stride (2, 1), dilation (1, 2), asymmetric pads [top 1, left 3, bottom 0, right 2], 4 groups.
+  std::string c = b.op("c", OpKind::conv2d, {"x"},
+                       {{"out_channels", 12}, {"kernel", {1, 7}}, {"stride", {2, 1}}, {"dilation", {1, 2}},
+                        {"padding", {1, 3, 0, 2}}, {"groups", 4}, {"bias", false}});
+  // H: (17 + 1 + 0 - 1) / 2 + 1 = 9; W: 20 + 3 + 2 - 2 * 6 - 1 + 1 = 13.
+  EXPECT_EQ(b.shape_of(c), (Shape{kBatch, 12, 9, 13}));
+  std::string d = b.op("dw", OpKind::conv2d, {c}, {{"out_channels", 12}, {"kernel", 3}, {"padding", 1}, {"groups", 12}});
+  b.output(b.op("loss", OpKind::mse_loss, {d, d}));
+  Graph g = Graph::build(b.build());
+  EXPECT_EQ(g.costs(g.find("c")).params, 12 * 2 * 1 * 7);
+  EXPECT_DOUBLE_EQ(g.costs(g.find("c")).fwd_flops, 2.0 * 12 * 9 * 13 * 2 * 7);
+  EXPECT_EQ(g.costs(g.find("dw")).params, 12 * 9 + 12);  // depthwise: one 3x3 filter per channel
+  ModelBuilder bad("bad");
+  bad.input("x", {6, 8, 8});
+  EXPECT_THROW(bad.op("c", OpKind::conv2d, {"x"}, {{"out_channels", 4}, {"kernel", 3}, {"groups", 4}}), UserError);
+  EXPECT_THROW(bad.op("c", OpKind::conv2d, {"x"}, {{"out_channels", 4}, {"kernel", {3, 3, 3}}}), UserError);
+}
+
+TEST(IrTest, BroadcastingParameterOperandsAndPad) {
+  ModelBuilder b("bc");
+  b.input("x", {8, 6, 6});
+  b.input("g", {8, 1, 1});
+  std::string gate = b.op("gate", OpKind::mul, {"x", "g"});  // squeeze-and-excitation
+  EXPECT_EQ(b.shape_of(gate), (Shape{kBatch, 8, 6, 6}));
+  std::string scale = b.op("scale", OpKind::mul, {gate}, {{"param", {8, 1, 1}}});  // layer scale
+  std::string p = b.op("pad", OpKind::pad, {scale}, {{"pads", {0, 1, 0, 0, 2, 3}}});
+  EXPECT_EQ(b.shape_of(p), (Shape{kBatch, 8, 9, 9}));
+  std::string f = b.op("f", OpKind::reshape, {p}, {{"shape", {81, 8}}});
+  std::string tok = b.op("tok", OpKind::concat, {f}, {{"axis", 1}, {"param", {1, 8}}});  // a class token
+  EXPECT_EQ(b.shape_of(tok), (Shape{kBatch, 82, 8}));
+  std::string pos = b.op("pos", OpKind::add, {tok}, {{"param", {82, 8}}});
+  std::string act = b.op("act", OpKind::hardswish, {b.op("clip", OpKind::clip, {pos}, {{"min", 0}, {"max", 6}})});
+  b.output(b.op("loss", OpKind::mse_loss, {act, act}));
+  Graph g = Graph::build(b.build());
+  EXPECT_EQ(g.costs(g.find("scale")).params, 8);
+  EXPECT_EQ(g.costs(g.find("tok")).params, 8);
+  EXPECT_EQ(g.costs(g.find("pos")).params, 82 * 8);
+  EXPECT_EQ(g.costs(g.find("gate")).params, 0);
+  EXPECT_DOUBLE_EQ(g.costs(g.find("gate")).fwd_flops, 8.0 * 36);
+  ModelBuilder bad("bad");
+  bad.input("x", {8, 6, 6});
+  bad.input("y", {4, 1, 1});
+  try {
+    bad.op("m", OpKind::mul, {"x", "y"});
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[B, 8, 6, 6], [B, 4, 1, 1] do not broadcast"));
+  }
+  EXPECT_THROW(bad.op("p", OpKind::pad, {"x"}, {{"pads", {0, 1, 0, 0}}}), UserError);
+  EXPECT_THROW(bad.op("a", OpKind::add, {"x"}), UserError);  // one operand and no parameter
 }

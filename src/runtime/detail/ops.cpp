@@ -86,11 +86,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
     }
     case ir::OpKind::conv2d: {
       int64_t ci = in_shape(0)[1], co = ir::attr_int(op, "out_channels", std::nullopt, where);
-      int64_t k = ir::attr_int(op, "kernel", std::nullopt, where);
-      std::vector<std::pair<std::string, std::vector<int64_t>>> s{{"weight", {co, ci, k, k}}};
+      ir::ConvGeometry cg = ir::conv_geometry(op, ci, where);
+      std::vector<std::pair<std::string, std::vector<int64_t>>> s{{"weight", {co, ci / cg.groups, cg.kh, cg.kw}}};
       if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(co)});
       return s;
     }
+    case ir::OpKind::add:
+    case ir::OpKind::mul:
+    case ir::OpKind::concat:
+      if (std::optional<ir::Shape> ps = ir::param_shape(op, where)) return {{"param", *ps}};
+      return {};
     default:
       return {};
   }
@@ -103,15 +108,19 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
   auto opts = torch::TensorOptions().dtype(torch::kFloat32);
   if (op.kind == ir::OpKind::layernorm || op.kind == ir::OpKind::batchnorm)
     return param == "weight" ? torch::ones(shape, opts) : torch::zeros(shape, opts);
+  if (op.kind == ir::OpKind::mul) return torch::ones(shape, opts);  // a scale starts as the identity
   double fan_in = 1;
   switch (op.kind) {
     case ir::OpKind::linear:
     case ir::OpKind::attention: fan_in = static_cast<double>(shape_of(g, op.inputs[0]).back()); break;
-    case ir::OpKind::conv2d: {  // in_channels x kernel x kernel, for weight and bias alike
-      int64_t k = ir::attr_int(op, "kernel", std::nullopt, g.name());
-      fan_in = static_cast<double>(shape_of(g, op.inputs[0])[1] * k * k);
+    case ir::OpKind::conv2d: {  // in_channels / groups x kh x kw, for weight and bias alike
+      int64_t ci = shape_of(g, op.inputs[0])[1];
+      ir::ConvGeometry cg = ir::conv_geometry(op, ci, g.name());
+      fan_in = static_cast<double>(ci / cg.groups * cg.kh * cg.kw);
       break;
     }
+    case ir::OpKind::add:
+    case ir::OpKind::concat:  // a bias, position table or token: bound 1/sqrt(its last dim)
     case ir::OpKind::embedding_bag:
     case ir::OpKind::embedding: fan_in = static_cast<double>(shape.back()); break;
     default: break;
@@ -143,6 +152,46 @@ torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor&
   return x * mask * (1.0 / (1.0 - p));
 }
 
+/// Constant padding over the per-sample dims; `pads` in the IR's order (all begins, then all ends).
+torch::Tensor pad(const torch::Tensor& x, const std::vector<int64_t>& pads, double value) {
+  const size_t r = pads.size() / 2;
+  std::vector<int64_t> torch_pads;  // last dim first, (begin, end) pairs
+  for (size_t d = r; d-- > 0;) {
+    torch_pads.push_back(pads[d]);
+    torch_pads.push_back(pads[d + r]);
+  }
+  return torch::constant_pad_nd(x, torch_pads, value);
+}
+
+torch::Tensor conv2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+  ir::ConvGeometry cg = ir::conv_geometry(op, x.size(1), g.name());
+  c10::optional<torch::Tensor> bias = w.size() > 1 ? c10::optional<torch::Tensor>(w[1]) : c10::nullopt;
+  const std::vector<int64_t> stride{cg.sh, cg.sw}, dilation{cg.dh, cg.dw}, padding{cg.pt, cg.pl}, none{0, 0};
+  if (cg.symmetric()) return torch::conv2d(x, w[0], bias, stride, padding, dilation, cg.groups);
+  torch::Tensor padded = pad(x, {0, cg.pt, cg.pl, 0, cg.pb, cg.pr}, 0.0);  // asymmetric: pad first
+  return torch::conv2d(padded, w[0], bias, stride, none, dilation, cg.groups);
+}
+
+/// add / mul over broadcast operands, the parameter (if any) last.
+torch::Tensor elementwise(const ir::Op& op, const std::vector<torch::Tensor>& in, const std::vector<torch::Tensor>& w) {
+  std::vector<torch::Tensor> all = in;
+  if (!w.empty()) all.push_back(w[0]);  // per-sample shape: broadcasts against [B, ...] from the right
+  torch::Tensor y = all[0];
+  for (size_t i = 1; i < all.size(); ++i) y = op.kind == ir::OpKind::add ? y + all[i] : y * all[i];
+  return y;
+}
+
+torch::Tensor concat(const ir::Graph& g, const ir::Op& op, const std::vector<torch::Tensor>& in,
+                     const std::vector<torch::Tensor>& w) {
+  std::vector<torch::Tensor> all = in;
+  if (!w.empty()) {  // the parameter, repeated for every sample (gradients sum over the batch)
+    std::vector<int64_t> shape{in[0].size(0)};
+    shape.insert(shape.end(), w[0].sizes().begin(), w[0].sizes().end());
+    all.insert(all.begin() + ir::attr_int(op, "param_at", 0, g.name()), w[0].unsqueeze(0).expand(shape));
+  }
+  return torch::cat(all, ir::attr_axis(op, "axis", std::nullopt, static_cast<size_t>(all[0].dim()), g.name()));
+}
+
 torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
                         const std::vector<torch::Tensor>& w) {
   int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
@@ -163,17 +212,12 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
   const ir::Op& op = g.op(id);
   const std::string& where = g.name();
   auto rank = [&](size_t i) { return static_cast<size_t>(in.at(i).dim()); };
-  auto opt_bias = [&](size_t i) { return w.size() > i ? c10::optional<torch::Tensor>(w[i]) : c10::nullopt; };
   switch (op.kind) {
     case ir::OpKind::linear: return torch::linear(in[0], w[0], w.size() > 1 ? w[1] : torch::Tensor());
     case ir::OpKind::matmul: return torch::matmul(in[0], in[1]);
     case ir::OpKind::add:
-    case ir::OpKind::mul: {
-      torch::Tensor y = in[0];
-      for (size_t i = 1; i < in.size(); ++i) y = op.kind == ir::OpKind::add ? y + in[i] : y * in[i];
-      return y;
-    }
-    case ir::OpKind::concat: return torch::cat(in, ir::attr_axis(op, "axis", std::nullopt, rank(0), where));
+    case ir::OpKind::mul: return elementwise(op, in, w);
+    case ir::OpKind::concat: return concat(g, op, in, w);
     case ir::OpKind::slice:
       return in[0].slice(ir::attr_axis(op, "axis", std::nullopt, rank(0), where),
                          ir::attr_int(op, "start", std::nullopt, where), ir::attr_int(op, "end", std::nullopt, where));
@@ -181,6 +225,18 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::gelu: return torch::gelu(in[0]);  // exact (erf) form
     case ir::OpKind::sigmoid: return torch::sigmoid(in[0]);
     case ir::OpKind::tanh: return torch::tanh(in[0]);
+    case ir::OpKind::clip: {
+      auto bound = [&](const char* key) {
+        return op.attrs.contains(key) ? c10::optional<c10::Scalar>(ir::attr_num(op, key, 0, where)) : c10::nullopt;
+      };
+      return torch::clamp(in[0], bound("min"), bound("max"));
+    }
+    case ir::OpKind::hardsigmoid: {
+      double alpha = ir::attr_num(op, "alpha", 1.0 / 6, where), beta = ir::attr_num(op, "beta", 0.5, where);
+      return torch::clamp(in[0] * alpha + beta, 0.0, 1.0);
+    }
+    case ir::OpKind::hardswish: return torch::hardswish(in[0]);
+    case ir::OpKind::pad: return pad(in[0], ir::attr_ints(op, "pads", where), ir::attr_num(op, "value", 0, where));
     case ir::OpKind::softmax: return torch::softmax(in[0], ir::attr_axis(op, "axis", -1, rank(0), where));
     case ir::OpKind::layernorm:
       return torch::layer_norm(in[0], {in[0].size(-1)}, w[0], w[1], ir::attr_num(op, "eps", 1e-5, where));
@@ -196,10 +252,7 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch
     }
     case ir::OpKind::attention: return attention(g, op, in[0], w);
-    case ir::OpKind::conv2d: {
-      int64_t s = ir::attr_int(op, "stride", 1, where), p = ir::attr_int(op, "padding", 0, where);
-      return torch::conv2d(in[0], w[0], opt_bias(1), {s, s}, {p, p});
-    }
+    case ir::OpKind::conv2d: return conv2d(g, op, in[0], w);
     case ir::OpKind::batchnorm:  // training mode: statistics of this micro-batch
       return torch::batch_norm(in[0], w[0], w[1], {}, {}, true, 0.1, ir::attr_num(op, "eps", 1e-5, where), false);
     case ir::OpKind::maxpool:
