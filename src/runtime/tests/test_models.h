@@ -44,6 +44,11 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
     std::string ap = b.op("avgpool", OpKind::avgpool, {mp}, {{"kernel", 2}});
     feats.push_back(b.op("gap", OpKind::global_avgpool, {ap}));
     feats.push_back(b.op("flatten", OpKind::flatten, {ap}));
+    std::string pd = b.op("pad", OpKind::pad, {bn}, {{"pads", {0, 1, 1, 0, 1, 1}}});
+    std::string hs = b.op("hardsigmoid", OpKind::hardsigmoid, {pd});
+    std::string hw = b.op("hardswish", OpKind::hardswish, {hs});
+    std::string cl = b.op("clip", OpKind::clip, {hw}, {{"min", 0}, {"max", 6}});
+    feats.push_back(b.op("gap2", OpKind::global_avgpool, {cl}));
   }
   std::string cat2 = b.op("features", OpKind::concat, feats, {{"axis", 1}});
   std::string logits = b.linear("logits", cat2, 5);
