@@ -237,6 +237,20 @@ double chain_brute_force_with_memory(const cost::CostModel& cm, int n, const std
   return best;
 }
 
+// A memory limit between the largest single op's need and the whole model's (state + one
+// micro-batch of activations), `frac` of the way: binding, sometimes infeasible.
+// Returns {the limit, the whole model's need}.
+std::pair<double, double> binding_limit(const cost::CostModel& cm, int mbs, double frac) {
+  double total = 0, worst = 0;
+  for (size_t o = 0; o < cm.graph().num_ops(); ++o) {
+    const double need =
+        cm.state_bytes(OpId(static_cast<int32_t>(o))) + cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
+    total += need;
+    worst = std::max(worst, need);
+  }
+  return {worst * 0.9 + frac * (total - worst * 0.9), total};
+}
+
 TEST(BruteForce, ChainDpMatchesExhaustiveSearchUnderMemoryLimits) {
   int compared = 0, infeasible = 0;
   for (uint32_t seed = 1; compared < 60; ++seed) {
@@ -247,17 +261,7 @@ TEST(BruteForce, ChainDpMatchesExhaustiveSearchUnderMemoryLimits) {
       const detail::Structure chain = detail::chain_structure(cm);
       const int mini = 16;
       for (int mbs : {1, 4, 16}) {
-        // A limit between the largest single op's need and the whole model's (state + one
-        // micro-batch of activations): binding, sometimes infeasible.
-        double total = 0, worst = 0;
-        for (size_t o = 0; o < g.num_ops(); ++o) {
-          const double need = cm.state_bytes(OpId(static_cast<int32_t>(o))) +
-                              cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
-          total += need;
-          worst = std::max(worst, need);
-        }
-        const double frac = 0.15 + 0.1 * static_cast<double>((seed + n + mbs) % 8);
-        const double limit = worst * 0.9 + frac * (total - worst * 0.9);
+        const auto [limit, total] = binding_limit(cm, mbs, 0.15 + 0.1 * static_cast<double>((seed + n + mbs) % 8));
         const double want = chain_brute_force_with_memory(cm, n, {mbs}, mini, limit);
         detail::SeqDp dp(cm, chain, mbs, mini, limit, n, true);
         double got = 0;
@@ -394,15 +398,7 @@ TEST(BruteForce, PerStageSizesMatchExhaustiveSearchUnderMemoryLimits) {
       const detail::Structure chain = detail::chain_structure(cm);
       const int mini = 16;
       for (int mbs : {4, 16}) {
-        double total = 0, worst = 0;
-        for (size_t o = 0; o < g.num_ops(); ++o) {
-          const double need = cm.state_bytes(OpId(static_cast<int32_t>(o))) +
-                              cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
-          total += need;
-          worst = std::max(worst, need);
-        }
-        const double frac = 0.15 + 0.1 * static_cast<double>((seed + n + mbs) % 8);
-        const double limit = worst * 0.9 + frac * (total - worst * 0.9);
+        const auto [limit, total] = binding_limit(cm, mbs, 0.15 + 0.1 * static_cast<double>((seed + n + mbs) % 8));
         const auto sizes = detail::StageSizes::window(mbs, 2);
         const double want = chain_brute_force_with_memory(cm, n, sizes.sizes, mini, limit);
         const double uniform = chain_brute_force_with_memory(cm, n, {mbs}, mini, limit);
