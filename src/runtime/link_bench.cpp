@@ -18,6 +18,7 @@
 
 #include "runtime/detail/comm.h"
 #include "runtime/launcher.h"
+#include "runtime/op_timing.h"
 #include "support/error.h"
 #include "support/json.h"
 
@@ -79,7 +80,7 @@ std::vector<std::string> link_worker_args(const LinkBenchOptions& o) {
 int run_link_worker(const LinkBenchOptions& o) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the launcher
   int rank = env_int("RANK"), port = env_int("MASTER_PORT");
-  torch::set_num_threads(1);
+  set_torch_threads(1);
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
   so.isServer = false;

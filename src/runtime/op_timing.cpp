@@ -1,6 +1,7 @@
 // Per-op timing with LibTorch (forward, then backward with a random output gradient).
 #include "runtime/op_timing.h"
 
+#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -86,6 +87,13 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
 void set_torch_threads(int threads) {
   GP_CHECK(threads >= 1, "--threads must be >= 1, found {}", threads);
   torch::set_num_threads(threads);
+  // LibTorch's intra-op setting does not reach the BLAS it was linked with: Debian's LibTorch calls
+  // OpenBLAS, whose own pool starts one thread per core and spins (sched_yield) between GEMMs. A
+  // "1 thread" worker then kept a second core busy, the profile's thread-CPU clock missed the helper's
+  // share of every GEMM, and two workers on two cores ran four busy threads (measured 2.8x slower than
+  // predicted). Bound the BLAS pool to the same count when the library offers the call.
+  using SetBlasThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
 }
 
 int torch_threads() { return torch::get_num_threads(); }

@@ -13,6 +13,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/op_timing.h"
 #include "plan/costs.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/device.h"
@@ -611,7 +612,7 @@ EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const Prepa
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
   GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
            io.world, run.plan.num_devices);
-  torch::set_num_threads(opt.threads);
+  set_torch_threads(opt.threads);
   const torch::Device device = detail::select_device(opt.device, io.local_rank);
   detail::install_counting_allocator();  // before the stage's parameters exist
   auto world = detail::make_gloo_communicator(io.store, io.rank, io.world, comm_options(opt));

@@ -9,6 +9,7 @@
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/op_timing.h"
 #include "runtime/detail/data_feed.h"
 #include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
@@ -83,7 +84,7 @@ int run_single(const TrainOptions& opt) {
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
   const torch::Device device = detail::select_device(opt.device, 0);
-  torch::set_num_threads(opt.threads);
+  set_torch_threads(opt.threads);
   detail::install_counting_allocator();  // before the parameters exist
 
   // Weights stored in the model file (ONNX initializers) when it has them, else seeded.
