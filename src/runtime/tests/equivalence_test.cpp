@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,12 @@ const Preset kGpt{"gpt:layers=2,seq=8,hidden=32,heads=2,ffn=64,vocab=16", "sgd",
 const Preset kDlrm{"dlrm:dense_branches=1,embedding_branches=2,layers=1,hidden=16,rows=50,dim=8,bag=4", "adam", 1e-2};
 const Preset kUno{"candle-uno:branches=2,layers=1,hidden=16", "adam", 1e-2};
 
-plan::Plan plan_for(const Preset& m, const std::string& planner, int devices, const std::string& cluster = "cpu") {
+plan::Plan plan_for(const Preset& m, const std::string& planner, int devices, const std::string& cluster = "cpu",
+                    int batch = kBatch) {
   ir::Graph g = importers::load_graph(m.spec);
   cost::CostModel cm(g, cost::load_cluster(cluster, devices), cost::optimizer_from_string(m.optimizer));
   planner::PlannerOptions o;
-  o.mini_batch = kBatch;
+  o.mini_batch = batch;
   o.planner = planner;
   o.time_limit_s = 30;
   plan::Plan p = planner::run_planner(cm, o);
@@ -116,6 +118,26 @@ TEST(PlannerEquivalence, MatrixCoversDataParallelStageAndSkipEdge) {
   EXPECT_EQ(plans, 36);
   EXPECT_GE(data_parallel, 1);
   EXPECT_GE(skip, 1);
+}
+
+// Plans the GraphPipe planner makes with per-stage micro-batch sizes (docs/planner.md "Per-stage
+// micro-batch sizes") train like --single: the regrouping between stages of different sizes keeps the
+// samples and their gradients. The cpu preset's fixed figures (no calibration in a test binary) give
+// mixed plans for these two configurations; the test fails rather than passing on a one-size plan.
+TEST(PlannerEquivalence, PlannerMadePerStageMicroBatchSizes) {
+  struct Case {
+    Preset m;
+    int devices, batch;
+  };
+  const Case cases[] = {{kMmt, 6, 32}, {{"candle-uno:branches=3,layers=2,hidden=32", "adam", 1e-2}, 4, 64}};
+  for (const Case& c : cases) {
+    plan::Plan p = plan_for(c.m, "graphpipe", c.devices, "cpu", c.batch);
+    std::set<int> sizes;
+    for (const auto& s : p.stages) sizes.insert(s.micro_batch_size);
+    SCOPED_TRACE(fmt::format("{} {} devices, batch {}:{}", c.m.spec, c.devices, c.batch, describe(p)));
+    ASSERT_GE(sizes.size(), 2u) << "the planner no longer mixes sizes here: pick another configuration";
+    testing::expect_equivalent(p, 4, c.m.optimizer, c.m.lr);
+  }
 }
 
 // Imported ONNX models: the imported ops run in LibTorch starting from the file's initializers
