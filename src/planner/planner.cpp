@@ -191,9 +191,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
   // the planner's own, for the baselines).
   std::optional<Cand> best_of[2];
-  // GraphPipe returns its SP plan unless the chain candidate is predicted strictly faster.
+  // GraphPipe returns its SP plan unless the chain candidate is predicted faster by more than the
+  // search's tolerance (the same stages placed in another order can differ by less).
   auto sp_wins = [&] {
-    return best_of[kSp] && (!best_of[kChain] || !better(best_of[kChain]->plan, best_of[kSp]->plan));
+    return best_of[kSp] && (!best_of[kChain] || best_of[kChain]->plan.predicted.iteration_time_s >=
+                                                    best_of[kSp]->plan.predicted.iteration_time_s * (1 - kTol));
   };
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
@@ -282,6 +284,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     for (int kind : {kSp, kChain}) {
       if (!best_of[kind]) continue;
       const plan::Plan& cp = best_of[kind]->plan;
+      rep.candidate_plans.push_back(cp);
       rep.plan.search.candidates.push_back(
           {kind == kSp ? "sp" : "chain", best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
            plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
@@ -316,9 +319,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                              c.depth, c.micro_batch_size);
       rep.explain.push_back(fmt::format(
           "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
-          "candidate is predicted faster) -- {}", rep.plan.search.winner,
-          sp_won ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
-          cands));
+          "candidate is predicted faster by more than {:g}%) -- {}", rep.plan.search.winner,
+          sp_won ? "its predicted iteration time is no worse, within the tolerance" : "the chain plan is predicted faster",
+          kTol * 100, cands));
     }
     if (piper) {
       const plan::PiperCoarsening& pc = rep.plan.piper;
