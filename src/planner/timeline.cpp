@@ -3,10 +3,14 @@
 
 #include <algorithm>
 #include <deque>
+#include <numeric>
 
 namespace gp::planner::detail {
 
 namespace {
+
+// Plans with up to about this many micro-batches on their smallest-size stage run in full.
+constexpr int kDirectMicroBatches = 512;
 
 // A stage edge u -> v: the activations of a sample cross it forward, its gradient backward. Each
 // replica of the sender sends its share of a micro-batch in segments, one per overlapping
@@ -38,7 +42,9 @@ std::pair<bool, int> pass(const StageState& s, int pc) {
 
 class Recurrence {
  public:
-  Recurrence(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c) : p_(p), c_(c) {
+  // `mini_batch`: the samples per iteration to run (the plan's, or fewer for the extrapolation).
+  Recurrence(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c, int mini_batch)
+      : p_(p), c_(c) {
     const size_t n = p.stages.size();
     st_.resize(n);
     for (size_t k = 0; k < n; ++k) {
@@ -46,7 +52,7 @@ class Recurrence {
       StageState& x = st_[k];
       x.m = s.micro_batch_size;
       x.share = std::max(1, x.m / static_cast<int>(s.devices.size()));
-      x.micro = p.mini_batch_size / x.m;
+      x.micro = mini_batch / x.m;
       x.warm = std::clamp(s.in_flight, 1, x.micro);
       x.act_left.assign(x.micro, 0);
       x.grad_left.assign(x.micro, 0);
@@ -145,7 +151,20 @@ double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, cons
   GP_ASSERT(c.fwd_s.size() == p.stages.size() && c.bwd_s.size() == p.stages.size() &&
                 c.tail_s.size() == p.stages.size() && c.out_bytes_per_sample.size() == p.stages.size(),
             "timeline: costs for {} stages, plan has {}", c.fwd_s.size(), p.stages.size());
-  return Recurrence(p, cm, c).run();
+  // Past a few hundred micro-batches the pipeline is in its periodic regime: each further sample
+  // adds the same time (1F1B's steady state), so two shorter runs give the slope and the rest is
+  // extrapolated (the tails do not depend on the mini-batch). Keeps a plan of 65,536 micro-batches
+  // as cheap as one of 512.
+  int smallest = p.mini_batch_size, step = 1;
+  for (const plan::Stage& s : p.stages) {
+    smallest = std::min(smallest, s.micro_batch_size);
+    step = std::lcm(step, s.micro_batch_size);
+  }
+  const int64_t b1 = (int64_t{kDirectMicroBatches} / 2 * smallest + step - 1) / step * step;
+  if (p.mini_batch_size <= 2 * (2 * b1)) return Recurrence(p, cm, c, p.mini_batch_size).run();
+  const double t1 = Recurrence(p, cm, c, static_cast<int>(b1)).run();
+  const double t2 = Recurrence(p, cm, c, static_cast<int>(2 * b1)).run();
+  return t2 + (t2 - t1) * static_cast<double>(p.mini_batch_size - 2 * b1) / static_cast<double>(b1);
 }
 
 }  // namespace gp::planner::detail
