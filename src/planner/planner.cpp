@@ -75,6 +75,9 @@ bool mixed_sizes(detail::SeqDp& mixed, bool ok, double* tps,
   return true;
 }
 
+// GraphPipe's two kinds of candidate (the baselines have one, kChain).
+enum Kind { kSp = 0, kChain = 1 };
+
 // A placed, re-costed plan one search found, with what it takes to assemble it again.
 struct Cand {
   int mbs = 0;
@@ -131,6 +134,52 @@ std::string shortlist_note(const Shortlist& sl, const std::string& kind) {
   return s + fmt::format(" the fastest simulated is kept ({:.3g} s to simulate)", sl.simulate_s);
 }
 
+// The --explain lines about the search: every size's best plan, the DP's optima, GraphPipe's
+// candidates, each shortlist's predicted and simulated times, Piper's coarse graph.
+void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, bool sp_won,
+                    const Shortlist (&shortlist)[2]) {
+  const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
+  std::string alt;
+  for (const auto& c : rep.per_micro_batch)
+    alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
+           c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
+                                               c.micro_batch, c.bottleneck_tps_s * 1e3,
+                                               c.iteration_time_s * 1e3, c.num_stages)
+                                  : fmt::format(" {}: does not fit memory;", c.micro_batch);
+  rep.explain.push_back(fmt::format("micro-batch {} chosen (the simulator's pick among the best plans by "
+                                    "predicted iteration time); best plan per micro-batch size:{}",
+                                    chosen_mbs, alt));
+  std::string dp;
+  for (const auto& c : rep.per_micro_batch)
+    if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
+  rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
+                        "re-costs each stage on its links):" + dp);
+  if (graphpipe) {
+    rep.explain.push_back("graph: " + rep.sp_note);
+    std::string cands;
+    for (const auto& c : rep.plan.search.candidates)
+      cands += fmt::format("{}{}: iteration {:.4g} ms predicted, {:.4g} ms simulated, {:.1f} samples/s "
+                           "predicted, {} stages, depth {}, micro-batch {}", cands.empty() ? "" : "; ", c.name,
+                           c.iteration_time_s * 1e3, c.simulated_iteration_time_s * 1e3,
+                           c.throughput_samples_per_s, c.num_stages, c.depth, c.micro_batch_size);
+    rep.explain.push_back(fmt::format(
+        "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
+        "candidate simulates faster by more than {:g}%) -- {}", rep.plan.search.winner,
+        sp_won ? "its simulated iteration time is no worse, within the tolerance" : "the chain plan simulates faster",
+        kTol * 100, cands));
+  }
+  for (int kind : {kSp, kChain})
+    if (!shortlist[kind].plans.empty())
+      rep.explain.push_back(shortlist_note(shortlist[kind], kind == kSp ? "sp" : graphpipe ? "chain" : opt.planner));
+  if (piper) {
+    const plan::PiperCoarsening& pc = rep.plan.piper;
+    rep.explain.push_back(fmt::format(
+        "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
+        "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
+        opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
+  }
+}
+
 }  // namespace
 
 PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt) {
@@ -177,7 +226,6 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   // The planner, chosen once: the searches it runs per micro-batch size, each over its own space,
   // reporting every plan it finds (to `on_plan`) and its optimal bottleneck (`tps`).
   using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
-  enum Kind { kSp = 0, kChain = 1 };
   struct Search {
     Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
     detail::Order order;  // how its plans are assembled
@@ -344,44 +392,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (opt.explain) {
     rep.explain = std::move(explain);
-    std::string alt;
-    for (const auto& c : rep.per_micro_batch)
-      alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
-             c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
-                                                 c.micro_batch, c.bottleneck_tps_s * 1e3,
-                                                 c.iteration_time_s * 1e3, c.num_stages)
-                                    : fmt::format(" {}: does not fit memory;", c.micro_batch);
-    rep.explain.push_back(fmt::format("micro-batch {} chosen (smallest predicted iteration time); "
-                                      "best plan per micro-batch size:{}", best->mbs, alt));
-    std::string dp;
-    for (const auto& c : rep.per_micro_batch)
-      if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
-    rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
-                          "re-costs each stage on its links):" + dp);
-    if (graphpipe) {
-      rep.explain.push_back("graph: " + rep.sp_note);
-      std::string cands;
-      for (const auto& c : rep.plan.search.candidates)
-        cands += fmt::format("{}{}: iteration {:.4g} ms predicted, {:.4g} ms simulated, {:.1f} samples/s "
-                             "predicted, {} stages, depth {}, micro-batch {}", cands.empty() ? "" : "; ", c.name,
-                             c.iteration_time_s * 1e3, c.simulated_iteration_time_s * 1e3,
-                             c.throughput_samples_per_s, c.num_stages, c.depth, c.micro_batch_size);
-      rep.explain.push_back(fmt::format(
-          "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
-          "candidate simulates faster by more than {:g}%) -- {}", rep.plan.search.winner,
-          sp_won ? "its simulated iteration time is no worse, within the tolerance" : "the chain plan simulates faster",
-          kTol * 100, cands));
-    }
-    for (int kind : {kSp, kChain})
-      if (!shortlist[kind].plans.empty())
-        rep.explain.push_back(shortlist_note(shortlist[kind], kind == kSp ? "sp" : graphpipe ? "chain" : opt.planner));
-    if (piper) {
-      const plan::PiperCoarsening& pc = rep.plan.piper;
-      rep.explain.push_back(fmt::format(
-          "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
-          "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
-          opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
-    }
+    explain_search(rep, opt, best->mbs, sp_won, shortlist);
   }
   (void)g;
   return rep;
