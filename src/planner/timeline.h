@@ -23,7 +23,7 @@ struct TimelineCosts {
 /// predecessor, gradients from every successor) have arrived; after a pass the stage's sends
 /// queue on its port one at a time (sends overlap compute); a replica sends its share of the
 /// samples to the replicas of the peer that hold them (one transfer per overlapping pair, as
-/// sim::simulate splits them); between stages of different sizes a micro-batch waits for every
+/// sim::simulate splits them; each on the link between the two stages' first devices); between stages of different sizes a micro-batch waits for every
 /// piece of it. The iteration ends at the last stage's tail. Differs from sim::simulate in that
 /// node network interfaces are not shared (no contention) and all replicas of a stage are taken
 /// to run in step. O(sum over stages of micro-batches x edges); beyond 1,024 micro-batches of the
