@@ -52,6 +52,8 @@ Json plan_to_json(const Plan& p) {
                        {"iteration_time_s", c.iteration_time_s},
                        {"throughput_samples_per_s", c.throughput_samples_per_s},
                        {"bottleneck_tps_s", c.bottleneck_tps_s}};
+    for (const SearchCandidate& c : p.search.candidates)
+      if (c.simulated_iteration_time_s > 0) cands[c.name]["simulated_iteration_time_s"] = c.simulated_iteration_time_s;
     doc["search"] = {{"winner", p.search.winner}, {"candidates", cands}};
   }
   if (p.piper.recorded())
@@ -168,6 +170,8 @@ Plan plan_from_json(const Json& j, const std::string& file) {
       if (c.has("throughput_samples_per_s"))
         sc.throughput_samples_per_s = nonneg(c.at("throughput_samples_per_s"));
       if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
+      if (c.has("simulated_iteration_time_s"))
+        sc.simulated_iteration_time_s = nonneg(c.at("simulated_iteration_time_s"));
       p.search.candidates.push_back(std::move(sc));
     }
     // JSON objects are unordered: list "sp" first, as the planner does.

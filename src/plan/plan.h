@@ -37,7 +37,8 @@ struct Predicted {
 
 /// How a planner found its plan: GraphPipe keeps two candidates, its series-parallel DP's best
 /// plan ("sp") and the best sequential pipeline found by the same search ("chain"), and returns the
-/// one with the smaller predicted iteration time. Informational (optional in files).
+/// one with the smaller simulated iteration time (each kind's best few plans by the estimate are
+/// simulated). Informational (optional in files).
 struct SearchCandidate {
   std::string name;                 // "sp" | "chain"
   int micro_batch_size = 0;
@@ -46,6 +47,7 @@ struct SearchCandidate {
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
   double bottleneck_tps_s = 0;
+  double simulated_iteration_time_s = 0;  // sim::simulate's, by which the planner ranks (0: unknown)
   bool operator==(const SearchCandidate&) const = default;
 };
 

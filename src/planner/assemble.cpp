@@ -8,6 +8,7 @@
 
 #include "planner/engine.h"
 #include "plan/plan.h"
+#include "planner/timeline.h"
 
 namespace gp::planner::detail {
 
@@ -25,50 +26,22 @@ double backward_share(const cost::CostModel& cm, const std::vector<OpId>& ops, i
   return f + bw > 0 ? bw / (f + bw) : 0;
 }
 
-// Per stage, per micro-batch: fwd + bwd compute, the time its sends occupy its port (activations
-// out, gradients back: half of stage_cost's comm_s), the backward part of the compute; and per
-// iteration the tail after its last backward.
-struct StageTimes {
-  explicit StageTimes(size_t n) : compute(n), send(n), bwd(n), tail(n) {}
-  std::vector<double> compute, send, bwd, tail;
-};
-
-// Iteration time (1F1B, analytic, as the simulator runs it): sends overlap compute, so a stage
-// paces at max(compute, sends) per micro-batch; the first micro-batch crosses the longest path of
-// compute + transfers (each cut tensor once forward, once backward); the slowest stage paces the
-// remaining M - 1 and the sources' last backward ends there. Every other stage's last backward
-// ends earlier by the backward times on its longest path back to a source; after it the stage
-// all-reduces its gradients and steps its optimizer; the iteration ends at the last such step.
-// With per-stage micro-batch sizes each stage paces its own M_k = B / m_k micro-batches: the
-// pipeline takes the longest of (M_k - 1) x max(c_k, s_k) after the first micro-batch's path,
-// and an edge between two sizes lengthens that path by the extra micro-batches of the smaller
-// side (the larger side's first forward waits for them, the smaller side's last backwards follow).
-double iteration_time(const plan::Plan& p, const StageTimes& st) {
-  const size_t n = p.stages.size();
-  std::vector<double> finish(n, 0), back(n, 0);
-  double path = 0, slowest = 0;
-  for (size_t k = 0; k < n; ++k) {  // stages are in a topological order
-    double start = 0;
-    const int mk = p.stages[k].micro_batch_size;
-    for (int f : p.stages[k].inputs_from) {
-      // Regrouping (edges between sizes): a larger receiver waits for several of the sender's
-      // micro-batches, a smaller one runs several of its own before the sender's backward.
-      const int mf = p.stages[f].micro_batch_size;
-      const double wait = mk > mf   ? (mk / mf - 1) * (st.compute[f] + st.send[f])
-                          : mf > mk ? (mf / mk - 1) * (st.compute[k] + st.send[k])
-                                    : 0.0;
-      start = std::max(start, finish[f] + wait);
-      back[k] = std::max(back[k], back[f] + st.bwd[f]);
+// Bytes per sample on each stage edge (per stage, in outputs_to order), as sim_costs counts them.
+std::vector<std::vector<double>> edge_bytes_per_sample(const cost::CostModel& cm, const plan::Plan& p,
+                                                       const std::vector<std::vector<OpId>>& ops) {
+  std::vector<int> stage_of(cm.graph().num_ops(), -1);
+  for (size_t k = 0; k < ops.size(); ++k)
+    for (OpId o : ops[k]) stage_of[o.v] = static_cast<int>(k);
+  const plan::CutEdges cut = plan::cut_edges(cm.graph(), stage_of);
+  std::vector<std::vector<double>> out(p.stages.size());
+  for (const plan::Stage& s : p.stages)
+    for (int v : s.outputs_to) {
+      double bytes = 0;
+      if (auto it = cut.find({s.id, v}); it != cut.end())
+        for (OpId o : it->second) bytes += cm.output_bytes(o, 1);
+      out[s.id].push_back(bytes);
     }
-    finish[k] = start + st.compute[k] + st.send[k];
-    path = std::max(path, finish[k]);
-    const int num_micro = p.mini_batch_size / mk;
-    slowest = std::max(slowest, (num_micro - 1) * std::max(st.compute[k], st.send[k]));
-  }
-  const double pipe = slowest + path;
-  double end = pipe;
-  for (size_t k = 0; k < n; ++k) end = std::max(end, pipe - back[k] + st.tail[k]);
-  return end;
+  return out;
 }
 }  // namespace
 
@@ -142,6 +115,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   // join placed next to it), trying both orders of each stage's predecessors. The placement with
   // the smallest predicted iteration time is kept.
   std::vector<char> mask(g.num_ops(), 0);
+  const std::vector<std::vector<double>> edge_bytes = edge_bytes_per_sample(cm, p, ops);
   auto place_and_cost = [&](const std::vector<int>& base, std::vector<std::string>* lines) {
     std::vector<int> by_size(base);
     std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
@@ -153,10 +127,11 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
     plan::assign_min_in_flight(p);
     p.predicted = {};
     p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
-    // Per stage and micro-batch (see iteration_time): compute, sends, the backward's share, and
-    // the tail after the last backward (gradient all-reduce among replicas, the sum of shared
-    // parameters' gradients with their other holders, optimizer step).
-    StageTimes st(p.stages.size());
+    // Per stage and micro-batch (see timeline.h): forward and backward compute, and the tail after
+    // the last backward (gradient all-reduce among replicas, the sum of shared parameters'
+    // gradients with their other holders, optimizer step).
+    TimelineCosts st;
+    st.out_bytes_per_sample = edge_bytes;
     for (size_t k = 0; k < p.stages.size(); ++k) {
       plan::Stage& s = p.stages[k];
       int node = cl.node_of(s.devices.front());
@@ -172,10 +147,10 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       s.tps_s = c.tps_s;
       s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch / mb[k]));
       for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
-      st.compute[k] = c.compute_s;
-      st.send[k] = c.comm_s / 2;  // comm_s counts each cut tensor at both ends
-      st.bwd[k] = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
-      st.tail[k] = (dp[k] > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s;
+      const double bwd = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
+      st.fwd_s.push_back(c.compute_s - bwd);
+      st.bwd_s.push_back(bwd);
+      st.tail_s.push_back((dp[k] > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s);
       p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
       if (lines) {
         std::string alt;
@@ -192,7 +167,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
       }
       for (OpId o : ops[k]) mask[o.v] = 0;
     }
-    p.predicted.iteration_time_s = iteration_time(p, st);
+    p.predicted.iteration_time_s = timeline_iteration_s(p, cm, st);
     p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
   };
   std::vector<std::vector<int>> bases = {ident};

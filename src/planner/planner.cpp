@@ -14,6 +14,8 @@
 
 #include "planner/engine.h"
 #include "planner/piper.h"
+#include "schedule/schedule.h"
+#include "sim/sim.h"
 
 namespace gp::planner {
 
@@ -27,6 +29,8 @@ constexpr double kTol = 1e-3;  // relative tolerance of the binary search on the
 // GraphPipe's SP DP at micro-batch size m lets each stage take m, m/2, ..., m / 2^kSizeSpread
 // (per-stage micro-batch sizes, paper section 5); the outer loop over m covers the rest.
 constexpr int kSizeSpread = 2;
+// Each planner's best few final plans of each kind (by the estimate) are scored by the simulator.
+constexpr int kShortlist = 3;
 
 std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
@@ -71,11 +75,110 @@ bool mixed_sizes(detail::SeqDp& mixed, bool ok, double* tps,
   return true;
 }
 
-struct Found {
+// GraphPipe's two kinds of candidate (the baselines have one, kChain).
+enum Kind { kSp = 0, kChain = 1 };
+
+// A placed, re-costed plan one search found, with what it takes to assemble it again.
+struct Cand {
   int mbs = 0;
-  double tps = std::numeric_limits<double>::infinity();
   std::vector<StageChoice> stages;
+  detail::Order order = detail::Order::dag;
+  plan::Plan plan;
+  double simulated_s = 0;  // sim::simulate's iteration time (shortlisted plans only)
 };
+
+// Smaller predicted iteration time; ties: the smaller bottleneck.
+bool better(const plan::Plan& a, const plan::Plan& b) {
+  const double ta = a.predicted.iteration_time_s, tb = b.predicted.iteration_time_s;
+  if (ta < tb * (1 - 1e-9)) return true;
+  if (tb < ta * (1 - 1e-9)) return false;
+  return a.predicted.bottleneck_tps_s < b.predicted.bottleneck_tps_s * (1 - 1e-9);
+}
+
+// The best kShortlist distinct plans of one kind over all sizes and targets, by the estimate.
+struct Shortlist {
+  std::vector<Cand> plans;  // best first
+  double simulate_s = 0;    // wall time spent simulating them
+  void offer(const Cand& c) {
+    for (const Cand& o : plans)
+      if (o.plan.stages == c.plan.stages) return;
+    auto at = std::find_if(plans.begin(), plans.end(), [&](const Cand& o) { return better(c.plan, o.plan); });
+    if (at - plans.begin() >= kShortlist) return;
+    plans.insert(at, c);
+    if (plans.size() > static_cast<size_t>(kShortlist)) plans.pop_back();
+  }
+};
+
+// Scores a shortlist with the discrete-event simulator (the 1F1B schedule the runtime runs, with
+// network contention) and returns the plan it simulates fastest (ties: the estimate's order).
+Cand simulate_shortlist(const cost::CostModel& cm, Shortlist& sl) {
+  GP_ASSERT(!sl.plans.empty(), "empty shortlist");
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t best = 0;
+  for (size_t i = 0; i < sl.plans.size(); ++i) {
+    Cand& c = sl.plans[i];
+    c.simulated_s = sim::simulate(c.plan, schedule::build_schedule(c.plan), cm).iteration_time_s;
+    if (c.simulated_s < sl.plans[best].simulated_s * (1 - 1e-9)) best = i;
+  }
+  sl.simulate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sl.plans[best];
+}
+
+// One explain clause: a kind's shortlist, estimated and simulated.
+std::string shortlist_note(const Shortlist& sl, const std::string& kind) {
+  std::string s = fmt::format("simulator: {}'s best {} plans by the estimate (predicted / simulated):", kind,
+                              sl.plans.size());
+  for (const Cand& c : sl.plans)
+    s += fmt::format(" {:.4g} / {:.4g} ms (micro-batch {}, {} stages);", c.plan.predicted.iteration_time_s * 1e3,
+                     c.simulated_s * 1e3, c.mbs, c.plan.stages.size());
+  return s + fmt::format(" the fastest simulated is kept ({:.3g} s to simulate)", sl.simulate_s);
+}
+
+// The --explain lines about the search: every size's best plan, the DP's optima, GraphPipe's
+// candidates, each shortlist's predicted and simulated times, Piper's coarse graph.
+void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, bool sp_won,
+                    const Shortlist (&shortlist)[2]) {
+  const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
+  std::string alt;
+  for (const auto& c : rep.per_micro_batch)
+    alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
+           c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
+                                               c.micro_batch, c.bottleneck_tps_s * 1e3,
+                                               c.iteration_time_s * 1e3, c.num_stages)
+                                  : fmt::format(" {}: does not fit memory;", c.micro_batch);
+  rep.explain.push_back(fmt::format("micro-batch {} chosen (the simulator's pick among the best plans by "
+                                    "predicted iteration time); best plan per micro-batch size:{}",
+                                    chosen_mbs, alt));
+  std::string dp;
+  for (const auto& c : rep.per_micro_batch)
+    if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
+  rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
+                        "re-costs each stage on its links):" + dp);
+  if (graphpipe) {
+    rep.explain.push_back("graph: " + rep.sp_note);
+    std::string cands;
+    for (const auto& c : rep.plan.search.candidates)
+      cands += fmt::format("{}{}: iteration {:.4g} ms predicted, {:.4g} ms simulated, {:.1f} samples/s "
+                           "predicted, {} stages, depth {}, micro-batch {}", cands.empty() ? "" : "; ", c.name,
+                           c.iteration_time_s * 1e3, c.simulated_iteration_time_s * 1e3,
+                           c.throughput_samples_per_s, c.num_stages, c.depth, c.micro_batch_size);
+    rep.explain.push_back(fmt::format(
+        "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
+        "candidate simulates faster by more than {:g}%) -- {}", rep.plan.search.winner,
+        sp_won ? "its simulated iteration time is no worse, within the tolerance" : "the chain plan simulates faster",
+        kTol * 100, cands));
+  }
+  for (int kind : {kSp, kChain})
+    if (!shortlist[kind].plans.empty())
+      rep.explain.push_back(shortlist_note(shortlist[kind], kind == kSp ? "sp" : graphpipe ? "chain" : opt.planner));
+  if (piper) {
+    const plan::PiperCoarsening& pc = rep.plan.piper;
+    rep.explain.push_back(fmt::format(
+        "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
+        "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
+        opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
+  }
+}
 
 }  // namespace
 
@@ -123,7 +226,6 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   // The planner, chosen once: the searches it runs per micro-batch size, each over its own space,
   // reporting every plan it finds (to `on_plan`) and its optimal bottleneck (`tps`).
   using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
-  enum Kind { kSp = 0, kChain = 1 };
   struct Search {
     Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
     detail::Order order;  // how its plans are assembled
@@ -173,27 +275,20 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   // Per micro-batch size each planner's DP minimises the bottleneck TPS; GraphPipe keeps two
   // candidates: the SP DP's plan and the best chain plan (sequential pipelines the SP DP cannot
   // express, e.g. a stage cutting through a parallel block; placed like PipeDream's but run as a
-  // DAG). Across micro-batch sizes (and GraphPipe's two candidates) every planner then picks the
-  // plan with the smallest predicted iteration time, (M - 1) x slowest stage + critical path, so
-  // pipeline fill counts: one micro-batch of B samples has no pipelining at all.
-  struct Cand {
-    int mbs = 0;
-    std::vector<StageChoice> stages;
-    detail::Order order = detail::Order::dag;
-    plan::Plan plan;
-  };
-  auto better = [](const plan::Plan& a, const plan::Plan& b) {
-    const double ta = a.predicted.iteration_time_s, tb = b.predicted.iteration_time_s;
-    if (ta < tb * (1 - 1e-9)) return true;
-    if (tb < ta * (1 - 1e-9)) return false;
-    return a.predicted.bottleneck_tps_s < b.predicted.bottleneck_tps_s * (1 - 1e-9);
-  };
+  // DAG). Across micro-batch sizes every planner ranks its plans by the predicted iteration time
+  // (the 1F1B recurrence of timeline.h, so pipeline fill counts: one micro-batch of B samples has
+  // no pipelining at all), keeps each kind's best kShortlist, and picks among them by
+  // sim::simulate (which adds network contention), GraphPipe's SP plan unless the chain's is faster.
   // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
-  // the planner's own, for the baselines).
+  // the planner's own, for the baselines); after the search, the simulator's pick.
   std::optional<Cand> best_of[2];
-  // GraphPipe returns its SP plan unless the chain candidate is predicted strictly faster.
+  Shortlist shortlist[2];
+  // GraphPipe returns its SP plan unless the chain candidate is predicted faster by more than the
+  // search's tolerance (the same stages placed in another order can differ by less).
+  // (Simulated times once the shortlists are scored, after the search.)
+  auto time_of = [](const Cand& c) { return c.simulated_s > 0 ? c.simulated_s : c.plan.predicted.iteration_time_s; };
   auto sp_wins = [&] {
-    return best_of[kSp] && (!best_of[kChain] || !better(best_of[kChain]->plan, best_of[kSp]->plan));
+    return best_of[kSp] && (!best_of[kChain] || time_of(*best_of[kChain]) >= time_of(*best_of[kSp]) * (1 - kTol));
   };
   for (int mbs : mbs_cands) {
     // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
@@ -232,6 +327,7 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
         }
         c.stages = st;
         c.order = order;
+        shortlist[kind].offer(c);
         if (!here[kind] || better(c.plan, here[kind]->plan)) here[kind] = std::move(c);
       };
     };
@@ -260,6 +356,9 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
                    rep.per_micro_batch.size(), mbs_cands.size(), el,
                    top ? "" : ", no plan fits memory at this size");
   }
+  // The final ranking is the simulator's: each kind's shortlist is simulated, its fastest kept.
+  for (int kind : {kSp, kChain})
+    if (!shortlist[kind].plans.empty()) best_of[kind] = simulate_shortlist(cm, shortlist[kind]);
   const bool sp_won = sp_wins();
   const std::optional<Cand>& best = sp_won ? best_of[kSp] : best_of[kChain];
   if (!best && rep.over_memory > 0)
@@ -282,51 +381,18 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     for (int kind : {kSp, kChain}) {
       if (!best_of[kind]) continue;
       const plan::Plan& cp = best_of[kind]->plan;
+      rep.candidate_plans.push_back(cp);
       rep.plan.search.candidates.push_back(
           {kind == kSp ? "sp" : "chain", best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
            plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
-           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s});
+           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s, best_of[kind]->simulated_s});
     }
   }
   rep.plan.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (opt.explain) {
     rep.explain = std::move(explain);
-    std::string alt;
-    for (const auto& c : rep.per_micro_batch)
-      alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
-             c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
-                                                 c.micro_batch, c.bottleneck_tps_s * 1e3,
-                                                 c.iteration_time_s * 1e3, c.num_stages)
-                                    : fmt::format(" {}: does not fit memory;", c.micro_batch);
-    rep.explain.push_back(fmt::format("micro-batch {} chosen (smallest predicted iteration time); "
-                                      "best plan per micro-batch size:{}", best->mbs, alt));
-    std::string dp;
-    for (const auto& c : rep.per_micro_batch)
-      if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
-    rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
-                          "re-costs each stage on its links):" + dp);
-    if (graphpipe) {
-      rep.explain.push_back("graph: " + rep.sp_note);
-      std::string cands;
-      for (const auto& c : rep.plan.search.candidates)
-        cands += fmt::format("{}{}: iteration {:.4g} ms, {:.1f} samples/s, {} stages, depth {}, "
-                             "micro-batch {}", cands.empty() ? "" : "; ", c.name,
-                             c.iteration_time_s * 1e3, c.throughput_samples_per_s, c.num_stages,
-                             c.depth, c.micro_batch_size);
-      rep.explain.push_back(fmt::format(
-          "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
-          "candidate is predicted faster) -- {}", rep.plan.search.winner,
-          sp_won ? "its predicted iteration time is no worse" : "the chain plan is predicted faster",
-          cands));
-    }
-    if (piper) {
-      const plan::PiperCoarsening& pc = rep.plan.piper;
-      rep.explain.push_back(fmt::format(
-          "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
-          "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
-          opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
-    }
+    explain_search(rep, opt, best->mbs, sp_won, shortlist);
   }
   (void)g;
   return rep;

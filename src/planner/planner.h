@@ -41,6 +41,8 @@ struct PlanReport {
   std::vector<Candidate> per_micro_batch;
   std::string sp_note;                 // how the graph was made series-parallel (graphpipe)
   int over_memory = 0;                 // plans the DP found whose placed peak (with transients) did not fit
+  /// GraphPipe: the best plan of each kind, in plan.search.candidates order ("sp", "chain").
+  std::vector<plan::Plan> candidate_plans;
 };
 
 /// Searches a strategy. Throws UserError for impossible requests, with the numbers that prove it.

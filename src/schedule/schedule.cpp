@@ -60,15 +60,19 @@ int num_micro_batches(const plan::Stage& st, int mini_batch_size) {
 }
 
 std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int mini_batch) {
-  GP_ASSERT(mbs_from >= 1 && mbs_to >= 1 && mini_batch >= 1, "bad sizes {} {} {}", mbs_from,
-            mbs_to, mini_batch);
+  GP_ASSERT(mini_batch >= 1, "bad mini-batch {}", mini_batch);
+  return edge_pieces(mbs_from, mbs_to, 0, mini_batch);
+}
+
+std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int begin, int end) {
+  GP_ASSERT(mbs_from >= 1 && mbs_to >= 1 && 0 <= begin && begin <= end, "bad sizes {} {} [{}, {})", mbs_from,
+            mbs_to, begin, end);
   std::vector<std::pair<int, int>> out;
-  int begin = 0;
-  while (begin < mini_batch) {
+  while (begin < end) {
     // Next boundary of either side's micro-batch partition.
-    int end = std::min({(begin / mbs_from + 1) * mbs_from, (begin / mbs_to + 1) * mbs_to, mini_batch});
-    out.emplace_back(begin, end - begin);
-    begin = end;
+    int next = std::min({(begin / mbs_from + 1) * mbs_from, (begin / mbs_to + 1) * mbs_to, end});
+    out.emplace_back(begin, next - begin);
+    begin = next;
   }
   return out;
 }
@@ -104,11 +108,10 @@ class StageBuilder {
   }
   // The pieces of edge (peer -> this) or (this -> peer) inside this stage's micro-batch k.
   void transfers(ActionKind kind, int peer, int k, int mbs_peer, bool peer_is_pred) {
-    int m = st_.micro_batch_size;
-    auto pieces = peer_is_pred ? edge_pieces(mbs_peer, m, p_.mini_batch_size)
-                               : edge_pieces(m, mbs_peer, p_.mini_batch_size);
-    for (auto [b, c] : pieces)
-      if (b >= k * m && b < (k + 1) * m) out_.push_back({kind, -1, peer, b, c});
+    // (Only this micro-batch's pieces: listing the whole edge per micro-batch was quadratic.)
+    const int m = st_.micro_batch_size;
+    for (auto [b, c] : edge_pieces(peer_is_pred ? mbs_peer : m, peer_is_pred ? m : mbs_peer, k * m, (k + 1) * m))
+      out_.push_back({kind, -1, peer, b, c});
   }
   const plan::Plan& p_;
   const plan::Stage& st_;

@@ -77,5 +77,8 @@ int num_micro_batches(const plan::Stage& st, int mini_batch_size);
 /// size min(mbs_from, mbs_to) when one divides the other). Each piece lies inside one micro-batch
 /// of each end.
 std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int mini_batch);
+/// The same pieces inside samples [begin, end) only (both ends on a boundary of both sides, e.g.
+/// one micro-batch of either end): O(pieces returned), not O(mini_batch / smaller size).
+std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int begin, int end);
 
 }  // namespace gp::schedule

@@ -59,7 +59,7 @@ Plan good_plan() {
   p.stages[1].memory_bytes = 1024;
   p.predicted = {1.5, 10.67, 0.0625, {1, 2, 3, 4, 5}};
   p.search_time_s = 0.01;
-  p.search = {"sp", {{"sp", 4, 4, 3, 1.5, 10.67, 0.0625}, {"chain", 2, 4, 4, 1.7, 9.41, 0.07}}};
+  p.search = {"sp", {{"sp", 4, 4, 3, 1.5, 10.67, 0.0625, 1.52}, {"chain", 2, 4, 4, 1.7, 9.41, 0.07}}};
   return p;
 }
 
@@ -86,6 +86,8 @@ TEST(PlanJson, SearchRecord) {
   EXPECT_EQ(j["search"]["winner"], "sp");
   EXPECT_EQ(j["search"]["candidates"]["chain"]["depth"], 4);
   EXPECT_EQ(j["search"]["candidates"]["sp"]["iteration_time_s"], 1.5);
+  EXPECT_EQ(j["search"]["candidates"]["sp"]["simulated_iteration_time_s"], 1.52);
+  EXPECT_FALSE(j["search"]["candidates"]["chain"].contains("simulated_iteration_time_s"));  // 0: unknown
   Plan none = good_plan();
   none.search = {};
   EXPECT_FALSE(plan_to_json(none).contains("search"));  // optional: baselines have none

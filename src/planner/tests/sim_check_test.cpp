@@ -19,11 +19,11 @@ struct Case {
   int devices;
 };
 
-// Tolerance on these small models: the simulated iteration lies within [0.85, 1.05] x the
-// prediction (measured 0.86-0.99). The estimate runs the simulator's model analytically (optimizer
-// step and all-reduce after each stage's last backward, sends overlapping compute); what it leaves
-// out is which transfers and backward passes overlap off the critical path, so it errs high.
-constexpr double kLo = 0.85, kHi = 1.05;
+// Tolerance: the simulated iteration lies within [0.95, 1.05] x the prediction (measured
+// 1.000-1.003 on the presets, up to 1.022 at weak scaling). The estimate runs the simulator's 1F1B
+// schedule as a per-stage recurrence (timeline.h); what it leaves out is the contention of
+// transfers for a node's network interface. (With the analytic estimate before it: 0.80-1.02.)
+constexpr double kLo = 0.95, kHi = 1.05;
 
 double simulated_s(const plan::Plan& p, const cost::CostModel& cm) {
   return sim::simulate(p, schedule::build_schedule(p), cm).iteration_time_s;
@@ -55,9 +55,18 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
 }
 
 // The paper's models at their preset sizes (summit, mini-batch 128, 4-32 devices): the simulated
-// iteration is within [0.9, 1.1] x the prediction for GraphPipe's and PipeDream's plans (and
-// Piper's at a short time limit). Before the estimate included the optimizer step, dlrm on 8
-// devices was predicted at 15.2 ms and simulated at 28.7 ms.
+// iteration is within [kLo, kHi] x the prediction for GraphPipe's and PipeDream's plans (and
+// Piper's at a short time limit), and for GraphPipe's best plan of each kind (sp, chain), which
+// the planner ranks by the estimate. Before the estimate included the optimizer step, dlrm on 8
+// devices was predicted at 15.2 ms and simulated at 28.7 ms; before it ran the 1F1B recurrence
+// (timeline.h), dlrm's chain candidate on 8 devices simulated at 0.800 of its prediction.
+void expect_agrees(const plan::Plan& p, const cost::CostModel& cm, const std::string& what) {
+  const double ratio = simulated_s(p, cm) / p.predicted.iteration_time_s;
+  EXPECT_GE(ratio, kLo) << what;
+  EXPECT_LE(ratio, kHi) << what;
+  std::printf("%-34s predicted %9.3f ms, simulated x%.3f\n", what.c_str(), p.predicted.iteration_time_s * 1e3, ratio);
+}
+
 void expect_preset_agrees(const char* model, const std::vector<std::string>& planners) {
   ir::Graph g = importers::load_graph(model);
   for (int n : {4, 8, 16, 32}) {
@@ -67,12 +76,41 @@ void expect_preset_agrees(const char* model, const std::vector<std::string>& pla
       o.mini_batch = 128;
       o.planner = name;
       o.time_limit_s = 2;
-      plan::Plan p = run_planner(cm, o);
-      const double ratio = simulated_s(p, cm) / p.predicted.iteration_time_s;
-      EXPECT_GE(ratio, 0.9) << model << " " << name << " on " << n;
-      EXPECT_LE(ratio, 1.1) << model << " " << name << " on " << n;
-      std::printf("%-10s %-9s %2d devices: predicted %.3f ms, simulated x%.3f\n", model, name.c_str(), n,
-                  p.predicted.iteration_time_s * 1e3, ratio);
+      const PlanReport rep = run_planner_report(cm, o);
+      const std::string what = fmt::format("{} {} {} devices", model, name, n);
+      expect_agrees(rep.plan, cm, what);
+      ASSERT_EQ(rep.candidate_plans.size(), rep.plan.search.candidates.size());
+      for (size_t c = 0; c < rep.candidate_plans.size(); ++c)
+        expect_agrees(rep.candidate_plans[c], cm, what + " " + rep.plan.search.candidates[c].name);
+    }
+  }
+}
+
+// The ranking the planner prints is the simulator's: on the paper presets (8 and 32 summit devices,
+// mmt at 8 only, mini-batch 128) each candidate's recorded simulated iteration is sim::simulate's for that plan,
+// the returned plan is the winner's, and the winner simulates no slower than the other kind's best
+// (SP wins ties within the search's 0.1% tolerance). Before, the planner ranked by the estimate
+// alone: dlrm on 32 devices returned a per-stage-size plan predicted 0.8% faster than the one-size
+// plan that simulated 4.4% faster (docs/results.md, "Per-stage micro-batch sizes").
+TEST(SimCheck, PrintedRankingIsTheSimulators) {
+  for (const char* model : {"dlrm", "candle-uno", "mmt"}) {
+    ir::Graph g = importers::load_graph(model);
+    for (int n : {8, 32}) {
+      if (std::string(model) == "mmt" && n == 32) continue;  // 2 s of search; the same code path as at 8
+      cost::CostModel cm(g, cost::load_cluster("summit", n));
+      PlannerOptions o;
+      o.mini_batch = 128;
+      const PlanReport rep = run_planner_report(cm, o);
+      const auto& cands = rep.plan.search.candidates;
+      ASSERT_EQ(rep.candidate_plans.size(), cands.size());
+      double winner = 0, other = 1e300;
+      for (size_t c = 0; c < cands.size(); ++c) {
+        const double sim = simulated_s(rep.candidate_plans[c], cm);
+        EXPECT_NEAR(cands[c].simulated_iteration_time_s, sim, 1e-9 * sim) << model << " " << n << " " << cands[c].name;
+        (cands[c].name == rep.plan.search.winner ? winner : other) = sim;
+      }
+      EXPECT_NEAR(simulated_s(rep.plan, cm), winner, 1e-9 * winner) << model << " " << n;
+      EXPECT_LE(winner, other * (rep.plan.search.winner == "sp" ? 1.001 : 1.0)) << model << " " << n;
     }
   }
 }
@@ -105,34 +143,50 @@ TEST(SimCheck, PerStageSizes) {
   EXPECT_LT(mixed, uniform);
 }
 
-TEST(SimCheck, PresetDlrmPredictionWithinTenPercent) {
+TEST(SimCheck, PresetDlrmPredictionWithinFivePercent) {
   expect_preset_agrees("dlrm", {"graphpipe", "pipedream", "piper"});
 }
-TEST(SimCheck, PresetCandleUnoPredictionWithinTenPercent) {
+TEST(SimCheck, PresetCandleUnoPredictionWithinFivePercent) {
   expect_preset_agrees("candle-uno", {"graphpipe", "pipedream", "piper"});
 }
-TEST(SimCheck, PresetMmtPredictionWithinTenPercent) { expect_preset_agrees("mmt", {"graphpipe", "pipedream"}); }
+TEST(SimCheck, PresetMmtPredictionWithinFivePercent) { expect_preset_agrees("mmt", {"graphpipe", "pipedream"}); }
 
 // Weak scaling at 32 devices (mini-batch 32 x devices, as `make paper` runs it): the simulated
-// iteration of each planner's chosen plan is within [0.9, 1.1] x the prediction. Two commits
-// before the DP's stage cost included the optimizer step, GraphPipe's dlrm plan here (7 one-device
-// sources, an 8-device sink at micro-batch 512) simulated at 0.825x its prediction: the estimate
-// places a cheap sink's last backward one source backward before the sources' end, while the
-// sources, running both forwards first, let it finish 13.6 ms earlier (docs/results.md, issue 22).
-TEST(SimCheck, WeakScalingThirtyTwoDevicesPredictionWithinTenPercent) {
+// iteration of each planner's chosen plan, and of its plans at a fixed micro-batch of 256 and 512,
+// is within [kLo, kHi] x the prediction. The estimate used to place a non-source stage's last
+// backward at the sources' end minus the backwards between them: GraphPipe's dlrm plan here (7
+// one-device sources, an 8-device sink at micro-batch 512) simulated at 0.825x its prediction, the
+// fixed sizes at 0.855-0.868x (docs/results.md, issue 22); the 1F1B recurrence runs the schedule.
+TEST(SimCheck, WeakScalingThirtyTwoDevicesPredictionWithinFivePercent) {
   for (const char* model : {"dlrm", "candle-uno"}) {
     ir::Graph g = importers::load_graph(model);
     cost::CostModel cm(g, cost::load_cluster("summit", 32));
     for (const std::string name : {"graphpipe", "pipedream"}) {
+      for (int micro : {0, 256, 512}) {
+        PlannerOptions o;
+        o.mini_batch = 32 * 32;
+        o.micro_batch = micro;
+        o.planner = name;
+        const plan::Plan p = run_planner(cm, o);
+        expect_agrees(p, cm, fmt::format("{} {} B=1024 micro-batch {}", model, name, p.stages.front().micro_batch_size));
+      }
+    }
+  }
+}
+
+// Past 1,024 micro-batches the estimate extrapolates two shorter runs of the recurrence (1F1B's
+// periodic steady state): at 2,048 micro-batches (mini-batch 8,192 at micro-batch 4, 8 devices)
+// it still agrees with the simulator run in full.
+TEST(SimCheck, LongPipelinesExtrapolatedWithinFivePercent) {
+  for (const char* model : {"dlrm", "candle-uno"}) {
+    ir::Graph g = importers::load_graph(model);
+    cost::CostModel cm(g, cost::load_cluster("summit", 8));
+    for (const std::string name : {"graphpipe", "pipedream"}) {
       PlannerOptions o;
-      o.mini_batch = 32 * 32;
+      o.mini_batch = 8192;
+      o.micro_batch = 4;
       o.planner = name;
-      plan::Plan p = run_planner(cm, o);
-      const double ratio = simulated_s(p, cm) / p.predicted.iteration_time_s;
-      EXPECT_GE(ratio, 0.9) << model << " " << name;
-      EXPECT_LE(ratio, 1.1) << model << " " << name;
-      std::printf("%-10s %-9s 32 devices, mini-batch 1024, micro-batch %d: predicted %.3f ms, simulated x%.3f\n",
-                  model, name.c_str(), p.stages.front().micro_batch_size, p.predicted.iteration_time_s * 1e3, ratio);
+      expect_agrees(run_planner(cm, o), cm, fmt::format("{} {} B=8192 micro-batch 4", model, name));
     }
   }
 }

@@ -24,6 +24,8 @@ TEST(EdgePieces, CutAtBothSidesBoundaries) {
   EXPECT_EQ(edge_pieces(4, 2, 8), (P{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
   EXPECT_EQ(edge_pieces(2, 8, 8), (P{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
   EXPECT_EQ(edge_pieces(4, 6, 12), (P{{0, 4}, {4, 2}, {6, 2}, {8, 4}}));
+  EXPECT_EQ(edge_pieces(4, 6, 6, 12), (P{{6, 2}, {8, 4}}));  // one micro-batch of the 6-side
+  EXPECT_EQ(edge_pieces(8, 2, 8, 16), (P{{8, 2}, {10, 2}, {12, 2}, {14, 2}}));
 }
 
 TEST(BuildSchedule, TwoStageChain1F1B) {

@@ -1,0 +1,170 @@
+// The 1F1B recurrence behind the planner's iteration estimate (timeline.h).
+#include "planner/timeline.h"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+
+namespace gp::planner::detail {
+
+namespace {
+
+// Plans with up to about this many micro-batches on their smallest-size stage run in full.
+constexpr int kDirectMicroBatches = 512;
+
+// A stage edge u -> v: the activations of a sample cross it forward, its gradient backward. Each
+// replica of the sender sends its share of a micro-batch in segments, one per overlapping
+// receiver replica: `seg` samples each, `seg_s` seconds each on the sender's port.
+struct Edge {
+  int u = 0, v = 0;
+  int seg = 1;
+  double seg_s = 0;
+};
+
+struct StageState {
+  int m = 1, share = 1, micro = 1, warm = 1;  // size, samples per replica, micro-batches, warm-up forwards
+  int pc = 0;                                 // next pass in 1F1B order
+  double free = 0, port = 0;                  // when the replica and its send port are next free
+  std::vector<int> in_edges, out_edges;       // inputs_from / outputs_to order
+  // Per own micro-batch: pieces still to arrive and when the last arrived (activations, gradients).
+  std::vector<int> act_left, grad_left;
+  std::vector<double> act_at, grad_at;
+};
+
+// The pc-th pass of a stage under 1F1B (schedule::build_schedule): `warm` forwards, then one
+// backward and one forward while forwards remain, then the remaining backwards.
+std::pair<bool, int> pass(const StageState& s, int pc) {
+  if (pc < s.warm) return {true, pc};
+  const int k = pc - s.warm, paired = s.micro - s.warm;
+  if (k < 2 * paired) return k % 2 == 0 ? std::pair{false, k / 2} : std::pair{true, s.warm + k / 2};
+  return {false, paired + (k - 2 * paired)};
+}
+
+class Recurrence {
+ public:
+  // `mini_batch`: the samples per iteration to run (the plan's, or fewer for the extrapolation).
+  Recurrence(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c, int mini_batch)
+      : p_(p), c_(c) {
+    const size_t n = p.stages.size();
+    st_.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      const plan::Stage& s = p.stages[k];
+      StageState& x = st_[k];
+      x.m = s.micro_batch_size;
+      x.share = std::max(1, x.m / static_cast<int>(s.devices.size()));
+      x.micro = mini_batch / x.m;
+      x.warm = std::clamp(s.in_flight, 1, x.micro);
+      x.act_left.assign(x.micro, 0);
+      x.grad_left.assign(x.micro, 0);
+      x.act_at.assign(x.micro, 0);
+      x.grad_at.assign(x.micro, 0);
+    }
+    for (size_t u = 0; u < n; ++u)
+      for (size_t j = 0; j < p.stages[u].outputs_to.size(); ++j) add_edge(cm, static_cast<int>(u), j);
+  }
+
+  double run() {
+    std::deque<int> work;
+    std::vector<char> queued(st_.size(), 1);
+    for (size_t k = 0; k < st_.size(); ++k) work.push_back(static_cast<int>(k));
+    while (!work.empty()) {
+      const int k = work.front();
+      work.pop_front();
+      queued[k] = 0;
+      for (int peer : advance(k))
+        if (!queued[peer]) queued[peer] = 1, work.push_back(peer);
+    }
+    double end = 0;
+    for (size_t k = 0; k < st_.size(); ++k) {
+      GP_ASSERT(st_[k].pc == 2 * st_[k].micro, "timeline: stage {} stuck at pass {} of {}", k, st_[k].pc,
+                2 * st_[k].micro);
+      end = std::max(end, st_[k].free + c_.tail_s[k]);
+    }
+    return end;
+  }
+
+ private:
+  void add_edge(const cost::CostModel& cm, int u, size_t j) {
+    Edge e;
+    e.u = u;
+    e.v = p_.stages[u].outputs_to[j];
+    e.seg = std::min(st_[u].share, st_[e.v].share);
+    const double bytes = e.seg * c_.out_bytes_per_sample[u][j];
+    e.seg_s = cm.p2p_time(p_.stages[u].devices.front(), p_.stages[e.v].devices.front(), bytes);
+    const int id = static_cast<int>(edges_.size());
+    edges_.push_back(e);
+    st_[u].out_edges.push_back(id);
+    st_[e.v].in_edges.push_back(id);
+    // Pieces per micro-batch: a larger receiver gathers several of the sender's micro-batches.
+    for (int& left : st_[e.v].act_left) left += std::max(1, st_[e.v].m / st_[u].m);
+    for (int& left : st_[u].grad_left) left += std::max(1, st_[u].m / st_[e.v].m);
+  }
+
+  // Runs stage k's passes until one waits for an input; returns the stages it sent to.
+  std::vector<int> advance(int k) {
+    StageState& s = st_[k];
+    std::vector<int> woke;
+    while (s.pc < 2 * s.micro) {
+      const auto [fwd, mb] = pass(s, s.pc);
+      if ((fwd ? s.act_left : s.grad_left)[mb] > 0) break;
+      const double start = std::max(s.free, (fwd ? s.act_at : s.grad_at)[mb]);
+      s.free = start + (fwd ? c_.fwd_s : c_.bwd_s)[k];
+      ++s.pc;
+      for (int id : fwd ? s.out_edges : s.in_edges) {
+        const int peer = fwd ? edges_[id].v : edges_[id].u;
+        send(k, mb, edges_[id], peer, fwd);
+        woke.push_back(peer);
+      }
+    }
+    return woke;
+  }
+
+  // Stage `from`'s micro-batch mb crosses edge e to `to` (activations when fwd, else gradients):
+  // the sender's port carries its segments in sample order; each receiver micro-batch inside mb
+  // has arrived when the last segment of it has.
+  void send(int from, int mb, const Edge& e, int to, bool fwd) {
+    StageState& s = st_[from];
+    StageState& r = st_[to];
+    const double start = std::max(s.free, s.port);
+    const int per_share = s.share / e.seg;
+    s.port = start + per_share * e.seg_s;
+    const int lo = mb * s.m, hi = lo + s.m;
+    for (int i = lo / r.m; i * r.m < hi; ++i) {
+      const int a = std::max(lo, i * r.m), b = std::min(hi, (i + 1) * r.m);
+      const int segs = b - a >= s.share ? per_share : ((a - lo) % s.share + (b - a) + e.seg - 1) / e.seg;
+      const double at = start + std::min(segs, per_share) * e.seg_s;
+      --(fwd ? r.act_left : r.grad_left)[i];
+      double& arrived = (fwd ? r.act_at : r.grad_at)[i];
+      arrived = std::max(arrived, at);
+    }
+  }
+
+  const plan::Plan& p_;
+  const TimelineCosts& c_;
+  std::vector<StageState> st_;
+  std::vector<Edge> edges_;
+};
+
+}  // namespace
+
+double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c) {
+  GP_ASSERT(c.fwd_s.size() == p.stages.size() && c.bwd_s.size() == p.stages.size() &&
+                c.tail_s.size() == p.stages.size() && c.out_bytes_per_sample.size() == p.stages.size(),
+            "timeline: costs for {} stages, plan has {}", c.fwd_s.size(), p.stages.size());
+  // Past a few hundred micro-batches the pipeline is in its periodic regime: each further sample
+  // adds the same time (1F1B's steady state), so two shorter runs give the slope and the rest is
+  // extrapolated (the tails do not depend on the mini-batch). Keeps a plan of 65,536 micro-batches
+  // as cheap as one of 512.
+  int smallest = p.mini_batch_size, step = 1;
+  for (const plan::Stage& s : p.stages) {
+    smallest = std::min(smallest, s.micro_batch_size);
+    step = std::lcm(step, s.micro_batch_size);
+  }
+  const int64_t b1 = (int64_t{kDirectMicroBatches} / 2 * smallest + step - 1) / step * step;
+  if (p.mini_batch_size <= 2 * (2 * b1)) return Recurrence(p, cm, c, p.mini_batch_size).run();
+  const double t1 = Recurrence(p, cm, c, static_cast<int>(b1)).run();
+  const double t2 = Recurrence(p, cm, c, static_cast<int>(2 * b1)).run();
+  return t2 + (t2 - t1) * static_cast<double>(p.mini_batch_size - 2 * b1) / static_cast<double>(b1);
+}
+
+}  // namespace gp::planner::detail
