@@ -129,7 +129,7 @@ TEST(PlannerEquivalence, PlannerMadePerStageMicroBatchSizes) {
     Preset m;
     int devices, batch;
   };
-  const Case cases[] = {{kMmt, 6, 32}, {{"candle-uno:branches=3,layers=2,hidden=32", "adam", 1e-2}, 4, 64}};
+  const Case cases[] = {{kMmt, 6, 32}, {{"candle-uno:branches=3,layers=2,hidden=32", "adam", 1e-2}, 8, 32}};
   for (const Case& c : cases) {
     plan::Plan p = plan_for(c.m, "graphpipe", c.devices, "cpu", c.batch);
     std::set<int> sizes;
