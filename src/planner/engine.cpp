@@ -292,27 +292,37 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
   slots_.resize(total);
 }
 
-const SeqDp::Entry* SeqDp::find(int s, int i, int d, int down) const {
+SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
-  const Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (sl.gen != gen_) return nullptr;
-  if (sl.down == down) return &sl.e;
-  if (overflow_.empty()) return nullptr;
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  if (sl.filled && sl.down == down) return &sl.cell;
+  if (!sl.filled) {
+    if (!create) return nullptr;
+    sl.filled = true;
+    sl.down = down;
+    return &sl.cell;
+  }
+  const uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  if (create) return &overflow_[key];
   auto it = overflow_.find(key);
   return it == overflow_.end() ? nullptr : &it->second;
 }
 
+const SeqDp::Entry* SeqDp::find(int s, int i, int d, int down) {
+  const Cell* c = cell(s, i, d, down, false);
+  return c && c->has_entry && c->e.range.holds(tmax_) ? &c->e : nullptr;
+}
+
 void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
-  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (sl.gen != gen_) {
-    sl.gen = gen_;
-    sl.down = down;
-    sl.e = e;
-    return;
+  Cell& c = *cell(s, i, d, down, true);
+  if (e.val >= 0) {
+    c.has_entry = true;
+    c.e = e;
+  } else if (e.range.unbounded_above()) {
+    c.infeasible_below = std::numeric_limits<double>::infinity();
+  } else {
+    c.infeasible_below = std::max(c.infeasible_below, e.range.hi);
   }
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
-  overflow_[key] = e;
 }
 
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
@@ -370,29 +380,41 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
 
 // The minimal depth (in-flight micro-batches of its first stages) of the suffix [i, end) of
 // sequence s on at most d devices, given `down` micro-batches in flight after it; -1 when no plan
-// of it meets the target and fits memory. Three cases, each keeping the best in `best`.
+// of it meets the target and fits memory. Five cases, each keeping the best in `best`. A memo
+// entry from an earlier target is the answer here when the target lies in its TargetRange.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
+  if (aborted_) {  // the memory probe ran out of budget: nothing more is solved
+    range_.meet(TargetRange::none());
+    return -1;
+  }
   const int k = static_cast<int>(st_.seqs[s].items.size());
-  Slot& slot = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (slot.never_down == down) return -1;  // infeasible at every target (see below)
-  if (const Entry* e = find(s, i, d, down)) {
-    target_hit_ = target_hit_ || e->dep;
-    return e->val;
+  if (const Cell* c = cell(s, i, d, down, false)) {
+    const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
+    if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
+      range_.meet({-std::numeric_limits<double>::infinity(), c->infeasible_below, !never});
+      return -1;
+    }
+    if (c->has_entry && c->e.range.holds(tmax_)) {
+      range_.meet(c->e.range);
+      return c->e.val;
+    }
   }
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
-  // memoised: the same answer every time in this solve).
+  // memoised: the same answer every time at this target).
   double work = std::numeric_limits<double>::infinity();
   for (RangeCost& rc : rcs_) work = std::min(work, rc.work_lower_bound(s, i, k));
-  if (work > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
-    target_hit_ = true;
+  const double per_device = work / (d * (1 + 1e-9));
+  if (per_device > tmax_) {
+    range_.reject(per_device);
     return -1;
   }
   ++states_;
-  // Whether this state's answer depends on the target: some stage or suffix in its subtree was
-  // rejected for its time (target_hit_ collects it from the children, memoised ones included).
-  const bool outer_hit = target_hit_;
-  target_hit_ = false;
+  // The time tests this state's answer rests on: its own, then its subtree's (range_ collects
+  // them from the children, memoised ones included).
+  const TargetRange outer = range_;
+  range_ = {};
+  range_.accept(per_device);
   // No plan of the suffix is shallower than its first stages of the smallest size (in-flight
   // after(0, down)): each case stops when it gets there.
   const int floor_val = after(0, down);
@@ -402,12 +424,8 @@ int SeqDp::go(int s, int i, int d, int down) {
   if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) merge_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) fork_case(s, i, d, down, floor_val, &best);
-  best.dep = target_hit_;
-  // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
-  // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
-  // solves, for the first `down` seen in this slot.
-  if (best.val < 0 && !best.dep && slot.never_down < 0) slot.never_down = down;
-  target_hit_ = outer_hit || target_hit_;
+  best.range = range_;
+  range_.meet(outer);
   store(s, i, d, down, best);
   return best.val;
 }
@@ -424,7 +442,6 @@ constexpr std::pair<int, int> kRestInfeasible{-1, -1}, kSizeOverMemory{-2, -2};
 template <class Head, class Full, class Depth>
 SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full,
                                  Depth depth) {
-  const double tmax = target_ * (1 + 1e-12);
   for (int z = 0; z < static_cast<int>(sizes_.size()); ++z) {
     if (!(*alive >> z & 1)) continue;
     if (bound >= 0 && after(z, floor_succ) >= bound) {  // neither this size nor a larger one beats `bound`
@@ -433,13 +450,12 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
     }
     if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
     if (aborted_) {
-      target_hit_ = true;  // an unfinished answer: never recorded as memory-only
+      range_.meet(TargetRange::none());  // an unfinished answer: never reused nor taken as memory-only
       *alive = 0;
       return {};
     }
     StageCostLite c = head(z);
-    if (c.compute_tps > tmax) {  // so is every larger stage of this shape at this size
-      target_hit_ = true;
+    if (!within(c.compute_tps)) {  // so is every larger stage of this shape at this size
       *alive &= ~(1u << z);
       continue;
     }
@@ -448,10 +464,7 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       continue;
     }
     full(z, &c);
-    if (c.tps > tmax) {
-      target_hit_ = true;
-      continue;
-    }
+    if (!within(c.tps)) continue;
     // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
     const auto [own, val] = depth(z, c);
     if (own == kRestInfeasible.first) return {};
@@ -654,12 +667,13 @@ void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best)
 // the deeper of the two.
 const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) {
   const uint64_t key = (uint64_t(fo.ext) << 40) | (uint64_t(d) << 20) | uint64_t(down);
-  if (auto it = fork_memo_.find(key); it != fork_memo_.end()) {
-    target_hit_ = target_hit_ || it->second.dep;
+  auto it = fork_memo_.find(key);
+  if (it != fork_memo_.end() && it->second.range.holds(tmax_)) {
+    range_.meet(it->second.range);
     return it->second;
   }
-  const bool outer_hit = target_hit_;
-  target_hit_ = false;
+  const TargetRange outer = range_;
+  range_ = {};
   ForkPick best;
   const Seq& c = st_.seqs[fo.ext];
   const int len = static_cast<int>(c.items.size());
@@ -691,8 +705,8 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
       }
     }
   }
-  best.dep = target_hit_;
-  target_hit_ = outer_hit || target_hit_;
+  best.range = range_;
+  range_.meet(outer);
   return fork_memo_[key] = best;
 }
 
@@ -707,7 +721,13 @@ std::pair<int, int> SeqDp::collect_rest(int s, int after, int d, int down, int a
 }
 
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
+  // A memo entry that holds here may have been answered from its own entry while the entries
+  // below it were replaced at other targets: go() solves such a state again (the same answer).
   const Entry* found = find(s, i, d, down);
+  if (!found) {
+    go(s, i, d, down);
+    found = find(s, i, d, down);
+  }
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
   const Entry e = *found;
   const Seq& q = st_.seqs[s];
@@ -773,12 +793,10 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
 }
 
 int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
-  overflow_.clear();
-  fork_memo_.clear();
-  ++gen_;
   ++solves_;
   target_ = target_tps;
-  target_hit_ = false;
+  tmax_ = target_tps * (1 + 1e-12);
+  range_ = {};
   aborted_ = false;
   solve_start_ = evals_;
   int v = go(st_.root, 0, n_, 0);
@@ -786,7 +804,7 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   if (aborted_) return -1;
   // No stage or suffix was rejected for its time: the search failed on memory alone, and a larger
   // target (which only admits more stages) fails the same way.
-  if (v < 0 && !target_hit_) return -2;
+  if (v < 0 && range_.unbounded_above()) return -2;
   if (v >= 0 && out) {
     out->clear();
     collect(st_.root, 0, n_, 0, out);
@@ -862,8 +880,22 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   return true;
 }
 
+bool SeqDp::memory_never_fits() const {
+  double need = 0;
+  for (size_t o = 0; o < cm_.graph().num_ops(); ++o) {
+    const OpId op(static_cast<int32_t>(o));
+    double least = std::numeric_limits<double>::infinity();
+    for (int b : sizes_)
+      for (int p = 1; p <= std::min(n_, b); p *= 2)
+        least = std::min(least, static_cast<double>(p) * cm_.saved_bytes(op, b / p));
+    need += cm_.state_bytes(op) + least;
+  }
+  return need > n_ * mem_limit_ * (1 + 1e-9);
+}
+
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan, bool shallower) {
+  if (memory_never_fits()) return false;
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0, static_cast<int>(sizes_.size()) - 1).tps;
   const bool ok =
@@ -888,6 +920,49 @@ bool SeqDp::memory_probe() {
   ++probes_;
   if (aborted_) ++probes_aborted_;
   return !aborted_ && v < 0;
+}
+
+namespace {
+
+// The per-stage-size DP after the one-size search at m found its optimum `*tps` (`ok`).
+bool mixed_sizes(SeqDp& mixed, bool ok, double tol, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+  std::vector<StageChoice> st;
+  if (!ok || mixed.solve(*tps * (1 - 2 * tol), &st) >= 0) {
+    double t = 0;
+    if (!mixed.minimise(tol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
+    *tps = ok ? std::min(*tps, t) : t;
+    return true;
+  }
+  for (double f : {1.0, 1.01, 1.02, 1.05, 1.1, 1.2})
+    if (mixed.solve(*tps * f, &st) >= 0) on_plan(st);
+  return true;
+}
+
+void add_stats(const SeqDp& dp, SearchStats* stats) {
+  if (!stats) return;
+  stats->states += dp.states_explored();
+  stats->solves += dp.solves();
+  stats->evals += dp.evals();
+}
+
+}  // namespace
+
+bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats) {
+  SeqDp dp(cm, st, ss.micro_batch, ss.mini_batch, ss.memory_limit, ss.num_devices, ss.same_node);
+  std::vector<StageChoice> best;
+  // With per-stage sizes the shallower plans above the optimum come from the mixed DP (its space
+  // holds the one-size plans; at each target it returns the shallowest).
+  const bool mixed_after = ss.size_spread > 0 && ss.micro_batch > 1;
+  const bool ok = dp.minimise(ss.tol, 0, tps, &best, on_plan, !mixed_after);
+  add_stats(dp, stats);
+  if (!mixed_after) return ok;
+  SeqDp mixed(cm, st, StageSizes::window(ss.micro_batch, ss.size_spread), ss.mini_batch, ss.memory_limit,
+              ss.num_devices, ss.same_node);
+  const bool r = mixed_sizes(mixed, ok, ss.tol, tps, on_plan);
+  add_stats(mixed, stats);
+  return r;
 }
 
 }  // namespace gp::planner::detail
