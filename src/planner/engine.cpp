@@ -330,7 +330,7 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
   if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
     const auto& tab = dense_[z][s];
     if (!tab.empty()) {
-      const StageCostLite& e = tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+      const StageCostLite& e = tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
       if (e.tps >= 0) return e;
     }
     return stage(s, i, m, plog, z);
@@ -353,7 +353,7 @@ SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
   if (k <= kDenseItems) {
     auto& tab = dense_[z][s];
     if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
-    slot = &tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+    slot = &tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
     if (slot->tps >= 0) return *slot;
   }
   const RangeCost::Cost c = rcs_[z].cost(s, i, m, plog);

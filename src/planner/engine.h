@@ -317,7 +317,7 @@ class SeqDp {
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
-  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [i][m][plog]
+  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
