@@ -463,8 +463,14 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       *alive &= ~(1u << z);
       continue;
     }
-    full(z, &c);
-    if (!within(c.tps)) continue;
+    if (tmax_ == std::numeric_limits<double>::infinity()) {
+      // Every stage meets an infinite target: its full cost (communication, all-reduce) is not
+      // needed, and the answer holds at that target only (the memory probe's solve).
+      range_.accept(tmax_);
+    } else {
+      full(z, &c);
+      if (!within(c.tps)) continue;
+    }
     // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
     const auto [own, val] = depth(z, c);
     if (own == kRestInfeasible.first) return {};
