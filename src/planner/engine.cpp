@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 #include "graph/series_parallel.h"
 #include "plan/plan.h"
@@ -441,11 +442,16 @@ constexpr std::pair<int, int> kRestInfeasible{-1, -1}, kSizeOverMemory{-2, -2};
 
 template <class Head, class Full, class Depth>
 SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full,
-                                 Depth depth) {
+                                 Depth depth, uint32_t* parked) {
+  // Sizes ruled out for their depth floor: for good, or (`parked`) until the floor changes.
+  auto drop = [&](uint32_t bits) {
+    *alive &= ~bits;
+    if (parked) *parked |= bits;
+  };
   for (int z = 0; z < static_cast<int>(sizes_.size()); ++z) {
     if (!(*alive >> z & 1)) continue;
     if (bound >= 0 && after(z, floor_succ) >= bound) {  // neither this size nor a larger one beats `bound`
-      *alive &= (1u << z) - 1;
+      drop(*alive & ~((1u << z) - 1));
       break;
     }
     if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
@@ -460,7 +466,7 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       continue;
     }
     if (!fits(c, after(z, floor_succ), z)) {
-      *alive &= ~(1u << z);
+      drop(1u << z);
       continue;
     }
     if (tmax_ == std::numeric_limits<double>::infinity()) {
@@ -507,17 +513,23 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
-    uint32_t alive = sizes_for(plog);
-    for (int m = d - p < 1 ? k : i + 1; m <= k && alive; ++m) {
+    // In a series sequence a stage with a rest after it has at least after(0, down) units after
+    // it, so its sizes are tested against that floor; a size that fails it (memory, or the bound)
+    // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
+    // to the end, whose floor is `down`.
+    uint32_t alive = sizes_for(plog), parked = 0;
+    for (int m = d - p < 1 ? k : i + 1; m <= k && (alive || parked); ++m) {
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
-      if (m < k && !beats_two_stages(q, best, down)) m = k;  // only the stage to the end can improve
+      if (m < k && (!alive || !beats_two_stages(q, best, down))) m = k;  // only the stage to the end
+      if (m == k) alive |= std::exchange(parked, 0);
+      const bool two_stages = !q.parallel && m < k;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
         return rest;
       };
       const SizePick pick = pick_size(
-          &alive, plog, q.parallel ? down_of(q, i, m, down) : down, best->val,
+          &alive, plog, q.parallel ? down_of(q, i, m, down) : two_stages ? after(0, down) : down, best->val,
           [&](int z) { return stage_head(s, i, m, plog, z); },
           [&](int z, StageCostLite* c) { complete(s, i, m, plog, z, c); },
           [&](int z, const StageCostLite& c) -> std::pair<int, int> {
@@ -531,7 +543,8 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
             const int own = after(z, rest);
             if (!fits(c, own, z)) return kSizeOverMemory;
             return {own, own};
-          });
+          },
+          two_stages ? &parked : nullptr);
       if (pick.z < 0) continue;
       keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
       if (best->val == floor_val) break;

@@ -247,7 +247,8 @@ class SeqDp {
     int own = 0, val = 0;  // the stage's in-flight and the state's value
   };
   template <class Head, class Full, class Depth>
-  SizePick pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full, Depth depth);
+  SizePick pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full, Depth depth,
+                     uint32_t* parked = nullptr);
   uint32_t sizes_for(int plog) const;  // the sizes (bits) a stage on 2^plog devices may take
   // What the memo knows of one state (s, i, d, down), kept across targets: the targets below which
   // it is infeasible (an infeasible answer at target T whose TargetRange ends at hi holds at every
