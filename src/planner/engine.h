@@ -278,7 +278,7 @@ class SeqDp {
   template <class Part>
   void part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best, Part part);
   // The fork option's ops and block (ext and others) on d devices with `down` after the block:
-  // its minimal depth (memoised per solve, with how it is reached).
+  // its minimal depth (memoised across targets with its TargetRange, with how it is reached).
   struct ForkPick {
     int val = -1, d1 = 0, plog = 0, m = 0, z = 0;  // branch j (with the fork ops) on d1 devices, first stage [0, m) at size z
     TargetRange range;
