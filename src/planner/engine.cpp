@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 #include "graph/series_parallel.h"
 #include "plan/plan.h"
@@ -292,27 +293,37 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
   slots_.resize(total);
 }
 
-const SeqDp::Entry* SeqDp::find(int s, int i, int d, int down) const {
+SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
-  const Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (sl.gen != gen_) return nullptr;
-  if (sl.down == down) return &sl.e;
-  if (overflow_.empty()) return nullptr;
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  if (sl.filled && sl.down == down) return &sl.cell;
+  if (!sl.filled) {
+    if (!create) return nullptr;
+    sl.filled = true;
+    sl.down = down;
+    return &sl.cell;
+  }
+  const uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
+  if (create) return &overflow_[key];
   auto it = overflow_.find(key);
   return it == overflow_.end() ? nullptr : &it->second;
 }
 
+const SeqDp::Entry* SeqDp::find(int s, int i, int d, int down) {
+  const Cell* c = cell(s, i, d, down, false);
+  return c && c->has_entry && c->e.range.holds(tmax_) ? &c->e : nullptr;
+}
+
 void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
-  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (sl.gen != gen_) {
-    sl.gen = gen_;
-    sl.down = down;
-    sl.e = e;
-    return;
+  Cell& c = *cell(s, i, d, down, true);
+  if (e.val >= 0) {
+    c.has_entry = true;
+    c.e = e;
+  } else if (e.range.unbounded_above()) {
+    c.infeasible_below = std::numeric_limits<double>::infinity();
+  } else {
+    c.infeasible_below = std::max(c.infeasible_below, e.range.hi);
   }
-  uint64_t key = (uint64_t(s) << 48) | (uint64_t(i) << 32) | (uint64_t(d) << 16) | uint64_t(down);
-  overflow_[key] = e;
 }
 
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
@@ -320,7 +331,7 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
   if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
     const auto& tab = dense_[z][s];
     if (!tab.empty()) {
-      const StageCostLite& e = tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+      const StageCostLite& e = tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
       if (e.tps >= 0) return e;
     }
     return stage(s, i, m, plog, z);
@@ -343,7 +354,7 @@ SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
   if (k <= kDenseItems) {
     auto& tab = dense_[z][s];
     if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
-    slot = &tab[(static_cast<size_t>(i) * (k + 1) + m) * plogs_ + plog];
+    slot = &tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
     if (slot->tps >= 0) return *slot;
   }
   const RangeCost::Cost c = rcs_[z].cost(s, i, m, plog);
@@ -370,29 +381,41 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
 
 // The minimal depth (in-flight micro-batches of its first stages) of the suffix [i, end) of
 // sequence s on at most d devices, given `down` micro-batches in flight after it; -1 when no plan
-// of it meets the target and fits memory. Three cases, each keeping the best in `best`.
+// of it meets the target and fits memory. Five cases, each keeping the best in `best`. A memo
+// entry from an earlier target is the answer here when the target lies in its TargetRange.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
+  if (aborted_) {  // the memory probe ran out of budget: nothing more is solved
+    range_.meet(TargetRange::none());
+    return -1;
+  }
   const int k = static_cast<int>(st_.seqs[s].items.size());
-  Slot& slot = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
-  if (slot.never_down == down) return -1;  // infeasible at every target (see below)
-  if (const Entry* e = find(s, i, d, down)) {
-    target_hit_ = target_hit_ || e->dep;
-    return e->val;
+  if (const Cell* c = cell(s, i, d, down, false)) {
+    const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
+    if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
+      range_.meet({-std::numeric_limits<double>::infinity(), c->infeasible_below, !never});
+      return -1;
+    }
+    if (c->has_entry && c->e.range.holds(tmax_)) {
+      range_.meet(c->e.range);
+      return c->e.val;
+    }
   }
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
-  // memoised: the same answer every time in this solve).
+  // memoised: the same answer every time at this target).
   double work = std::numeric_limits<double>::infinity();
   for (RangeCost& rc : rcs_) work = std::min(work, rc.work_lower_bound(s, i, k));
-  if (work > d * target_ * (1 + 1e-12) * (1 + 1e-9)) {
-    target_hit_ = true;
+  const double per_device = work / (d * (1 + 1e-9));
+  if (per_device > tmax_) {
+    range_.reject(per_device);
     return -1;
   }
   ++states_;
-  // Whether this state's answer depends on the target: some stage or suffix in its subtree was
-  // rejected for its time (target_hit_ collects it from the children, memoised ones included).
-  const bool outer_hit = target_hit_;
-  target_hit_ = false;
+  // The time tests this state's answer rests on: its own, then its subtree's (range_ collects
+  // them from the children, memoised ones included).
+  const TargetRange outer = range_;
+  range_ = {};
+  range_.accept(per_device);
   // No plan of the suffix is shallower than its first stages of the smallest size (in-flight
   // after(0, down)): each case stops when it gets there.
   const int floor_val = after(0, down);
@@ -402,12 +425,8 @@ int SeqDp::go(int s, int i, int d, int down) {
   if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) merge_case(s, i, d, down, floor_val, &best);
   if (best.val != floor_val) fork_case(s, i, d, down, floor_val, &best);
-  best.dep = target_hit_;
-  // Infeasible without any rejection for time: memory alone rules it out, so it stays infeasible
-  // at every target (a larger one only admits more stages, a smaller one fewer). Kept across
-  // solves, for the first `down` seen in this slot.
-  if (best.val < 0 && !best.dep && slot.never_down < 0) slot.never_down = down;
-  target_hit_ = outer_hit || target_hit_;
+  best.range = range_;
+  range_.meet(outer);
   store(s, i, d, down, best);
   return best.val;
 }
@@ -423,34 +442,40 @@ constexpr std::pair<int, int> kRestInfeasible{-1, -1}, kSizeOverMemory{-2, -2};
 
 template <class Head, class Full, class Depth>
 SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full,
-                                 Depth depth) {
-  const double tmax = target_ * (1 + 1e-12);
+                                 Depth depth, uint32_t* parked) {
+  // Sizes ruled out for their depth floor: for good, or (`parked`) until the floor changes.
+  auto drop = [&](uint32_t bits) {
+    *alive &= ~bits;
+    if (parked) *parked |= bits;
+  };
   for (int z = 0; z < static_cast<int>(sizes_.size()); ++z) {
     if (!(*alive >> z & 1)) continue;
     if (bound >= 0 && after(z, floor_succ) >= bound) {  // neither this size nor a larger one beats `bound`
-      *alive &= (1u << z) - 1;
+      drop(*alive & ~((1u << z) - 1));
       break;
     }
     if (++evals_ - solve_start_ > budget_ && budget_ > 0) aborted_ = true;  // memory_probe gives up
     if (aborted_) {
-      target_hit_ = true;  // an unfinished answer: never recorded as memory-only
+      range_.meet(TargetRange::none());  // an unfinished answer: never reused nor taken as memory-only
       *alive = 0;
       return {};
     }
     StageCostLite c = head(z);
-    if (c.compute_tps > tmax) {  // so is every larger stage of this shape at this size
-      target_hit_ = true;
+    if (!within(c.compute_tps)) {  // so is every larger stage of this shape at this size
       *alive &= ~(1u << z);
       continue;
     }
     if (!fits(c, after(z, floor_succ), z)) {
-      *alive &= ~(1u << z);
+      drop(1u << z);
       continue;
     }
-    full(z, &c);
-    if (c.tps > tmax) {
-      target_hit_ = true;
-      continue;
+    if (tmax_ == std::numeric_limits<double>::infinity()) {
+      // Every stage meets an infinite target: its full cost (communication, all-reduce) is not
+      // needed, and the answer holds at that target only (the memory probe's solve).
+      range_.accept(tmax_);
+    } else {
+      full(z, &c);
+      if (!within(c.tps)) continue;
     }
     // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
     const auto [own, val] = depth(z, c);
@@ -488,17 +513,23 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
-    uint32_t alive = sizes_for(plog);
-    for (int m = d - p < 1 ? k : i + 1; m <= k && alive; ++m) {
+    // In a series sequence a stage with a rest after it has at least after(0, down) units after
+    // it, so its sizes are tested against that floor; a size that fails it (memory, or the bound)
+    // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
+    // to the end, whose floor is `down`.
+    uint32_t alive = sizes_for(plog), parked = 0;
+    for (int m = d - p < 1 ? k : i + 1; m <= k && (alive || parked); ++m) {
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
-      if (m < k && !beats_two_stages(q, best, down)) m = k;  // only the stage to the end can improve
+      if (m < k && (!alive || !beats_two_stages(q, best, down))) m = k;  // only the stage to the end
+      if (m == k) alive |= std::exchange(parked, 0);
+      const bool two_stages = !q.parallel && m < k;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
         return rest;
       };
       const SizePick pick = pick_size(
-          &alive, plog, q.parallel ? down_of(q, i, m, down) : down, best->val,
+          &alive, plog, q.parallel ? down_of(q, i, m, down) : two_stages ? after(0, down) : down, best->val,
           [&](int z) { return stage_head(s, i, m, plog, z); },
           [&](int z, StageCostLite* c) { complete(s, i, m, plog, z, c); },
           [&](int z, const StageCostLite& c) -> std::pair<int, int> {
@@ -512,7 +543,8 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
             const int own = after(z, rest);
             if (!fits(c, own, z)) return kSizeOverMemory;
             return {own, own};
-          });
+          },
+          two_stages ? &parked : nullptr);
       if (pick.z < 0) continue;
       keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
       if (best->val == floor_val) break;
@@ -654,12 +686,13 @@ void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best)
 // the deeper of the two.
 const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) {
   const uint64_t key = (uint64_t(fo.ext) << 40) | (uint64_t(d) << 20) | uint64_t(down);
-  if (auto it = fork_memo_.find(key); it != fork_memo_.end()) {
-    target_hit_ = target_hit_ || it->second.dep;
+  auto it = fork_memo_.find(key);
+  if (it != fork_memo_.end() && it->second.range.holds(tmax_)) {
+    range_.meet(it->second.range);
     return it->second;
   }
-  const bool outer_hit = target_hit_;
-  target_hit_ = false;
+  const TargetRange outer = range_;
+  range_ = {};
   ForkPick best;
   const Seq& c = st_.seqs[fo.ext];
   const int len = static_cast<int>(c.items.size());
@@ -691,8 +724,8 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
       }
     }
   }
-  best.dep = target_hit_;
-  target_hit_ = outer_hit || target_hit_;
+  best.range = range_;
+  range_.meet(outer);
   return fork_memo_[key] = best;
 }
 
@@ -707,7 +740,13 @@ std::pair<int, int> SeqDp::collect_rest(int s, int after, int d, int down, int a
 }
 
 void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out) {
+  // A memo entry that holds here may have been answered from its own entry while the entries
+  // below it were replaced at other targets: go() solves such a state again (the same answer).
   const Entry* found = find(s, i, d, down);
+  if (!found) {
+    go(s, i, d, down);
+    found = find(s, i, d, down);
+  }
   GP_ASSERT(found && found->val >= 0, "collect on an unsolved state");
   const Entry e = *found;
   const Seq& q = st_.seqs[s];
@@ -773,12 +812,10 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
 }
 
 int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
-  overflow_.clear();
-  fork_memo_.clear();
-  ++gen_;
   ++solves_;
   target_ = target_tps;
-  target_hit_ = false;
+  tmax_ = target_tps * (1 + 1e-12);
+  range_ = {};
   aborted_ = false;
   solve_start_ = evals_;
   int v = go(st_.root, 0, n_, 0);
@@ -786,7 +823,7 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   if (aborted_) return -1;
   // No stage or suffix was rejected for its time: the search failed on memory alone, and a larger
   // target (which only admits more stages) fails the same way.
-  if (v < 0 && !target_hit_) return -2;
+  if (v < 0 && range_.unbounded_above()) return -2;
   if (v >= 0 && out) {
     out->clear();
     collect(st_.root, 0, n_, 0, out);
@@ -862,8 +899,22 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   return true;
 }
 
+bool SeqDp::memory_never_fits() const {
+  double need = 0;
+  for (size_t o = 0; o < cm_.graph().num_ops(); ++o) {
+    const OpId op(static_cast<int32_t>(o));
+    double least = std::numeric_limits<double>::infinity();
+    for (int b : sizes_)
+      for (int p = 1; p <= std::min(n_, b); p *= 2)
+        least = std::min(least, static_cast<double>(p) * cm_.saved_bytes(op, b / p));
+    need += cm_.state_bytes(op) + least;
+  }
+  return need > n_ * mem_limit_ * (1 + 1e-9);
+}
+
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan, bool shallower) {
+  if (memory_never_fits()) return false;
   const int k = static_cast<int>(st_.seqs[st_.root].items.size());
   const double guess = stage(st_.root, 0, k, 0, static_cast<int>(sizes_.size()) - 1).tps;
   const bool ok =
@@ -888,6 +939,49 @@ bool SeqDp::memory_probe() {
   ++probes_;
   if (aborted_) ++probes_aborted_;
   return !aborted_ && v < 0;
+}
+
+namespace {
+
+// The per-stage-size DP after the one-size search at m found its optimum `*tps` (`ok`).
+bool mixed_sizes(SeqDp& mixed, bool ok, double tol, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
+  std::vector<StageChoice> st;
+  if (!ok || mixed.solve(*tps * (1 - 2 * tol), &st) >= 0) {
+    double t = 0;
+    if (!mixed.minimise(tol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
+    *tps = ok ? std::min(*tps, t) : t;
+    return true;
+  }
+  for (double f : {1.0, 1.01, 1.02, 1.05, 1.1, 1.2})
+    if (mixed.solve(*tps * f, &st) >= 0) on_plan(st);
+  return true;
+}
+
+void add_stats(const SeqDp& dp, SearchStats* stats) {
+  if (!stats) return;
+  stats->states += dp.states_explored();
+  stats->solves += dp.solves();
+  stats->evals += dp.evals();
+}
+
+}  // namespace
+
+bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats) {
+  SeqDp dp(cm, st, ss.micro_batch, ss.mini_batch, ss.memory_limit, ss.num_devices, ss.same_node);
+  std::vector<StageChoice> best;
+  // With per-stage sizes the shallower plans above the optimum come from the mixed DP (its space
+  // holds the one-size plans; at each target it returns the shallowest).
+  const bool mixed_after = ss.size_spread > 0 && ss.micro_batch > 1;
+  const bool ok = dp.minimise(ss.tol, 0, tps, &best, on_plan, !mixed_after);
+  add_stats(dp, stats);
+  if (!mixed_after) return ok;
+  SeqDp mixed(cm, st, StageSizes::window(ss.micro_batch, ss.size_spread), ss.mini_batch, ss.memory_limit,
+              ss.num_devices, ss.same_node);
+  const bool r = mixed_sizes(mixed, ok, ss.tol, tps, on_plan);
+  add_stats(mixed, stats);
+  return r;
 }
 
 }  // namespace gp::planner::detail

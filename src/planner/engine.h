@@ -2,7 +2,9 @@
 // and PipeDream (over one topological chain), for one micro-batch size and one target TPS.
 #pragma once
 #include <cstdint>
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -137,9 +139,33 @@ struct StageSizes {
   static StageSizes window(int largest, int spread);
 };
 
+/// The targets over which one DP computation (a state and everything below it) runs exactly the
+/// same way: every time test it made (a value v against the target: accepted when v <= target,
+/// rejected when v > target) comes out the same for any target in [lo, hi). Its answer, and how it
+/// is reached, is then the same there too, so a memo entry is reused across the binary search's
+/// targets while the target lies in its range. Targets here are the solve's `tmax` (the target
+/// with its rounding slack).
+struct TargetRange {
+  double lo = -std::numeric_limits<double>::infinity();  // the largest value accepted
+  double hi = std::numeric_limits<double>::infinity();   // the smallest value rejected, if any
+  bool rejected = false;                                 // some test was rejected for time
+  static TargetRange none() {  // holds nowhere (an unfinished computation)
+    return {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), true};
+  }
+  bool holds(double t) const { return lo <= t && (!rejected || t < hi); }
+  /// No test was rejected for time: a larger target changes nothing.
+  bool unbounded_above() const { return !rejected; }
+  void accept(double v) { lo = std::max(lo, v); }
+  void reject(double v) { hi = std::min(hi, v), rejected = true; }
+  void meet(const TargetRange& o) {
+    lo = std::max(lo, o.lo);
+    if (o.rejected) reject(o.hi);
+  }
+};
+
 /// The DP for one structure and a set of stage micro-batch sizes (one, or a window: each stage
-/// takes the smallest that meets the target). Stage costs are cached across targets; the memo is
-/// per target.
+/// takes the smallest that meets the target). Stage costs are cached across targets; memo entries
+/// are kept across targets with the TargetRange over which they hold.
 class SeqDp {
  public:
   /// How a state's best plan starts (the DP's three cases, see docs/planner.md).
@@ -159,7 +185,7 @@ class SeqDp {
     int8_t size = 0;    // the stage's size (index into the sizes) for stage and merge
     int32_t arg = 0;    // m (stage) or device count (nested, join)
     int16_t opt = 0;    // join option index
-    bool dep = false;   // the answer depends on the target (something was rejected for time)
+    TargetRange range;  // the targets at which this entry is the state's answer
   };
 
   SeqDp(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
@@ -180,8 +206,15 @@ class SeqDp {
   bool minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
                 const std::function<void(const std::vector<StageChoice>&)>& on_plan = {}, bool shallower = true);
 
+  /// A proof, before any solve, that no plan fits memory at any target: every op sits in one stage
+  /// of p devices, each holding the stage's state and at least one micro-batch of its activations,
+  /// so the n devices together hold at least, per op, the least over the stage sizes z and degrees p
+  /// of state + p x activations at z / p; more than n x the limit rules every plan out.
+  bool memory_never_fits() const;
+
   size_t states_explored() const { return states_; }
   size_t solves() const { return solves_; }
+  size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
   size_t probes() const { return probes_; }
   /// Fixes the memory probe's work budget (stage evaluations; 0: 4x the largest solve so far).
@@ -214,11 +247,25 @@ class SeqDp {
     int own = 0, val = 0;  // the stage's in-flight and the state's value
   };
   template <class Head, class Full, class Depth>
-  SizePick pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full, Depth depth);
+  SizePick pick_size(uint32_t* alive, int plog, int floor_succ, int bound, Head head, Full full, Depth depth,
+                     uint32_t* parked = nullptr);
   uint32_t sizes_for(int plog) const;  // the sizes (bits) a stage on 2^plog devices may take
+  // What the memo knows of one state (s, i, d, down), kept across targets: the targets below which
+  // it is infeasible (an infeasible answer at target T whose TargetRange ends at hi holds at every
+  // target below hi: a smaller target only rejects more, so nothing becomes feasible; +inf when
+  // memory alone rules it out), and its last feasible answer with the range where it holds.
+  struct Cell {
+    double infeasible_below = -std::numeric_limits<double>::infinity();
+    bool has_entry = false;
+    Entry e;
+  };
   // The memo: one dense slot per (sequence, item, device count) holding the first `down` stored
-  // in this solve (the common case), other `down` values in an overflow hash map.
-  const Entry* find(int s, int i, int d, int down) const;
+  // (the common case), other `down` values in an overflow hash map.
+  // The state's cell (nullptr when none yet; `create`: make one).
+  Cell* cell(int s, int i, int d, int down, bool create);
+  // The state's feasible answer at the current target, if the memo has it.
+  const Entry* find(int s, int i, int d, int down);
+  // Records a state's answer at the current target.
   void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth, int z) const;
   bool beats_two_stages(const Seq& q, const Entry* best, int down) const;
@@ -231,10 +278,10 @@ class SeqDp {
   template <class Part>
   void part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best, Part part);
   // The fork option's ops and block (ext and others) on d devices with `down` after the block:
-  // its minimal depth (memoised per solve, with how it is reached).
+  // its minimal depth (memoised across targets with its TargetRange, with how it is reached).
   struct ForkPick {
     int val = -1, d1 = 0, plog = 0, m = 0, z = 0;  // branch j (with the fork ops) on d1 devices, first stage [0, m) at size z
-    bool dep = false;
+    TargetRange range;
   };
   const ForkPick& fork_block(const ForkOption& fo, int d, int down);
   // The ops of a merge stage: items [i, k-1) of parallel sequence s and items [0, x) of its last
@@ -256,23 +303,22 @@ class SeqDp {
   bool same_node_;
   std::vector<int> floor_cand_;  // largest candidate device count <= d
   double target_ = 0;
+  double tmax_ = 0;  // target_ with its rounding slack: a value v passes the target when v <= tmax_
   struct Slot {
-    uint32_t gen = 0;  // the solve that filled it (0: never)
+    bool filled = false;
     int32_t down = 0;
-    int32_t never_down = -1;  // infeasible at every target with this `down` (kept across solves)
-    Entry e;
+    Cell cell;
   };
   std::vector<int> cidx_;          // per device count 0..n: index among the memo's counts, or -1
   int ncounts_ = 0;
   std::vector<size_t> seq_base_;   // first slot of each sequence
   std::vector<Slot> slots_;
-  uint32_t gen_ = 0;
-  std::unordered_map<uint64_t, Entry> overflow_;
+  std::unordered_map<uint64_t, Cell> overflow_;
   std::vector<RangeCost> rcs_;  // per size
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
-  std::unordered_map<uint64_t, ForkPick> fork_memo_;  // per solve
+  std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
-  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [i][m][plog]
+  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
@@ -282,7 +328,37 @@ class SeqDp {
   size_t evals_ = 0, solve_start_ = 0, max_solve_evals_ = 0, budget_ = 0;
   size_t probes_ = 0, probes_aborted_ = 0, probe_budget_ = 0;
   bool aborted_ = false;
-  bool target_hit_ = false;  // this solve rejected something for its time
+  // The time tests of the computation under way (the state being solved and its subtree so far).
+  TargetRange range_;
+  // A time test of value v against the target (see TargetRange): true when v passes.
+  bool within(double v) {
+    if (v > tmax_) return range_.reject(v), false;
+    range_.accept(v);
+    return true;
+  }
 };
+
+/// One micro-batch size's search, as the planner runs it.
+struct SizeSearch {
+  int micro_batch = 1;   // the outer size m
+  int size_spread = 0;   // stages may take m, m/2, ..., m / 2^spread (0: one size per plan)
+  int mini_batch = 1;
+  double memory_limit = 0;
+  int num_devices = 1;
+  bool same_node = false;
+  double tol = 1e-3;     // relative tolerance of the binary search on the target
+};
+/// What a size's search cost (bench/planner_scale).
+struct SearchStats {
+  size_t states = 0, solves = 0, evals = 0;
+};
+/// The one-size DP's binary search at m; with size_spread > 0 and m > 1 also the per-stage-size DP
+/// over the window (see docs/planner.md, "Per-stage micro-batch sizes"), which is not binary
+/// searched from scratch: it is solved just below the one-size optimum T (a plan there means a
+/// smaller size lets some stage fit memory: it then runs its own binary search) and at T x 1,
+/// 1.01, 1.02, 1.05, 1.1, 1.2. Every plan found goes to `on_plan`; `*tps` gets the smallest
+/// bottleneck. False when no plan fits memory.
+bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
+                 const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats = nullptr);
 
 }  // namespace gp::planner::detail

@@ -55,26 +55,6 @@ std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
                               g.name(), gb((state + act) / n), n, gb(state), gb(act), gb(limit)));
 }
 
-// Per-stage micro-batch sizes (paper section 5) on top of the one-size search at m: a DP whose
-// stages may take m, m/2, ... costs a few one-size solves per solve, so it is not binary-searched
-// from scratch. At the one-size optimum T (`ok`, `*tps`) and the same slightly larger targets the
-// one-size search tries, it returns plans whose stages each take the smallest size that meets the
-// target (shallower pipelines, less memory); when it has a plan below T (memory binds at m: a
-// smaller size lets a stage fit), or when nothing fits at m alone, it runs its own binary search.
-bool mixed_sizes(detail::SeqDp& mixed, bool ok, double* tps,
-                 const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
-  std::vector<StageChoice> st;
-  if (!ok || mixed.solve(*tps * (1 - 2 * kTol), &st) >= 0) {
-    double t = 0;
-    if (!mixed.minimise(kTol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
-    *tps = ok ? std::min(*tps, t) : t;
-    return true;
-  }
-  for (double f : {1.0, 1.01, 1.02, 1.05, 1.1, 1.2})
-    if (mixed.solve(*tps * f, &st) >= 0) on_plan(st);
-  return true;
-}
-
 // GraphPipe's two kinds of candidate (the baselines have one, kChain).
 enum Kind { kSp = 0, kChain = 1 };
 
@@ -239,16 +219,8 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   const int spread = opt.micro_batch > 0 ? 0 : kSizeSpread;
   auto seq_dp = [&](const detail::Structure& st, int size_spread) {
     return [&, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
-      detail::SeqDp dp(cm, *st_ptr, mbs, opt.mini_batch, limit, n, same_node);
-      std::vector<StageChoice> best;
-      // With per-stage sizes the shallower plans above the optimum come from the mixed DP (its space
-      // holds the one-size plans; at each target it returns the shallowest).
-      const bool mixed_after = size_spread > 0 && mbs > 1;
-      const bool ok = dp.minimise(kTol, 0, tps, &best, on_plan, !mixed_after);
-      if (!mixed_after) return ok;
-      detail::SeqDp mixed(cm, *st_ptr, detail::StageSizes::window(mbs, size_spread), opt.mini_batch, limit, n,
-                          same_node);
-      return mixed_sizes(mixed, ok, tps, on_plan);
+      return detail::search_size(cm, *st_ptr, {mbs, size_spread, opt.mini_batch, limit, n, same_node, kTol}, tps,
+                                 on_plan);
     };
   };
   if (graphpipe) {

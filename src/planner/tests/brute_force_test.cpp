@@ -348,6 +348,85 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
   EXPECT_TRUE(saw_proof) << "no probe proved infeasibility: the test does not cover that path";
 }
 
+// Memo entries are kept across targets with the target range over which they hold (and
+// infeasible answers below their first rejected value): one SeqDp solving a scrambled sequence of
+// targets must answer each exactly as a fresh SeqDp does (same value, same stages), with binding
+// and free memory, one size and per-stage sizes, on the SP and the chain structures.
+TEST(BruteForce, MemoReuseAcrossTargetsChangesNoAnswer) {
+  size_t reused_states = 0, fresh_states = 0;
+  int feasible = 0, infeasible = 0;
+  for (uint32_t seed = 1; seed <= 24; ++seed) {
+    ir::Graph g = random_sp_model(seed, 6 + seed % 9);
+    for (int n : {2, 4, 8}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure sp = detail::sp_structure(cm, nullptr), chain = detail::chain_structure(cm);
+      const int mini = 16, mbs = 8;
+      const double limit = seed % 2 ? 1e18 : binding_limit(cm, 2, 0.2 + 0.05 * (seed % 7)).first;
+      std::vector<OpId> all;
+      for (size_t o = 0; o < g.num_ops(); ++o) all.push_back(OpId(static_cast<int32_t>(o)));
+      const double whole = cost::stage_cost(cm, all, std::vector<char>(g.num_ops(), 1), 1, mbs, mini, true).tps_s;
+      std::mt19937 rng(seed * 31 + n);
+      std::vector<double> targets;
+      for (int t = 0; t < 14; ++t) targets.push_back(whole / n * std::pow(1.3, static_cast<int>(rng() % 12) - 3));
+      targets.push_back(std::numeric_limits<double>::infinity());
+      targets.push_back(targets[3]);
+      for (const detail::Structure* st : {&sp, &chain})
+        for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(mbs), detail::StageSizes::window(mbs, 2)}) {
+          detail::SeqDp reuse(cm, *st, sizes, mini, limit, n, true);
+          for (double t : targets) {
+            SCOPED_TRACE(fmt::format("seed {} n {} target {} sizes {}", seed, n, t, sizes.sizes.size()));
+            detail::SeqDp fresh(cm, *st, sizes, mini, limit, n, true);
+            std::vector<detail::StageChoice> a, b;
+            const int va = reuse.solve(t, &a), vb = fresh.solve(t, &b);
+            // -2 (no plan at any target) is a proof, and the reused memo may hold one the fresh
+            // solve has not made at this target: both are infeasible then.
+            ASSERT_EQ(std::max(va, -1), std::max(vb, -1));
+            if (vb == -2) {
+              EXPECT_EQ(va, -2);
+            }
+            fresh_states += fresh.states_explored();
+            (vb >= 0 ? feasible : infeasible) += 1;
+            if (vb < 0) continue;
+            ASSERT_EQ(a.size(), b.size());
+            for (size_t k = 0; k < a.size(); ++k) {
+              EXPECT_EQ(a[k].ops, b[k].ops);
+              EXPECT_EQ(a[k].dp, b[k].dp);
+              EXPECT_EQ(a[k].mbs, b[k].mbs);
+              EXPECT_EQ(a[k].tps_s, b[k].tps_s);
+            }
+          }
+          reused_states += reuse.states_explored();
+        }
+    }
+  }
+  EXPECT_GT(feasible, 100);
+  EXPECT_GT(infeasible, 100);
+  EXPECT_LT(reused_states, fresh_states / 2) << "the memo was not reused across targets";
+}
+
+// The memory bound (SeqDp::memory_never_fits) only fires where the search finds nothing.
+TEST(BruteForce, MemoryBoundOnlyRulesOutInfeasibleSizes) {
+  int fired = 0;
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    ir::Graph g = random_sp_model(seed, 3 + seed % 5);
+    if (g.num_ops() > 7) continue;  // the exhaustive search over sizes stays small
+    for (int n : {1, 2, 4}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure chain = detail::chain_structure(cm);
+      for (double frac : {0.05, 0.3, 0.9}) {
+        const double limit = binding_limit(cm, 4, frac).first;
+        const detail::StageSizes sizes = detail::StageSizes::window(4, 2);
+        detail::SeqDp dp(cm, chain, sizes, 16, limit, n, true);
+        if (!dp.memory_never_fits()) continue;
+        ++fired;
+        EXPECT_FALSE(std::isfinite(chain_brute_force_with_memory(cm, n, sizes.sizes, 16, limit)))
+            << "seed " << seed << " n " << n << " frac " << frac;
+      }
+    }
+  }
+  EXPECT_GT(fired, 5);
+}
+
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
   int compared = 0;
   for (uint32_t seed = 1; compared < 150; ++seed) {
