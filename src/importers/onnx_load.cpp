@@ -8,10 +8,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <queue>
 #include <sstream>
 #include <unordered_set>
 
+#include "graph/dag.h"
 #include "importers/onnx_graph.h"
 #include "support/error.h"
 
@@ -127,54 +127,59 @@ void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInf
   if (ti.reals && static_cast<int64_t>(ti.reals->size()) != n) ti.reals.reset();
 }
 
-// Kahn's algorithm over tensor dependencies; a remainder is a cycle, reported by node names.
-std::vector<onnx::NodeProto> sort_nodes(const std::string& path, const onnx::GraphProto& g,
-                                        const std::unordered_set<std::string>& sources) {
+// The node-reads-node graph: an edge from each tensor's producer to every node that reads it.
+graph::Dag tensor_dag(const std::string& path, const onnx::GraphProto& g,
+                      const std::unordered_set<std::string>& sources) {
   const int n = g.node_size();
   std::unordered_map<std::string, int> producer;
   for (int i = 0; i < n; ++i)
     for (const auto& o : g.node(i).output())
       if (!o.empty()) producer[o] = i;
-  std::vector<std::vector<int>> succ(n), pred(n);
-  std::vector<int> indeg(n, 0);
+  graph::Dag dag(n);
   for (int i = 0; i < n; ++i)
     for (const auto& in : g.node(i).input()) {
       if (in.empty() || sources.count(in)) continue;
       auto it = producer.find(in);
       GP_CHECK(it != producer.end(), "{}: node {} reads tensor \"{}\", which no node, input or initializer provides",
                path, node_label(g.node(i)), in);
-      succ[it->second].push_back(i);
-      pred[i].push_back(it->second);
-      ++indeg[i];
+      dag.add_edge(it->second, i);
     }
-  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
-  for (int i = 0; i < n; ++i)
-    if (indeg[i] == 0) ready.push(i);
+  return dag;
+}
+
+// A cycle among the nodes Kahn could not place, in edge order: from the first unplaced node, walk
+// unplaced predecessors (first input first) until one repeats.
+std::vector<int> cycle_in_remainder(const graph::Dag& dag, const std::vector<char>& placed) {
+  int v = 0;
+  while (placed[v]) ++v;
+  std::vector<int> pos(dag.size(), -1), walk;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(walk.size());
+    walk.push_back(v);
+    for (int u : dag.preds(v))
+      if (!placed[u]) {
+        v = u;
+        break;
+      }
+  }
+  std::vector<int> cyc(walk.begin() + pos[v], walk.end());
+  std::reverse(cyc.begin(), cyc.end());
+  return cyc;
+}
+
+// Nodes in graph::kahn_order (smallest node index first); a remainder is a cycle, reported by names.
+std::vector<onnx::NodeProto> sort_nodes(const std::string& path, const onnx::GraphProto& g,
+                                        const std::unordered_set<std::string>& sources) {
+  const graph::Dag dag = tensor_dag(path, g, sources);
+  const std::vector<int> order = graph::kahn_order(dag);
   std::vector<onnx::NodeProto> out;
-  std::vector<char> placed(n, 0);
-  while (!ready.empty()) {
-    int u = ready.top();
-    ready.pop();
+  std::vector<char> placed(dag.size(), 0);
+  for (int u : order) {
     placed[u] = 1;
     out.push_back(g.node(u));
-    for (int v : succ[u])
-      if (--indeg[v] == 0) ready.push(v);
   }
-  if (static_cast<int>(out.size()) != n) {
-    int v = 0;
-    while (placed[v]) ++v;
-    std::vector<int> pos(n, -1), walk;
-    while (pos[v] < 0) {  // walk predecessors inside the remainder until one repeats
-      pos[v] = static_cast<int>(walk.size());
-      walk.push_back(v);
-      for (int u : pred[v])
-        if (!placed[u]) {
-          v = u;
-          break;
-        }
-    }
-    std::vector<int> cyc(walk.begin() + pos[v], walk.end());
-    std::reverse(cyc.begin(), cyc.end());
+  if (static_cast<int>(out.size()) != dag.size()) {
+    std::vector<int> cyc = cycle_in_remainder(dag, placed);
     std::string names;
     for (int c : cyc) names += "\"" + g.node(c).name() + "\" -> ";
     throw UserError(fmt::format("{}: the ONNX graph has a cycle: {}\"{}\"", path, names, g.node(cyc.front()).name()));
