@@ -22,6 +22,7 @@
 #include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
+#include "schedule/trace.h"
 #include "support/error.h"
 #include "support/json.h"
 
@@ -502,14 +503,15 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
 
 Json events_to_json(const std::vector<MeasuredEvent>& evs) {
   Json out = Json::array();
-  for (const auto& e : evs) out.push_back({e.action, e.track, e.name, e.start_s, e.end_s});
+  for (const auto& e : evs) out.push_back({e.action, e.track, e.name, e.category, e.start_s, e.end_s});
   return out;
 }
 
 std::vector<MeasuredEvent> events_from_json(const Json& j) {
   std::vector<MeasuredEvent> out;
   for (const auto& e : j)
-    out.push_back({e[0].get<int>(), e[1].get<int>(), e[2].get<std::string>(), e[3].get<double>(), e[4].get<double>()});
+    out.push_back({e[0].get<int>(), e[1].get<int>(), e[2].get<std::string>(), e[3].get<std::string>(),
+                   e[4].get<double>(), e[5].get<double>()});
   return out;
 }
 
@@ -697,8 +699,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
         if (!over.empty()) throw RuntimeFailure(over);
         if (trace) {
           bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
-          res.events.push_back({static_cast<int>(i), is_send ? 1 : 0,
-                                fmt::format("s{} {}", runner->stage(), schedule::to_string(acts[i])), t0, now_s()});
+          res.events.push_back({static_cast<int>(i), is_send ? schedule::kSendTrack : schedule::kComputeTrack,
+                                fmt::format("s{} {}", runner->stage(), schedule::to_string(acts[i])),
+                                schedule::trace_category(acts[i].kind), t0, now_s()});
         }
       }
       loss = runner->end_step();
@@ -775,24 +778,20 @@ std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vect
   double t0 = 1e300;
   for (const auto& evs : per_rank)
     for (const auto& e : evs) t0 = std::min(t0, e.start_s);
-  Json events = Json::array();
+  schedule::TraceWriter w;
   for (size_t r = 0; r < per_rank.size(); ++r) {
-    RankRole role = role_of_rank(p, static_cast<int>(r));
-    std::string pname = role.stage >= 0 ? fmt::format("device {}: stage {}", r, role.stage) : fmt::format("device {}", r);
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", pname}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "sends"}}}});
+    const int device = static_cast<int>(r);
+    RankRole role = role_of_rank(p, device);
+    w.add_device(device, role.stage);
     for (const auto& e : per_rank[r])
-      events.push_back({{"name", e.name}, {"ph", "X"}, {"pid", r}, {"tid", e.track},
-                        {"ts", (e.start_s - t0) * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6},
-                        {"args", {{"action", e.action}, {"stage", role.stage}}}});
+      w.add_slice(device, e.track, e.name, e.category, e.start_s - t0, e.end_s - t0,
+                  {{"action", e.action}, {"stage", role.stage}});
     if (r < memory.size())  // a counter track: Perfetto draws it as a graph above the device's slices
       for (const auto& m : memory[r])
-        events.push_back({{"name", "tensor memory (MB)"}, {"ph", "C"}, {"pid", r}, {"tid", 0},
-                          {"ts", (m.t_s - t0) * 1e6},
-                          {"args", {{"live", m.live_bytes / 1e6}, {"peak in action", m.peak_bytes / 1e6}}}});
+        w.add_counter(device, "tensor memory (MB)", m.t_s - t0,
+                      {{"live", m.live_bytes / 1e6}, {"peak in action", m.peak_bytes / 1e6}});
   }
-  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"source", "graphpipe train (measured)"}}}}.dump();
+  return std::move(w).finish({{"source", "graphpipe train (measured)"}}).dump();
 }
 
 }  // namespace gp::runtime
