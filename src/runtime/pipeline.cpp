@@ -49,6 +49,19 @@ void check_runtime_limits(const plan::Plan& p, const ir::Graph& g) {
              e.first, ops.size(), e.second, kMaxTensorsPerEdge);
 }
 
+/// The tensors on each stage edge (plan::cut_edges), by op name in name order: both ends of an
+/// edge number its tensors alike, and the index is part of each message's tag (transfer_tag).
+std::map<std::pair<int, int>, std::vector<std::string>> edge_tensor_names(const ir::Graph& g,
+                                                                          const std::vector<int>& stage_of) {
+  std::map<std::pair<int, int>, std::vector<std::string>> out;
+  for (const auto& [e, ops] : plan::cut_edges(g, stage_of)) {
+    std::vector<std::string>& names = out[e];
+    for (OpId o : ops) names.push_back(g.op(o).name);
+    std::sort(names.begin(), names.end());
+  }
+  return out;
+}
+
 }  // namespace
 
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec) {
@@ -161,15 +174,7 @@ class StageRunner {
     for (const Action& a : actions_)
       if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
-    // Tensors on each edge: ops of the source stage read by ops of the destination stage.
-    for (size_t i = 0; i < g_.num_ops(); ++i)
-      for (OpId s : g_.succs(OpId(static_cast<int32_t>(i))))
-        if (stage_of[i] != stage_of[s.v]) {
-          auto& names = edge_[{stage_of[i], stage_of[s.v]}];
-          const std::string& n = g_.op(OpId(static_cast<int32_t>(i))).name;
-          if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-        }
-    for (auto& [e, names] : edge_) std::sort(names.begin(), names.end());
+    edge_ = edge_tensor_names(g_, stage_of);
     if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
     make_shared_groups(stage_of);
   }
