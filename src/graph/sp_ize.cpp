@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "graph/series_parallel.h"
 #include "graph/sp_detail.h"
@@ -224,6 +225,19 @@ Dag sp_ize(const Dag& g) {
   if (extra.empty()) return g;
   Dag out = g;
   out.add_edges(extra);
+  return out;
+}
+
+SpDecomposition sp_decompose_or_ize(const Dag& g) {
+  SpDecomposition out;
+  SpResult r = sp_decompose(g);
+  if (!r.tree) {
+    out.failure = r.failure;
+    out.sp_ized = sp_ize(g);
+    r = sp_decompose(*out.sp_ized);
+    GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
+  }
+  out.tree = std::move(*r.tree);
   return out;
 }
 

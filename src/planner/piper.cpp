@@ -239,11 +239,7 @@ size_t piper_split_budget(double time_limit_s, int devices, int sizes) {
 PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
                        std::chrono::steady_clock::time_point deadline, double time_limit_s) {
   const ir::Graph& g = cm.graph();
-  graph::Dag dag = plan::op_dag(g);
-  graph::SpResult r = graph::sp_decompose(dag);
-  if (!r.tree) r = graph::sp_decompose(graph::sp_ize(dag));
-  GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
-  const graph::SpTree& t = *r.tree;
+  const graph::SpTree t = graph::sp_decompose_or_ize(plan::op_dag(g)).tree;
   // Per tree node: ops under it, and the most branches of a parallel block inside (0: none).
   std::vector<int> size(t.nodes.size(), 0), width(t.nodes.size(), 0);
   std::function<void(int)> measure = [&](int v) {
