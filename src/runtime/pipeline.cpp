@@ -616,6 +616,88 @@ EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const Prepa
 
 }  // namespace
 
+namespace {
+
+/// --resume: every rank loads its own checkpoint; all must have stopped after the same step, which
+/// is returned (0 without --resume).
+int64_t resume_step(const TrainOptions& opt, Communicator& world, StageRunner* runner, const std::string& ckpt,
+                    const Json& identity) {
+  int64_t first = 0;
+  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
+  double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
+  std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
+  world.all_reduce(v, detail::Reduce::max).wait();
+  double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
+  if (max_first != min_first)
+    throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
+                                     opt.checkpoint_dir, min_first, max_first));
+  return static_cast<int64_t>(max_first);
+}
+
+/// One step's actions of this rank's stage, metered; with `trace`, each action's measured event.
+void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step, bool trace, StageRunner& runner,
+                      detail::MemoryMeter& meter, std::vector<MeasuredEvent>& events) {
+  const auto& acts = runner.actions();
+  for (size_t i = 0; i < acts.size(); ++i) {
+    if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
+    double t0 = now_s();
+    meter.begin_action();
+    runner.run(acts[i]);
+    double peak = meter.end_action(step, now_s(), trace);
+    std::string over = memory_limit_failure(io.rank, runner.stage(), step, schedule::to_string(acts[i]), peak,
+                                            meter.at_peak(), opt.memory_limit_gb * 1e9);
+    if (!over.empty()) throw RuntimeFailure(over);
+    if (trace) {
+      bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
+      events.push_back({static_cast<int>(i), is_send ? schedule::kSendTrack : schedule::kComputeTrack,
+                        fmt::format("s{} {}", runner.stage(), schedule::to_string(acts[i])),
+                        schedule::trace_category(acts[i].kind), t0, now_s()});
+    }
+  }
+}
+
+/// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
+void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io,
+                 const std::vector<MeasuredEvent>& events, const detail::MemoryMeter* meter) {
+  Json mine{{"events", events_to_json(events)}, {"memory", samples_to_json(meter)}};
+  store_set(*io.store, "gp/trace/" + std::to_string(io.rank), mine.dump());
+  if (io.rank != 0) return;
+  std::vector<std::vector<MeasuredEvent>> all;
+  std::vector<std::vector<detail::MemorySample>> memory;
+  for (int r = 0; r < io.world; ++r) {
+    Json j = Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)));
+    all.push_back(events_from_json(j.at("events")));
+    memory.push_back(samples_from_json(j.at("memory")));
+  }
+  std::ofstream f(opt.trace_path);
+  GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
+  f << measured_trace_json(run.plan, all, memory);
+}
+
+/// Rank 0's closing lines: the mean step time (the first step left out when there are more) against
+/// the plan's prediction, compared only when the plan's costs describe this machine.
+void print_iteration_time(const TrainOptions& opt, const PreparedRun& run, const std::vector<double>& step_times_s) {
+  // The first step pays one-time costs (allocations, connections): leave it out when we can.
+  size_t skip = step_times_s.size() > 1 ? 1 : 0;
+  double sum = 0;
+  for (size_t i = skip; i < step_times_s.size(); ++i) sum += step_times_s[i];
+  double measured = sum / double(step_times_s.size() - skip);
+  double predicted = run.plan.predicted.iteration_time_s;
+  // The prediction was made with the costs the plan records; compare only when they describe
+  // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
+  plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
+  if (predicted > 0 && scope.here)
+    std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
+                measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
+  else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
+    std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
+                measured, predicted, scope.why.c_str());
+  else
+    std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
+}
+
+}  // namespace
+
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
   GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
            io.world, run.plan.num_devices);
@@ -631,22 +713,10 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer());
   }
 
-  // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
   const std::string ckpt =
       opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
   const Json identity = pipeline_identity(run.graph, run.plan, role.stage, io.rank, opt.optimizer);
-  int64_t first = 0;
-  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
-  {
-    double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
-    std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
-    world->all_reduce(v, detail::Reduce::max).wait();
-    double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
-    if (max_first != min_first)
-      throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
-                                       opt.checkpoint_dir, min_first, max_first));
-    first = static_cast<int64_t>(max_first);
-  }
+  const int64_t first = resume_step(opt, *world, runner.get(), ckpt, identity);
   if (opt.resume && io.rank == 0 && io.print)
     std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
 
@@ -692,23 +762,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     double t_start = now_s(), loss = 0;
     if (runner) {
       runner->begin_step(step);
-      const auto& acts = runner->actions();
-      for (size_t i = 0; i < acts.size(); ++i) {
-        if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
-        double t0 = now_s();
-        meter->begin_action();
-        runner->run(acts[i]);
-        double peak = meter->end_action(step, now_s(), trace);
-        std::string over = memory_limit_failure(io.rank, role.stage, step, schedule::to_string(acts[i]), peak,
-                                                meter->at_peak(), opt.memory_limit_gb * 1e9);
-        if (!over.empty()) throw RuntimeFailure(over);
-        if (trace) {
-          bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
-          res.events.push_back({static_cast<int>(i), is_send ? schedule::kSendTrack : schedule::kComputeTrack,
-                                fmt::format("s{} {}", runner->stage(), schedule::to_string(acts[i])),
-                                schedule::trace_category(acts[i].kind), t0, now_s()});
-        }
-      }
+      run_step_actions(opt, io, step, trace, *runner, *meter, res.events);
       loss = runner->end_step();
     }
     double t_end = now_s();
@@ -728,22 +782,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   if (pending) report(*pending);
 
   res.memory = gather_memory(run, opt, io, role, meter.get());
-  if (!opt.trace_path.empty()) {
-    Json mine{{"events", events_to_json(res.events)}, {"memory", samples_to_json(meter.get())}};
-    store_set(*io.store, "gp/trace/" + std::to_string(io.rank), mine.dump());
-    if (io.rank == 0) {
-      std::vector<std::vector<MeasuredEvent>> all;
-      std::vector<std::vector<detail::MemorySample>> memory;
-      for (int r = 0; r < io.world; ++r) {
-        Json j = Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)));
-        all.push_back(events_from_json(j.at("events")));
-        memory.push_back(samples_from_json(j.at("memory")));
-      }
-      std::ofstream f(opt.trace_path);
-      GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
-      f << measured_trace_json(run.plan, all, memory);
-    }
-  }
+  if (!opt.trace_path.empty()) write_trace(opt, run, io, res.events, meter.get());
   if (io.rank == 0 && io.print && opt.json) {
     double predicted = run.plan.predicted.iteration_time_s;
     std::printf("%s\n", train_summary_json(res.step_losses, median_step_time(res.step_times_s), predicted,
@@ -751,25 +790,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     std::fflush(stdout);
   }
   if (io.rank == 0 && io.print && !opt.json) print_memory_report(res.memory);
-  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) {
-    // The first step pays one-time costs (allocations, connections): leave it out when we can.
-    size_t skip = res.step_times_s.size() > 1 ? 1 : 0;
-    double sum = 0;
-    for (size_t i = skip; i < res.step_times_s.size(); ++i) sum += res.step_times_s[i];
-    double measured = sum / double(res.step_times_s.size() - skip);
-    double predicted = run.plan.predicted.iteration_time_s;
-    // The prediction was made with the costs the plan records; compare only when they describe
-    // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
-    plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
-    if (predicted > 0 && scope.here)
-      std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
-                  measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
-    else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
-      std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
-                  measured, predicted, scope.why.c_str());
-    else
-      std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
-  }
+  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) print_iteration_time(opt, run, res.step_times_s);
   if (runner)
     for (auto& [n, t] : runner->module().named_parameters()) res.final_params.emplace_back(n, t.detach().clone());
   // Nobody leaves while a peer may still read from the store or finish a collective.
