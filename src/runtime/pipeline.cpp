@@ -656,6 +656,69 @@ void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step,
   }
 }
 
+/// Per-step statistics, reduced over the world asynchronously and reported one step late, so no
+/// rank waits for the slowest one at a step boundary: losses and times go into the result; rank 0
+/// prints each step and appends it to --log.
+class StepStats {
+ public:
+  StepStats(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io, WorkerResult& res)
+      : opt_(opt), run_(run), io_(io), res_(res) {
+    if (io.rank == 0 && !opt.log_path.empty()) {
+      log_.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
+      GP_CHECK(log_.good(), "--log: cannot open {} for writing", opt.log_path);
+    }
+  }
+  /// Starts reducing this step's figures and reports the previous step's.
+  void submit(Communicator& world, int64_t step, double loss, double t_start, double t_end, double data_s) {
+    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
+            {}, {}};
+    s.ps = world.all_reduce(s.sum, detail::Reduce::sum);
+    s.pm = world.all_reduce(s.max, detail::Reduce::max);
+    flush();
+    pending_ = std::move(s);
+  }
+  /// Reports the step still in flight, if any.
+  void flush() {
+    if (pending_) report(*pending_);
+    pending_.reset();
+  }
+
+ private:
+  struct Stats {
+    int64_t step;
+    std::vector<torch::Tensor> sum, max;
+    Pending ps, pm;
+  };
+  void report(Stats& s) {
+    s.ps.wait();
+    s.pm.wait();
+    double loss = s.sum[0].item<double>();
+    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
+    res_.step_losses.push_back(loss);
+    res_.step_times_s.push_back(dt);
+    res_.step_data_s.push_back(s.max[0][2].item<double>());
+    StepReport rep{s.step, loss, dt, run_.data.get(), run_.plan.mini_batch_size, res_.step_data_s.back(), nullptr};
+    if (!res_.evals.empty() && res_.evals.back().first == s.step) rep.eval = &res_.evals.back().second;
+    if (io_.rank != 0) return;
+    if (io_.print && !opt_.json) {
+      std::printf("%s\n", step_text(rep).c_str());
+      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
+      std::fflush(stdout);
+    }
+    if (log_.is_open()) {
+      log_ << step_json(rep).dump() << "\n";
+      log_.flush();
+    }
+  }
+
+  const TrainOptions& opt_;
+  const PreparedRun& run_;
+  const WorkerIo& io_;
+  WorkerResult& res_;
+  std::ofstream log_;
+  std::optional<Stats> pending_;
+};
+
 /// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
 void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io,
                  const std::vector<MeasuredEvent>& events, const detail::MemoryMeter* meter) {
@@ -720,43 +783,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   if (opt.resume && io.rank == 0 && io.print)
     std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
 
-  std::ofstream log;
-  if (io.rank == 0 && !opt.log_path.empty()) {
-    log.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
-    GP_CHECK(log.good(), "--log: cannot open {} for writing", opt.log_path);
-  }
-
   WorkerResult res;
-  // Per-step statistics are reduced over the world asynchronously and reported one step late,
-  // so no rank waits for the slowest one at a step boundary.
-  struct Stats {
-    int64_t step;
-    std::vector<torch::Tensor> sum, max;
-    Pending ps, pm;
-  };
-  std::optional<Stats> pending;
-  auto report = [&](Stats& s) {
-    s.ps.wait();
-    s.pm.wait();
-    double loss = s.sum[0].item<double>();
-    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
-    res.step_losses.push_back(loss);
-    res.step_times_s.push_back(dt);
-    res.step_data_s.push_back(s.max[0][2].item<double>());
-    StepReport rep{s.step, loss, dt, run.data.get(), run.plan.mini_batch_size, res.step_data_s.back(), nullptr};
-    if (!res.evals.empty() && res.evals.back().first == s.step) rep.eval = &res.evals.back().second;
-    if (io.rank != 0) return;
-    if (io.print && !opt.json) {
-      std::printf("%s\n", step_text(rep).c_str());
-      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
-      std::fflush(stdout);
-    }
-    if (log.is_open()) {
-      log << step_json(rep).dump() << "\n";
-      log.flush();
-    }
-  };
-
+  StepStats stats(opt, run, io, res);
   for (int64_t step = first; step < opt.steps; ++step) {
     bool trace = !opt.trace_path.empty() && step + 1 == opt.steps;
     double t_start = now_s(), loss = 0;
@@ -765,21 +793,14 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       run_step_actions(opt, io, step, trace, *runner, *meter, res.events);
       loss = runner->end_step();
     }
-    double t_end = now_s();
-    double data_s = runner ? runner->data_seconds() : 0;
-    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
-            {}, {}};
-    s.ps = world->all_reduce(s.sum, detail::Reduce::sum);
-    s.pm = world->all_reduce(s.max, detail::Reduce::max);
-    if (pending) report(*pending);
-    pending = std::move(s);
+    stats.submit(*world, step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
     if (run.eval_data && (step + 1) % opt.eval_every == 0)
       res.evals.emplace_back(step, evaluate_pipeline(*world, runner.get(), run));
   }
-  if (pending) report(*pending);
+  stats.flush();
 
   res.memory = gather_memory(run, opt, io, role, meter.get());
   if (!opt.trace_path.empty()) write_trace(opt, run, io, res.events, meter.get());
