@@ -1,6 +1,7 @@
 // Series-parallel decomposition of a DAG's nodes into an SP tree (series / parallel / leaf), and
 // SP-ization: adding ordering edges so that any DAG becomes series-parallel.
 #pragma once
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -44,6 +45,16 @@ SpResult sp_decompose(const Dag& g);
 /// Returns a supergraph of g (same nodes, extra edges only) that is node-series-parallel, so that
 /// every topological order of the result is one of g's. Keeps as much parallelism as it can.
 Dag sp_ize(const Dag& g);
+
+/// An SP tree for any DAG: g's own when g is series-parallel, else that of sp_ize(g). The one
+/// "decompose, else SP-ize" of the planners and `model info`.
+struct SpDecomposition {
+  SpTree tree;
+  std::string failure;         // why g is not series-parallel; "" when it is
+  std::optional<Dag> sp_ized;  // the SP-ized supergraph the tree is of, when g was not SP
+  bool series_parallel() const { return !sp_ized.has_value(); }
+};
+SpDecomposition sp_decompose_or_ize(const Dag& g);
 
 /// A parallelism measure for SP-ization reports: the number of unordered node pairs {u, v}
 /// with neither reaching the other (independent pairs).

@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "graph/series_parallel.h"
 #include "graph/sp_detail.h"
@@ -53,41 +54,58 @@ double score(CutScore rule, int64_t lost, int64_t down, int64_t up) {
   return l;
 }
 
-// The downset to put first, for a topologically numbered, connected DAG with no series cut.
-// Sets *lost_pairs to the independent pairs the cut loses.
-std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) {
+// Per node of a topologically numbered DAG: descendants and ancestors (itself included), and the
+// longest path into it (depth) and out of it (height).
+struct NodeMeasures {
+  std::vector<int64_t> desc, anc, depth, height;
+};
+
+NodeMeasures measure_nodes(const Dag& g) {
   const int k = g.size();
-  std::vector<int64_t> desc(k), anc(k), depth(k, 0), height(k, 0);
+  NodeMeasures m{std::vector<int64_t>(k), std::vector<int64_t>(k), std::vector<int64_t>(k, 0),
+                 std::vector<int64_t>(k, 0)};
   {
     const Reachability down(g), up(g, Reachability::Direction::ancestors);
     for (int i = 0; i < k; ++i) {
-      desc[i] = down.reach_count(i);
-      anc[i] = up.reach_count(i);
+      m.desc[i] = down.reach_count(i);
+      m.anc[i] = up.reach_count(i);
     }
   }
   for (int i = 0; i < k; ++i)
-    for (int p : g.preds(i)) depth[i] = std::max(depth[i], depth[p] + 1);
+    for (int p : g.preds(i)) m.depth[i] = std::max(m.depth[i], m.depth[p] + 1);
   for (int i = k - 1; i >= 0; --i)
-    for (int s : g.succs(i)) height[i] = std::max(height[i], height[s] + 1);
+    for (int s : g.succs(i)) m.height[i] = std::max(m.height[i], m.height[s] + 1);
+  return m;
+}
 
+// A cut Down;Up: which nodes are in Down, and the independent pairs it loses.
+struct Cut {
+  std::vector<char> in_down;
+  int64_t lost = 0;
+};
+
+// The best prefix of six topological orders (plain Kahn; by depth; by height; by desc-anc; by
+// fewest ancestors; by most descendants) under `rule`, ties to the more balanced cut.
+Cut best_prefix_cut(const Dag& g, const NodeMeasures& m, CutScore rule) {
+  const int k = g.size();
   const std::vector<std::function<int64_t(int)>> keys = {
       [](int i) { return i; },
-      [&](int i) { return depth[i]; },
-      [&](int i) { return -height[i]; },
-      [&](int i) { return anc[i] - desc[i]; },
-      [&](int i) { return anc[i]; },
-      [&](int i) { return -desc[i]; },
+      [&](int i) { return m.depth[i]; },
+      [&](int i) { return -m.height[i]; },
+      [&](int i) { return m.anc[i] - m.desc[i]; },
+      [&](int i) { return m.anc[i]; },
+      [&](int i) { return -m.desc[i]; },
   };
   double best_score = 0;
   int64_t best_lost = -1, best_balance = 0;
-  std::vector<std::vector<int>> orders;
-  size_t best_order = 0;
+  std::vector<int> best_order;
   int best_prefix = 0;
   for (const auto& key : keys) {
-    const std::vector<int>& ord = orders.emplace_back(kahn_order(g, key));
+    std::vector<int> ord = kahn_order(g, key);
     int64_t cross = 0;
+    bool improved = false;
     for (int i = 0; i + 1 < k; ++i) {
-      cross += (desc[ord[i]] - 1) - (anc[ord[i]] - 1);
+      cross += (m.desc[ord[i]] - 1) - (m.anc[ord[i]] - 1);
       const int64_t down = i + 1, up = k - down;
       const int64_t lost = down * up - cross, balance = std::abs(down - up);
       const double sc = score(rule, lost, down, up);
@@ -95,30 +113,36 @@ std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) 
         best_score = sc;
         best_lost = lost;
         best_balance = balance;
-        best_order = orders.size() - 1;
         best_prefix = i + 1;
+        improved = true;
       }
     }
+    if (improved) best_order = std::move(ord);
   }
-  std::vector<char> in_down(k, 0);
-  for (int i = 0; i < best_prefix; ++i) in_down[orders[best_order][i]] = 1;
+  Cut cut{std::vector<char>(k, 0), best_lost};
+  for (int i = 0; i < best_prefix; ++i) cut.in_down[best_order[i]] = 1;
+  return cut;
+}
 
-  // Hill-climb. Moving x, minimal in Up, into Down changes lost by
-  //   +(|Up| - desc(x)) [new independent pairs with Up] - (|Down| - anc(x) + 1) [those with Down]
-  // = |Up| - |Down| - 1 + (anc(x) - desc(x)); symmetrically for x maximal in Down. So the best
-  // move on each side is the candidate with the smallest anc-desc (resp. desc-anc): keep the
-  // candidates in ordered sets. up_preds[i] / down_succs[i]: predecessors of i in Up / successors
-  // of i in Down, kept for every i.
+// Hill-climb. Moving x, minimal in Up, into Down changes lost by
+//   +(|Up| - desc(x)) [new independent pairs with Up] - (|Down| - anc(x) + 1) [those with Down]
+// = |Up| - |Down| - 1 + (anc(x) - desc(x)); symmetrically for x maximal in Down. So the best
+// move on each side is the candidate with the smallest anc-desc (resp. desc-anc): keep the
+// candidates in ordered sets. up_preds[i] / down_succs[i]: predecessors of i in Up / successors
+// of i in Down, kept for every i.
+void hill_climb(const Dag& g, const NodeMeasures& m, CutScore rule, Cut& cut) {
+  const int k = g.size();
+  std::vector<char>& in_down = cut.in_down;
   std::vector<int> up_preds(k, 0), down_succs(k, 0);
-  int64_t n_down = best_prefix, n_up = k - best_prefix, lost = best_lost;
+  int64_t n_down = std::count(in_down.begin(), in_down.end(), 1), n_up = k - n_down, lost = cut.lost;
   for (int i = 0; i < k; ++i)
     for (int s : g.succs(i)) {
       if (in_down[s]) ++down_succs[i];
       if (!in_down[i]) ++up_preds[s];
     }
   std::set<std::pair<int64_t, int>> up_min, down_max;  // (key, node)
-  auto up_key = [&](int x) { return std::pair{anc[x] - desc[x], x}; };
-  auto down_key = [&](int x) { return std::pair{desc[x] - anc[x], x}; };
+  auto up_key = [&](int x) { return std::pair{m.anc[x] - m.desc[x], x}; };
+  auto down_key = [&](int x) { return std::pair{m.desc[x] - m.anc[x], x}; };
   for (int x = 0; x < k; ++x) {
     if (!in_down[x] && up_preds[x] == 0) up_min.insert(up_key(x));
     if (in_down[x] && down_succs[x] == 0) down_max.insert(down_key(x));
@@ -155,9 +179,18 @@ std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) 
         if (--down_succs[p] == 0) down_max.insert(down_key(p));
     }
   }
-  GP_ASSERT(lost > 0, "a prime block must lose at least one pair, got {}", lost);
-  *lost_pairs = lost;
-  return in_down;
+  cut.lost = lost;
+}
+
+// The downset to put first, for a topologically numbered, connected DAG with no series cut.
+// Sets *lost_pairs to the independent pairs the cut loses.
+std::vector<char> choose_down(const Dag& g, CutScore rule, int64_t* lost_pairs) {
+  const NodeMeasures m = measure_nodes(g);
+  Cut cut = best_prefix_cut(g, m, rule);
+  hill_climb(g, m, rule, cut);
+  GP_ASSERT(cut.lost > 0, "a prime block must lose at least one pair, got {}", cut.lost);
+  *lost_pairs = cut.lost;
+  return std::move(cut.in_down);
 }
 
 // Decomposes `root` as sp_decompose does, forcing a cut chosen by `rule` in every prime part;
@@ -224,6 +257,19 @@ Dag sp_ize(const Dag& g) {
   if (extra.empty()) return g;
   Dag out = g;
   out.add_edges(extra);
+  return out;
+}
+
+SpDecomposition sp_decompose_or_ize(const Dag& g) {
+  SpDecomposition out;
+  SpResult r = sp_decompose(g);
+  if (!r.tree) {
+    out.failure = r.failure;
+    out.sp_ized = sp_ize(g);
+    r = sp_decompose(*out.sp_ized);
+    GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
+  }
+  out.tree = std::move(*r.tree);
   return out;
 }
 

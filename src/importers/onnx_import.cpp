@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
+#include <unordered_map>
 
 #include "importers/onnx_mapper.h"
 #include "support/error.h"
@@ -119,185 +119,254 @@ bool unused(const Net& net, const std::string& tensor) {
          std::find(net.outputs.begin(), net.outputs.end(), tensor) == net.outputs.end();
 }
 
+// One node being mapped: its tensors and the shorthands the per-type rules share.
+struct Node {
+  Mapper& m;
+  int i;
+  const onnx::NodeProto& n;
+  const std::string& x;  // the first input (the output for a node without inputs)
+  const std::string& y;  // the first output
+
+  const Net& net() const { return m.net; }
+  bool is_act(int k) const { return k < n.input_size() && !n.input(k).empty() && net().at(n.input(k)).activation; }
+  /// One IR op of `kind` from x to y.
+  void simple(ir::OpKind kind, Json attrs = Json::object()) const { m.emit(n.name(), kind, {x}, y, std::move(attrs)); }
+  void unsupported(const std::string& why) const { m.unsupported(n, why); }
+};
+using NodeRule = void (*)(const Node&);
+
+void map_gelu(const Node& d) {
+  const auto* a = find_attr(d.n, "approximate");
+  if (a && a->s() != "none") return d.unsupported("only the exact (erf) GELU is supported");
+  d.simple(ir::OpKind::gelu);
+}
+
+void map_batchnorm(const Node& d) {
+  const Net& net = d.net();
+  for (int k = 1; k < d.n.output_size(); ++k)
+    if (!unused(net, d.n.output(k))) return d.unsupported("running statistics outputs are used by the graph");
+  if (net.shape(d.x).size() != 4) return d.unsupported("only 2-d batch norm ([B,C,H,W]) is supported");
+  // eps from the node: torchvision's inception and mobilenet_v3 use 0.001, not the default 1e-5.
+  const std::string name =
+      d.m.emit(d.n.name(), ir::OpKind::batchnorm, {d.x}, d.y, Json{{"eps", attr_f(d.n, "epsilon", 1e-5f)}});
+  d.m.add_param(name, "weight", d.n.input(1), {net.shape(d.x)[1]});
+  d.m.add_param(name, "bias", d.n.input(2), {net.shape(d.x)[1]});
+}
+
+void map_pool(const Node& d) {
+  if (d.n.output_size() > 1 && !unused(d.net(), d.n.output(1))) return d.unsupported("the indices output is used");
+  Json attrs = Json::object();
+  std::string why = window_attrs(d.n, attr_ints(d.n, "kernel_shape"), attrs);
+  if (!why.empty()) return d.unsupported(why);
+  if (attr_i(d.n, "ceil_mode", 0)) attrs["ceil_mode"] = true;
+  d.simple(d.n.op_type() == "MaxPool" ? ir::OpKind::maxpool : ir::OpKind::avgpool, attrs);
+}
+
+// ONNX keeps [B, C, 1, 1]; the IR's global_avgpool gives [B, C], reshaped back.
+void map_global_avgpool(const Node& d) {
+  const auto& xs = d.net().shape(d.x);
+  if (xs.size() != 4) return d.unsupported("only [B,C,H,W] inputs are supported");
+  ir::Shape pooled{ir::kBatch, xs[1]};
+  std::string gap = d.m.emit(d.n.name(), ir::OpKind::global_avgpool, {d.x}, "", Json::object(), &pooled);
+  d.m.producer_of["\x01" + gap] = gap;
+  d.m.emit(d.n.name() + "/unsqueeze", ir::OpKind::reshape, {"\x01" + gap}, d.y, Json{{"shape", {xs[1], 1, 1}}});
+}
+
+void map_add_mul(const Node& d) {
+  if (d.n.op_type() == "Add" && d.is_act(0) != d.is_act(1) && d.m.learned_positions(d.i, d.is_act(0) ? 0 : 1)) return;
+  d.m.map_elementwise(d.i);
+}
+
+void map_gemm(const Node& d) {
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  if (attr_i(n, "transA", 0) || attr_f(n, "alpha", 1) != 1.0f || attr_f(n, "beta", 1) != 1.0f || d.is_act(1) ||
+      d.is_act(2))
+    return d.unsupported("only Gemm(x, W, b) with transA=0, alpha=beta=1 and parameter W, b is supported");
+  const auto& w = net.shape(n.input(1));
+  const bool trans_b = attr_i(n, "transB", 0) != 0, bias = n.input_size() > 2 && !n.input(2).empty();
+  int64_t out = trans_b ? w[0] : w[1];
+  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y, Json{{"out_features", out}, {"bias", bias}});
+  d.m.add_param(name, "weight", n.input(1), {out, net.shape(d.x).back()}, !trans_b);
+  if (bias) d.m.add_param(name, "bias", n.input(2), {out});
+}
+
+void map_matmul(const Node& d) {
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  if (d.is_act(1)) {
+    if (net.shape(d.x).size() < 3 || net.shape(d.x).size() != net.shape(n.input(1)).size())
+      return d.unsupported("activation @ activation needs equal ranks >= 3");
+    d.m.emit(n.name(), ir::OpKind::matmul, {d.x, n.input(1)}, d.y);
+    return;
+  }
+  const auto& w = net.shape(n.input(1));
+  if (w.size() != 2) return d.unsupported("a parameter operand must be a 2-d weight");
+  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y, Json{{"out_features", w[1]}, {"bias", false}});
+  d.m.add_param(name, "weight", n.input(1), {w[1], net.shape(d.x).back()}, true);
+}
+
+void map_flatten(const Node& d) {
+  if (norm_axis(attr_i(d.n, "axis", 1), d.net().shape(d.x).size()) != 1) return d.unsupported("only axis=1 is supported");
+  d.simple(ir::OpKind::flatten);
+}
+
+void map_dropout(const Node& d) {
+  const onnx::NodeProto& n = d.n;
+  if (n.output_size() > 1 && !unused(d.net(), n.output(1))) return d.unsupported("the mask output is used");
+  double p = attr_f(n, "ratio", 0.5f);
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    const auto& r = d.net().at(n.input(1));
+    if (!r.reals || r.reals->size() != 1) return d.unsupported("the ratio is not a constant");
+    p = (*r.reals)[0];
+  }
+  d.simple(ir::OpKind::dropout, Json{{"p", p}});
+}
+
+// Reshape, Squeeze, Unsqueeze: the inferred output shape, per sample.
+void map_reshape(const Node& d) {
+  const auto& s = d.net().shape(d.y);
+  d.simple(ir::OpKind::reshape, Json{{"shape", std::vector<int64_t>(s.begin() + 1, s.end())}});
+}
+
+void map_transpose(const Node& d) {
+  auto perm = attr_ints(d.n, "perm");
+  if (perm.empty() || perm[0] != 0) return d.unsupported("the permutation moves the batch dimension");
+  d.simple(ir::OpKind::transpose, Json{{"perm", perm}});
+}
+
+void map_softmax(const Node& d) {
+  const int opset = d.net().opset;
+  size_t rank = d.net().shape(d.x).size();
+  int64_t axis = norm_axis(attr_i(d.n, "axis", opset >= 13 ? -1 : 1), rank);
+  if (opset < 13 && axis != static_cast<int64_t>(rank) - 1)
+    return d.unsupported("opset < 13 Softmax over more than the last axis");
+  d.simple(ir::OpKind::softmax, Json{{"axis", axis}});
+}
+
+void map_layernorm(const Node& d) {
+  const onnx::NodeProto& n = d.n;
+  const auto& xs = d.net().shape(d.x);
+  if (norm_axis(attr_i(n, "axis", -1), xs.size()) != static_cast<int64_t>(xs.size()) - 1)
+    return d.unsupported("normalization over more than the last axis");
+  if (n.input_size() < 3 || n.input(2).empty() || d.is_act(1) || d.is_act(2))
+    return d.unsupported("needs parameter scale and bias");
+  const std::string name = d.m.emit(n.name(), ir::OpKind::layernorm, {d.x}, d.y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
+  d.m.add_param(name, "weight", n.input(1), {xs.back()});
+  d.m.add_param(name, "bias", n.input(2), {xs.back()});
+}
+
+// Split: one slice per output.
+void map_split(const Node& d) {
+  const onnx::NodeProto& n = d.n;
+  int64_t axis = norm_axis(attr_i(n, "axis", 0), d.net().shape(d.x).size());
+  if (axis < 1) return d.unsupported("split along the batch dimension");
+  int64_t start = 0;
+  for (int k = 0; k < n.output_size(); ++k) {
+    int64_t len = d.net().shape(n.output(k))[axis];
+    d.m.emit(fmt::format("{}/{}", n.name(), k), ir::OpKind::slice, {d.x}, n.output(k),
+             Json{{"axis", axis}, {"start", start}, {"end", start + len}});
+    start += len;
+  }
+}
+
+// A lookup table (nn.Embedding): Gather(weight, indices) with the indices a graph input.
+void map_table_lookup(const Node& d) {
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  const auto& w = net.shape(d.x);
+  if (w.size() != 2 || norm_axis(attr_i(n, "axis", 0), 2) != 0)
+    return d.unsupported("a table lookup needs a 2-d table gathered along axis 0");
+  const int idx_type = net.at(n.input(1)).elem_type;
+  if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
+      (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32))
+    return d.unsupported("the indices of a table lookup must be an int32 or int64 graph input");
+  const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {n.input(1)}, d.y, Json{{"rows", w[0]}, {"dim", w[1]}});
+  d.m.add_param(name, "weight", d.x, {w[0], w[1]});
+}
+
+// Gather of one constant index along a non-batch axis: a slice (and a reshape dropping the axis
+// when the index is a scalar); with activation indices and a parameter table, a lookup.
+void map_gather(const Node& d) {
+  if (!d.is_act(0) && d.is_act(1)) return map_table_lookup(d);
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  const auto& idx = net.at(n.input(1));
+  int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(d.x).size());
+  if (!idx.ints || idx.ints->size() != 1 || axis < 1)
+    return d.unsupported("only a constant single index along a non-batch axis is supported");
+  int64_t j = (*idx.ints)[0] < 0 ? (*idx.ints)[0] + net.shape(d.x)[axis] : (*idx.ints)[0];
+  Json attrs{{"axis", axis}, {"start", j}, {"end", j + 1}};
+  if (!idx.value_shape.empty()) return d.simple(ir::OpKind::slice, attrs);
+  ir::Shape sliced = d.m.ir_shape(d.x);
+  sliced[axis] = 1;
+  std::string s = d.m.emit(n.name() + "/slice", ir::OpKind::slice, {d.x}, "", attrs, &sliced);
+  d.m.producer_of["\x01" + s] = s;
+  const auto& ys = net.shape(d.y);
+  d.m.emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, d.y, Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
+}
+
+/// The supported ONNX operators and how each becomes IR ops: a table, one entry per op type.
+const std::unordered_map<std::string, NodeRule>& node_rules() {
+  static const std::unordered_map<std::string, NodeRule> rules = {
+      {"Relu", [](const Node& d) { d.simple(ir::OpKind::relu); }},
+      {"Sigmoid", [](const Node& d) { d.simple(ir::OpKind::sigmoid); }},
+      {"Tanh", [](const Node& d) { d.simple(ir::OpKind::tanh); }},
+      {"HardSigmoid",
+       [](const Node& d) {
+         d.simple(ir::OpKind::hardsigmoid,
+                  Json{{"alpha", attr_f(d.n, "alpha", 0.2f)}, {"beta", attr_f(d.n, "beta", 0.5f)}});
+       }},
+      {"HardSwish", [](const Node& d) { d.simple(ir::OpKind::hardswish); }},
+      {"Clip", [](const Node& d) { d.m.map_clip(d.i); }},
+      {"Pad", [](const Node& d) { d.m.map_pad(d.i); }},
+      {"Gelu", map_gelu},
+      {"Identity", [](const Node& d) { d.m.alias[d.y] = d.x; }},
+      {"Conv", [](const Node& d) { d.m.map_conv(d.i); }},
+      {"BatchNormalization", map_batchnorm},
+      {"MaxPool", map_pool},
+      {"AveragePool", map_pool},
+      {"GlobalAveragePool", map_global_avgpool},
+      {"Concat", [](const Node& d) { d.m.map_concat(d.i); }},
+      {"Add", map_add_mul},
+      {"Mul", map_add_mul},
+      {"Gemm", map_gemm},
+      {"MatMul", map_matmul},
+      {"Flatten", map_flatten},
+      {"Dropout", map_dropout},
+      {"Reshape", map_reshape},
+      {"Squeeze", map_reshape},
+      {"Unsqueeze", map_reshape},
+      {"Transpose", map_transpose},
+      {"Softmax", map_softmax},
+      {"LayerNormalization", map_layernorm},
+      {"Split", map_split},
+      {"Slice", [](const Node& d) { d.m.map_slice(d.i); }},
+      {"Gather", map_gather},
+      {"ReduceMean", [](const Node& d) { d.m.map_reduce(d.i); }},
+      {"ReduceSum", [](const Node& d) { d.m.map_reduce(d.i); }},
+  };
+  return rules;
+}
+
 }  // namespace
 
 void Mapper::map_node(int i) {
   const onnx::NodeProto& n = net.nodes[i];
   const std::string& op = n.op_type();
-  const std::string& x = n.input_size() ? n.input(0) : n.output(0);
-  const std::string& y = n.output(0);
-  auto is_act = [&](int k) { return k < n.input_size() && !n.input(k).empty() && net.at(n.input(k)).activation; };
-  auto simple = [&](ir::OpKind kind, Json attrs = Json::object()) { emit(n.name(), kind, {x}, y, std::move(attrs)); };
-  static const std::set<std::string> kSupported = {
-      "Relu", "Sigmoid", "Tanh", "Gelu", "Identity", "Conv", "BatchNormalization", "MaxPool", "AveragePool",
-      "GlobalAveragePool", "Concat", "Add", "Mul", "Gemm", "MatMul", "Flatten", "Dropout", "Reshape", "Squeeze",
-      "Unsqueeze", "Transpose", "Softmax", "LayerNormalization", "Split", "Slice", "Gather", "ReduceMean",
-      "ReduceSum", "Pad", "Clip", "HardSigmoid", "HardSwish"};
-  if (!kSupported.count(op)) {
+  auto rule = node_rules().find(op);
+  if (rule == node_rules().end()) {
     unsupported_ops[op] += 1;
     return;
   }
+  const std::string& y = n.output(0);
   if (!net.at(y).shape) {  // usually behind an unsupported operator; reported only when there is none
     shape_unknown.push_back(fmt::format("{}: ONNX shape inference could not determine its output shape", node_label(n)));
     return;
   }
   if (!batch_first(y) && op != "Identity")
     return unsupported(n, fmt::format("output shape [{}] does not keep the batch as dim 0", fmt::join(net.shape(y), ", ")));
-  if (op == "Relu") return simple(ir::OpKind::relu);
-  if (op == "Sigmoid") return simple(ir::OpKind::sigmoid);
-  if (op == "Tanh") return simple(ir::OpKind::tanh);
-  if (op == "HardSigmoid")
-    return simple(ir::OpKind::hardsigmoid, Json{{"alpha", attr_f(n, "alpha", 0.2f)}, {"beta", attr_f(n, "beta", 0.5f)}});
-  if (op == "HardSwish") return simple(ir::OpKind::hardswish);
-  if (op == "Clip") return map_clip(i);
-  if (op == "Pad") return map_pad(i);
-  if (op == "Gelu") {
-    const auto* a = find_attr(n, "approximate");
-    if (a && a->s() != "none") return unsupported(n, "only the exact (erf) GELU is supported");
-    return simple(ir::OpKind::gelu);
-  }
-  if (op == "Identity") {
-    alias[y] = x;
-    return;
-  }
-  if (op == "Conv") return map_conv(i);
-  if (op == "BatchNormalization") {
-    for (int k = 1; k < n.output_size(); ++k)
-      if (!unused(net, n.output(k))) return unsupported(n, "running statistics outputs are used by the graph");
-    if (net.shape(x).size() != 4) return unsupported(n, "only 2-d batch norm ([B,C,H,W]) is supported");
-    // eps from the node: torchvision's inception and mobilenet_v3 use 0.001, not the default 1e-5.
-    const std::string name = emit(n.name(), ir::OpKind::batchnorm, {x}, y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
-    add_param(name, "weight", n.input(1), {net.shape(x)[1]});
-    add_param(name, "bias", n.input(2), {net.shape(x)[1]});
-    return;
-  }
-  if (op == "MaxPool" || op == "AveragePool") {
-    if (n.output_size() > 1 && !unused(net, n.output(1))) return unsupported(n, "the indices output is used");
-    Json attrs = Json::object();
-    std::string why = window_attrs(n, attr_ints(n, "kernel_shape"), attrs);
-    if (!why.empty()) return unsupported(n, why);
-    if (attr_i(n, "ceil_mode", 0)) attrs["ceil_mode"] = true;
-    return simple(op == "MaxPool" ? ir::OpKind::maxpool : ir::OpKind::avgpool, attrs);
-  }
-  if (op == "GlobalAveragePool") {
-    if (net.shape(x).size() != 4) return unsupported(n, "only [B,C,H,W] inputs are supported");
-    ir::Shape pooled{ir::kBatch, net.shape(x)[1]};
-    std::string gap = emit(n.name(), ir::OpKind::global_avgpool, {x}, "", Json::object(), &pooled);
-    producer_of["\x01" + gap] = gap;
-    return (void)emit(n.name() + "/unsqueeze", ir::OpKind::reshape, {"\x01" + gap}, y,
-                      Json{{"shape", {net.shape(x)[1], 1, 1}}});
-  }
-  if (op == "Concat") return map_concat(i);
-  if (op == "Add" && is_act(0) != is_act(1) && learned_positions(i, is_act(0) ? 0 : 1)) return;
-  if (op == "Add" || op == "Mul") return map_elementwise(i);
-  if (op == "Gemm") {
-    if (attr_i(n, "transA", 0) || attr_f(n, "alpha", 1) != 1.0f || attr_f(n, "beta", 1) != 1.0f || is_act(1) || is_act(2))
-      return unsupported(n, "only Gemm(x, W, b) with transA=0, alpha=beta=1 and parameter W, b is supported");
-    const auto& w = net.shape(n.input(1));
-    const bool trans_b = attr_i(n, "transB", 0) != 0, bias = n.input_size() > 2 && !n.input(2).empty();
-    int64_t out = trans_b ? w[0] : w[1];
-    const std::string name = emit(n.name(), ir::OpKind::linear, {x}, y, Json{{"out_features", out}, {"bias", bias}});
-    add_param(name, "weight", n.input(1), {out, net.shape(x).back()}, !trans_b);
-    if (bias) add_param(name, "bias", n.input(2), {out});
-    return;
-  }
-  if (op == "MatMul") {
-    if (is_act(1)) {
-      if (net.shape(x).size() < 3 || net.shape(x).size() != net.shape(n.input(1)).size())
-        return unsupported(n, "activation @ activation needs equal ranks >= 3");
-      return (void)emit(n.name(), ir::OpKind::matmul, {x, n.input(1)}, y);
-    }
-    const auto& w = net.shape(n.input(1));
-    if (w.size() != 2) return unsupported(n, "a parameter operand must be a 2-d weight");
-    const std::string name = emit(n.name(), ir::OpKind::linear, {x}, y, Json{{"out_features", w[1]}, {"bias", false}});
-    add_param(name, "weight", n.input(1), {w[1], net.shape(x).back()}, true);
-    return;
-  }
-  if (op == "Flatten") {
-    if (norm_axis(attr_i(n, "axis", 1), net.shape(x).size()) != 1) return unsupported(n, "only axis=1 is supported");
-    return simple(ir::OpKind::flatten);
-  }
-  if (op == "Dropout") {
-    if (n.output_size() > 1 && !unused(net, n.output(1))) return unsupported(n, "the mask output is used");
-    double p = attr_f(n, "ratio", 0.5f);
-    if (n.input_size() > 1 && !n.input(1).empty()) {
-      const auto& r = net.at(n.input(1));
-      if (!r.reals || r.reals->size() != 1) return unsupported(n, "the ratio is not a constant");
-      p = (*r.reals)[0];
-    }
-    return simple(ir::OpKind::dropout, Json{{"p", p}});
-  }
-  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
-    const auto& s = net.shape(y);
-    return simple(ir::OpKind::reshape, Json{{"shape", std::vector<int64_t>(s.begin() + 1, s.end())}});
-  }
-  if (op == "Transpose") {
-    auto perm = attr_ints(n, "perm");
-    if (perm.empty() || perm[0] != 0) return unsupported(n, "the permutation moves the batch dimension");
-    return simple(ir::OpKind::transpose, Json{{"perm", perm}});
-  }
-  if (op == "Softmax") {
-    size_t rank = net.shape(x).size();
-    int64_t axis = norm_axis(attr_i(n, "axis", net.opset >= 13 ? -1 : 1), rank);
-    if (net.opset < 13 && axis != static_cast<int64_t>(rank) - 1)
-      return unsupported(n, "opset < 13 Softmax over more than the last axis");
-    return simple(ir::OpKind::softmax, Json{{"axis", axis}});
-  }
-  if (op == "LayerNormalization") {
-    size_t rank = net.shape(x).size();
-    if (norm_axis(attr_i(n, "axis", -1), rank) != static_cast<int64_t>(rank) - 1)
-      return unsupported(n, "normalization over more than the last axis");
-    if (n.input_size() < 3 || n.input(2).empty() || is_act(1) || is_act(2))
-      return unsupported(n, "needs parameter scale and bias");
-    const std::string name = emit(n.name(), ir::OpKind::layernorm, {x}, y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
-    add_param(name, "weight", n.input(1), {net.shape(x).back()});
-    add_param(name, "bias", n.input(2), {net.shape(x).back()});
-    return;
-  }
-  if (op == "Split") {
-    int64_t axis = norm_axis(attr_i(n, "axis", 0), net.shape(x).size());
-    if (axis < 1) return unsupported(n, "split along the batch dimension");
-    int64_t start = 0;
-    for (int k = 0; k < n.output_size(); ++k) {
-      int64_t len = net.shape(n.output(k))[axis];
-      emit(fmt::format("{}/{}", n.name(), k), ir::OpKind::slice, {x}, n.output(k),
-           Json{{"axis", axis}, {"start", start}, {"end", start + len}});
-      start += len;
-    }
-    return;
-  }
-  if (op == "Slice") return map_slice(i);
-  if (op == "Gather" && !is_act(0) && is_act(1)) {  // a lookup table (nn.Embedding): Gather(weight, indices)
-    const auto& w = net.shape(x);
-    if (w.size() != 2 || norm_axis(attr_i(n, "axis", 0), 2) != 0)
-      return unsupported(n, "a table lookup needs a 2-d table gathered along axis 0");
-    const int idx_type = net.at(n.input(1)).elem_type;
-    if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
-        (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32))
-      return unsupported(n, "the indices of a table lookup must be an int32 or int64 graph input");
-    const std::string name = emit(n.name(), ir::OpKind::embedding, {n.input(1)}, y, Json{{"rows", w[0]}, {"dim", w[1]}});
-    add_param(name, "weight", x, {w[0], w[1]});
-    return;
-  }
-  if (op == "Gather") {
-    const auto& idx = net.at(n.input(1));
-    size_t rank = net.shape(x).size();
-    int64_t axis = norm_axis(attr_i(n, "axis", 0), rank);
-    if (!idx.ints || idx.ints->size() != 1 || axis < 1)
-      return unsupported(n, "only a constant single index along a non-batch axis is supported");
-    int64_t j = (*idx.ints)[0] < 0 ? (*idx.ints)[0] + net.shape(x)[axis] : (*idx.ints)[0];
-    Json attrs{{"axis", axis}, {"start", j}, {"end", j + 1}};
-    if (!idx.value_shape.empty()) return simple(ir::OpKind::slice, attrs);
-    ir::Shape sliced = ir_shape(x);
-    sliced[axis] = 1;
-    std::string s = emit(n.name() + "/slice", ir::OpKind::slice, {x}, "", attrs, &sliced);
-    producer_of["\x01" + s] = s;
-    const auto& ys = net.shape(y);
-    return (void)emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, y,
-                      Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
-  }
-  if (op == "ReduceMean" || op == "ReduceSum") return map_reduce(i);
-  GP_ASSERT(false, "supported op {} not mapped", op);
+  rule->second(Node{*this, i, n, n.input_size() ? n.input(0) : y, y});
 }
 
 void Mapper::map_conv(int i) {

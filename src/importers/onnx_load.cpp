@@ -8,10 +8,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <queue>
 #include <sstream>
 #include <unordered_set>
 
+#include "graph/dag.h"
 #include "importers/onnx_graph.h"
 #include "support/error.h"
 
@@ -127,54 +127,59 @@ void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInf
   if (ti.reals && static_cast<int64_t>(ti.reals->size()) != n) ti.reals.reset();
 }
 
-// Kahn's algorithm over tensor dependencies; a remainder is a cycle, reported by node names.
-std::vector<onnx::NodeProto> sort_nodes(const std::string& path, const onnx::GraphProto& g,
-                                        const std::unordered_set<std::string>& sources) {
+// The node-reads-node graph: an edge from each tensor's producer to every node that reads it.
+graph::Dag tensor_dag(const std::string& path, const onnx::GraphProto& g,
+                      const std::unordered_set<std::string>& sources) {
   const int n = g.node_size();
   std::unordered_map<std::string, int> producer;
   for (int i = 0; i < n; ++i)
     for (const auto& o : g.node(i).output())
       if (!o.empty()) producer[o] = i;
-  std::vector<std::vector<int>> succ(n), pred(n);
-  std::vector<int> indeg(n, 0);
+  graph::Dag dag(n);
   for (int i = 0; i < n; ++i)
     for (const auto& in : g.node(i).input()) {
       if (in.empty() || sources.count(in)) continue;
       auto it = producer.find(in);
       GP_CHECK(it != producer.end(), "{}: node {} reads tensor \"{}\", which no node, input or initializer provides",
                path, node_label(g.node(i)), in);
-      succ[it->second].push_back(i);
-      pred[i].push_back(it->second);
-      ++indeg[i];
+      dag.add_edge(it->second, i);
     }
-  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
-  for (int i = 0; i < n; ++i)
-    if (indeg[i] == 0) ready.push(i);
+  return dag;
+}
+
+// A cycle among the nodes Kahn could not place, in edge order: from the first unplaced node, walk
+// unplaced predecessors (first input first) until one repeats.
+std::vector<int> cycle_in_remainder(const graph::Dag& dag, const std::vector<char>& placed) {
+  int v = 0;
+  while (placed[v]) ++v;
+  std::vector<int> pos(dag.size(), -1), walk;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(walk.size());
+    walk.push_back(v);
+    for (int u : dag.preds(v))
+      if (!placed[u]) {
+        v = u;
+        break;
+      }
+  }
+  std::vector<int> cyc(walk.begin() + pos[v], walk.end());
+  std::reverse(cyc.begin(), cyc.end());
+  return cyc;
+}
+
+// Nodes in graph::kahn_order (smallest node index first); a remainder is a cycle, reported by names.
+std::vector<onnx::NodeProto> sort_nodes(const std::string& path, const onnx::GraphProto& g,
+                                        const std::unordered_set<std::string>& sources) {
+  const graph::Dag dag = tensor_dag(path, g, sources);
+  const std::vector<int> order = graph::kahn_order(dag);
   std::vector<onnx::NodeProto> out;
-  std::vector<char> placed(n, 0);
-  while (!ready.empty()) {
-    int u = ready.top();
-    ready.pop();
+  std::vector<char> placed(dag.size(), 0);
+  for (int u : order) {
     placed[u] = 1;
     out.push_back(g.node(u));
-    for (int v : succ[u])
-      if (--indeg[v] == 0) ready.push(v);
   }
-  if (static_cast<int>(out.size()) != n) {
-    int v = 0;
-    while (placed[v]) ++v;
-    std::vector<int> pos(n, -1), walk;
-    while (pos[v] < 0) {  // walk predecessors inside the remainder until one repeats
-      pos[v] = static_cast<int>(walk.size());
-      walk.push_back(v);
-      for (int u : pred[v])
-        if (!placed[u]) {
-          v = u;
-          break;
-        }
-    }
-    std::vector<int> cyc(walk.begin() + pos[v], walk.end());
-    std::reverse(cyc.begin(), cyc.end());
+  if (static_cast<int>(out.size()) != dag.size()) {
+    std::vector<int> cyc = cycle_in_remainder(dag, placed);
     std::string names;
     for (int c : cyc) names += "\"" + g.node(c).name() + "\" -> ";
     throw UserError(fmt::format("{}: the ONNX graph has a cycle: {}\"{}\"", path, names, g.node(cyc.front()).name()));
@@ -325,7 +330,11 @@ std::optional<std::vector<int64_t>> proto_shape(const onnx::TypeProto& tp) {
 
 }  // namespace
 
-Net load_net(const std::string& path, bool keep_values) {
+namespace {
+
+// Reads and parses the file; checks what every later step relies on (a graph, a supported opset,
+// nodes with outputs). Sets net.path and net.opset.
+onnx::ModelProto parse_model(const std::string& path, Net& net) {
   const std::string bytes = read_file(path);
   GP_CHECK(!bytes.empty(), "{}: the ONNX file is empty", path);
   GP_CHECK(plausible_model_header(bytes),
@@ -336,49 +345,39 @@ Net load_net(const std::string& path, bool keep_values) {
            path, bytes.size());
   GP_CHECK(model.has_graph() && model.graph().node_size() > 0,
            "{}: corrupt or truncated ONNX file (no graph or an empty graph)", path);
-  Net net;
   net.path = path;
   for (const auto& os : model.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") net.opset = static_cast<int>(os.version());
   GP_CHECK(net.opset > 0, "{}: corrupt or truncated ONNX file (no opset_import for the default domain)", path);
   GP_CHECK(net.opset >= 7 && net.opset <= 17, "{}: opset {} is not supported (supported: 7 to 17; export with opset_version=17)",
            path, net.opset);
-
-  onnx::GraphProto& g = *model.mutable_graph();
   // Every operator we read produces at least one output; a node without one (a corrupt file, found by
   // fuzz/fuzz_onnx) would otherwise be indexed at output(0) further down.
-  for (const auto& n : g.node())
+  for (const auto& n : model.graph().node())
     GP_CHECK(n.output_size() > 0, "{}: corrupt ONNX file (node {} has no outputs)", path, node_label(n));
-  std::unordered_set<std::string> sources, initializers;
-  for (const auto& init : g.initializer()) {
-    sources.insert(init.name());
-    initializers.insert(init.name());
-    TensorInfo& ti = net.t[init.name()];
-    read_values(path, init, ti);
-    ti.param = true;
-  }
-  for (const auto& in : g.input()) sources.insert(in.name());
-  net.nodes = sort_nodes(path, g, sources);
-  for (const auto& o : g.output()) net.outputs.push_back(o.name());
+  return model;
+}
 
-  // Data inputs vs weights given as inputs (export_params=False): with a dynamic axis anywhere, the data
-  // inputs are exactly those with a symbolic dim; else those not read only by weight slots.
+bool has_symbolic_dim(const onnx::ValueInfoProto& v) {
+  for (const auto& d : v.type().tensor_type().shape().dim())
+    if (!d.has_dim_value()) return true;
+  return false;
+}
+
+// Data inputs vs weights given as inputs (export_params=False): with a dynamic axis anywhere, the data
+// inputs are exactly those with a symbolic dim; else those not read only by weight slots.
+void classify_inputs(const onnx::GraphProto& g, const std::unordered_set<std::string>& initializers, Net& net) {
   std::vector<const onnx::ValueInfoProto*> free_inputs;
   bool any_symbolic = false;
-  auto symbolic = [](const onnx::ValueInfoProto& v) {
-    for (const auto& d : v.type().tensor_type().shape().dim())
-      if (!d.has_dim_value()) return true;
-    return false;
-  };
   for (const auto& in : g.input())
     if (!initializers.count(in.name())) {
       free_inputs.push_back(&in);
-      any_symbolic = any_symbolic || symbolic(in);
+      any_symbolic = any_symbolic || has_symbolic_dim(in);
     }
   for (const auto* in : free_inputs) {
     bool weight;
     if (any_symbolic) {
-      weight = !symbolic(*in);
+      weight = !has_symbolic_dim(*in);
     } else {
       int uses = 0, weight_uses = 0;
       for (const auto& n : net.nodes)
@@ -395,37 +394,50 @@ Net load_net(const std::string& path, bool keep_values) {
     ti.activation = !weight;
     if (!weight) net.data_inputs.push_back(in->name());
   }
-  GP_CHECK(!net.data_inputs.empty(), "{}: the model has no data input (every graph input is a weight)", path);
+  GP_CHECK(!net.data_inputs.empty(), "{}: the model has no data input (every graph input is a weight)", net.path);
+}
 
-  // Constant nodes become known tensors; activation-ness flows from data inputs through values.
+// A Constant node's value as a tensor named after its output.
+onnx::TensorProto constant_value(const std::string& path, const onnx::NodeProto& n) {
+  onnx::TensorProto tp;
+  if (const auto* a = find_attr(n, "value")) {
+    tp = a->t();
+  } else if (const auto* ai = find_attr(n, "value_int")) {
+    tp.set_data_type(onnx::TensorProto::INT64);
+    tp.add_int64_data(ai->i());
+  } else if (const auto* ais = find_attr(n, "value_ints")) {
+    tp.set_data_type(onnx::TensorProto::INT64);
+    tp.add_dims(ais->ints_size());
+    for (int64_t v : ais->ints()) tp.add_int64_data(v);
+  } else if (const auto* af = find_attr(n, "value_float")) {
+    tp.set_data_type(onnx::TensorProto::FLOAT);
+    tp.add_float_data(af->f());
+  } else {
+    throw UserError(fmt::format("{}: Constant node {} has no supported value attribute", path, node_label(n)));
+  }
+  tp.set_name(n.output(0));
+  return tp;
+}
+
+// Constant nodes become known tensors (and initializers of g); the other nodes stay in order.
+void take_constants(onnx::GraphProto& g, bool keep_values, Net& net) {
   std::vector<onnx::NodeProto> kept;
   for (auto& n : net.nodes) {
     if (n.op_type() != "Constant") {
       kept.push_back(std::move(n));
       continue;
     }
-    onnx::TensorProto tp;
-    if (const auto* a = find_attr(n, "value")) {
-      tp = a->t();
-    } else if (const auto* ai = find_attr(n, "value_int")) {
-      tp.set_data_type(onnx::TensorProto::INT64);
-      tp.add_int64_data(ai->i());
-    } else if (const auto* ais = find_attr(n, "value_ints")) {
-      tp.set_data_type(onnx::TensorProto::INT64);
-      tp.add_dims(ais->ints_size());
-      for (int64_t v : ais->ints()) tp.add_int64_data(v);
-    } else if (const auto* af = find_attr(n, "value_float")) {
-      tp.set_data_type(onnx::TensorProto::FLOAT);
-      tp.add_float_data(af->f());
-    } else {
-      throw UserError(fmt::format("{}: Constant node {} has no supported value attribute", path, node_label(n)));
-    }
-    tp.set_name(n.output(0));
-    read_values(path, tp, net.t[n.output(0)]);
+    onnx::TensorProto tp = constant_value(net.path, n);
+    read_values(net.path, tp, net.t[n.output(0)]);
     if (keep_values) net.values[tp.name()] = tp;
     *g.add_initializer() = tp;
   }
   net.nodes = std::move(kept);
+}
+
+// Activation-ness flows from data inputs through values; a node with no activation input computes
+// shapes or constants only (folded). Records producers and consumers.
+void mark_activations(Net& net) {
   net.folded.assign(net.nodes.size(), false);
   for (size_t i = 0; i < net.nodes.size(); ++i) {
     const auto& n = net.nodes[i];
@@ -445,12 +457,15 @@ Net load_net(const std::string& path, bool keep_values) {
     }
     net.folded[i] = !act;
   }
+}
 
-  // ONNX's own shape inference divides by strides, dilations and group without checking them
-  // (a stride of 0 is a SIGFPE inside libonnx, found by fuzz_onnx): reject such nodes first.
-  // It also indexes past its arrays when a Conv without kernel_shape has a weight whose rank differs
-  // from the input's (a SEGV, found by fuzz_onnx); with kernel_shape present it checks the rank and
-  // fails cleanly, so a Conv gets kernel_shape = the weight's spatial dims when they are known.
+// ONNX's own shape inference divides by strides, dilations and group without checking them
+// (a stride of 0 is a SIGFPE inside libonnx, found by fuzz_onnx): reject such nodes first.
+// It also indexes past its arrays when a Conv without kernel_shape has a weight whose rank differs
+// from the input's (a SEGV, found by fuzz_onnx); with kernel_shape present it checks the rank and
+// fails cleanly, so a Conv gets kernel_shape = the weight's spatial dims when they are known.
+void check_windowed_nodes(const onnx::GraphProto& g, Net& net) {
+  const std::string& path = net.path;
   std::map<std::string, std::vector<int64_t>> static_dims;
   for (const auto& init : g.initializer()) static_dims[init.name()] = {init.dims().begin(), init.dims().end()};
   for (const auto& in : g.input()) {
@@ -485,25 +500,32 @@ Net load_net(const std::string& path, bool keep_values) {
                  node_label(n), name, pads ? "non-negative" : "positive", fmt::join(v, ", "));
     }
   }
+}
 
-  // Inference with the batch fixed to kProbeBatch; fold shape computations; repeat until stable.
+// Fixes every data input's batch to kProbeBatch (only dim 0 may be symbolic) and clears the shapes
+// inference will fill in.
+void probe_batch(onnx::GraphProto& g, const Net& net) {
   for (auto& in : *g.mutable_input()) {
-    if (!net.t[in.name()].activation) continue;
+    auto it = net.t.find(in.name());
+    if (it == net.t.end() || !it->second.activation) continue;
     auto* shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
-    GP_CHECK(shape->dim_size() >= 1, "{}: input \"{}\" is a scalar; expected a batch dimension", path, in.name());
+    GP_CHECK(shape->dim_size() >= 1, "{}: input \"{}\" is a scalar; expected a batch dimension", net.path, in.name());
     for (int d = 1; d < shape->dim_size(); ++d)
       GP_CHECK(shape->dim(d).has_dim_value(),
                "{}: input \"{}\": dimension {} is symbolic (\"{}\"); only the batch dimension (dim 0) may be dynamic",
-               path, in.name(), d, shape->dim(d).dim_param());
+               net.path, in.name(), d, shape->dim(d).dim_param());
     shape->mutable_dim(0)->set_dim_value(kProbeBatch);
   }
   g.clear_value_info();
   for (auto& o : *g.mutable_output()) o.mutable_type()->mutable_tensor_type()->clear_shape();
-  std::vector<bool> materialized(net.nodes.size(), false);
-  // Data propagation only while every operator has a schema: libonnx 1.12 dereferences a null type
-  // when it propagates data (e.g. through Shape) from the output of an operator it does not know (a
-  // SEGV, found by fuzz_onnx: one op_type renamed to "Tranzpose"). Such a model cannot be imported
-  // anyway; without propagation inference still runs and the mapper lists the unknown operators.
+}
+
+// Data propagation only while every operator has a schema: libonnx 1.12 dereferences a null type
+// when it propagates data (e.g. through Shape) from the output of an operator it does not know (a
+// SEGV, found by fuzz_onnx: one op_type renamed to "Tranzpose"). Such a model cannot be imported
+// anyway; without propagation inference still runs and the mapper lists the unknown operators.
+// Returns whether every node has one.
+bool find_schemas(Net& net) {
   net.has_schema.assign(net.nodes.size(), true);
   for (size_t i = 0; i < net.nodes.size(); ++i) {
     const auto& n = net.nodes[i];
@@ -511,27 +533,43 @@ Net load_net(const std::string& path, bool keep_values) {
     net.has_schema[i] =
         onnx::OpSchemaRegistry::Schema(n.op_type(), onnx_domain ? net.opset : INT_MAX, n.domain()) != nullptr;
   }
-  const bool all_known = std::find(net.has_schema.begin(), net.has_schema.end(), false) == net.has_schema.end();
+  return std::find(net.has_schema.begin(), net.has_schema.end(), false) == net.has_schema.end();
+}
+
+// One round of ONNX shape inference over the nodes not yet folded; the shapes and types it finds
+// go into net.t.
+void infer_round(onnx::ModelProto& model, const std::vector<bool>& materialized, bool data_prop, Net& net) {
+  onnx::GraphProto& g = *model.mutable_graph();
+  g.clear_node();
+  for (size_t i = 0; i < net.nodes.size(); ++i)
+    if (!materialized[i]) *g.add_node() = net.nodes[i];
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 1, data_prop));
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    throw UserError(fmt::format("{}: ONNX shape inference failed: {}", net.path, msg.substr(0, msg.find('\n'))));
+  }
+  auto take = [&](const onnx::ValueInfoProto& v) {
+    TensorInfo& ti = net.t[v.name()];
+    if (auto s = proto_shape(v.type())) ti.shape = s;
+    if (v.type().tensor_type().elem_type()) ti.elem_type = v.type().tensor_type().elem_type();
+  };
+  for (const auto& v : g.input()) take(v);
+  for (const auto& v : g.value_info()) take(v);
+  for (const auto& v : g.output()) take(v);
+  g.clear_value_info();
+}
+
+// Inference with the batch fixed to kProbeBatch; fold shape computations into initializers;
+// repeat until nothing more folds.
+void infer_and_fold(onnx::ModelProto& model, Net& net) {
+  onnx::GraphProto& g = *model.mutable_graph();
+  probe_batch(g, net);
+  const bool all_known = find_schemas(net);
+  std::vector<bool> materialized(net.nodes.size(), false);
   for (int round = 0;; ++round) {
-    g.clear_node();
-    for (size_t i = 0; i < net.nodes.size(); ++i)
-      if (!materialized[i]) *g.add_node() = net.nodes[i];
-    try {
-      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions(false, 1, all_known));
-    } catch (const std::exception& e) {
-      std::string msg = e.what();
-      throw UserError(fmt::format("{}: ONNX shape inference failed: {}", path, msg.substr(0, msg.find('\n'))));
-    }
-    auto take = [&](const onnx::ValueInfoProto& v) {
-      TensorInfo& ti = net.t[v.name()];
-      if (auto s = proto_shape(v.type())) ti.shape = s;
-      if (v.type().tensor_type().elem_type()) ti.elem_type = v.type().tensor_type().elem_type();
-    };
-    for (const auto& v : g.input()) take(v);
-    for (const auto& v : g.value_info()) take(v);
-    for (const auto& v : g.output()) take(v);
-    g.clear_value_info();
+    infer_round(model, materialized, all_known, net);
     bool progress = false;
     for (size_t i = 0; i < net.nodes.size(); ++i) {
       if (!net.folded[i] || materialized[i] || net.nodes[i].output_size() != 1) continue;
@@ -542,6 +580,30 @@ Net load_net(const std::string& path, bool keep_values) {
     }
     if (!progress || round > 4 * static_cast<int>(net.nodes.size())) break;
   }
+}
+
+}  // namespace
+
+Net load_net(const std::string& path, bool keep_values) {
+  Net net;
+  onnx::ModelProto model = parse_model(path, net);
+  onnx::GraphProto& g = *model.mutable_graph();
+  std::unordered_set<std::string> sources, initializers;
+  for (const auto& init : g.initializer()) {
+    sources.insert(init.name());
+    initializers.insert(init.name());
+    TensorInfo& ti = net.t[init.name()];
+    read_values(path, init, ti);
+    ti.param = true;
+  }
+  for (const auto& in : g.input()) sources.insert(in.name());
+  net.nodes = sort_nodes(path, g, sources);
+  for (const auto& o : g.output()) net.outputs.push_back(o.name());
+  classify_inputs(g, initializers, net);
+  take_constants(g, keep_values, net);
+  mark_activations(net);
+  check_windowed_nodes(g, net);
+  infer_and_fold(model, net);
   if (keep_values)  // the file's initializers (the folded ones added above are integer shape values)
     for (auto& init : *g.mutable_initializer())
       if (initializers.count(init.name())) net.values[init.name()].Swap(&init);

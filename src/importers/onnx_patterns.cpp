@@ -1,7 +1,10 @@
 // Multi-node ONNX patterns that become one IR op: multi-head self-attention blocks (regions where the
 // batch leaves dim 0), decomposed LayerNorm, the erf form of GELU, MatMul + bias, GlobalAveragePool +
 // Flatten. Each match claims its nodes; whatever is left is mapped node by node.
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -175,28 +178,30 @@ void Mapper::attention_params(const std::string& op, const std::vector<int>& nod
   add_param(op, "bo", out_projs[0]->b, {h});
 }
 
-void Mapper::match_patterns(std::vector<bool>& claimed) {
-  Matcher m{net, claimed};
-  const int n = static_cast<int>(net.nodes.size());
-  auto claim = [&](const std::vector<int>& nodes) {
-    for (int i : nodes) claimed[i] = true;
-  };
+namespace {
 
-  // 1. Regions where the batch leaves dim 0 (torch's MultiheadAttention works sequence-first and merges
-  // batch and heads): connected by such tensors; accepted only as a whole self-attention block.
-  // Only tensors that an op reads count (training-mode BatchNorm / Dropout have unused side outputs).
+void claim(std::vector<bool>& claimed, const std::vector<int>& nodes) {
+  for (int i : nodes) claimed[i] = true;
+}
+
+// Regions where the batch leaves dim 0 (torch's MultiheadAttention works sequence-first and merges
+// batch and heads): unclaimed nodes connected by such tensors, by root. Only tensors that an op reads
+// count (training-mode BatchNorm / Dropout have unused side outputs).
+std::map<int, std::vector<int>> batch_moving_regions(const Mapper& mp, const Matcher& m) {
+  const Net& net = mp.net;
+  const int n = static_cast<int>(net.nodes.size());
   auto mixed = [&](const std::string& t) {
     const auto& ti = net.at(t);
     bool read = m.is_output(t);
     for (int c : ti.consumers) read = read || !net.folded[c];
-    return read && ti.activation && ti.shape && !batch_first(t);
+    return read && ti.activation && ti.shape && !mp.batch_first(t);
   };
   std::vector<int> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
   std::function<int(int)> find = [&](int v) { return parent[v] == v ? v : parent[v] = find(parent[v]); };
   std::vector<bool> member(n, false);
   for (int i = 0; i < n; ++i) {
-    if (claimed[i]) continue;
+    if (m.claimed[i]) continue;
     for (const auto& o : net.nodes[i].output())
       if (!o.empty() && mixed(o)) member[i] = true;
     for (const auto& in : net.nodes[i].input())
@@ -211,158 +216,205 @@ void Mapper::match_patterns(std::vector<bool>& claimed) {
   std::map<int, std::vector<int>> regions;
   for (int i = 0; i < n; ++i)
     if (member[i]) regions[find(i)].push_back(i);
-  for (const auto& [root, nodes] : regions) {
-    std::set<std::string> ext_in, outs, params;
-    std::set<int> inside(nodes.begin(), nodes.end());
-    int softmax = 0, act_matmul = 0;
-    std::vector<std::vector<int64_t>> heads_seen;  // rank-3 shapes inside: [S, B*heads, H/heads] etc.
-    for (int i : nodes) {
-      const auto& nd = net.nodes[i];
-      softmax += nd.op_type() == "Softmax";
-      if (nd.op_type() == "MatMul" && net.at(nd.input(0)).activation && net.at(nd.input(1)).activation) ++act_matmul;
-      for (const auto& in : nd.input()) {
-        if (in.empty()) continue;
-        const auto& ti = net.at(in);
-        if (ti.activation && !inside.count(ti.producer)) ext_in.insert(in);
-        param_roots(net, in, params);
-      }
-      for (const auto& o : nd.output()) {
-        if (o.empty()) continue;
-        for (int c : net.at(o).consumers)
-          if (!inside.count(c) && !net.folded[c]) outs.insert(o);  // shape-only readers do not count
-        if (m.is_output(o)) outs.insert(o);
-        if (const auto& s = net.at(o).shape; s && s->size() == 3) heads_seen.push_back(*s);
-      }
+  return regions;
+}
+
+// A region as seen from outside: its activation inputs and outputs (shape-only readers do not
+// count), the parameters behind it, and what it computes inside.
+struct Region {
+  std::set<std::string> ext_in, outs, params;
+  int softmax = 0, act_matmul = 0;
+  std::vector<std::vector<int64_t>> rank3;  // rank-3 shapes inside: [S, B*heads, H/heads] etc.
+};
+
+Region summarize_region(const Net& net, const Matcher& m, const std::vector<int>& nodes) {
+  Region r;
+  std::set<int> inside(nodes.begin(), nodes.end());
+  for (int i : nodes) {
+    const auto& nd = net.nodes[i];
+    r.softmax += nd.op_type() == "Softmax";
+    if (nd.op_type() == "MatMul" && net.at(nd.input(0)).activation && net.at(nd.input(1)).activation) ++r.act_matmul;
+    for (const auto& in : nd.input()) {
+      if (in.empty()) continue;
+      const auto& ti = net.at(in);
+      if (ti.activation && !inside.count(ti.producer)) r.ext_in.insert(in);
+      param_roots(net, in, r.params);
     }
-    std::string why;
-    int64_t h = 0, count = 0;
-    if (ext_in.size() != 1 || outs.size() != 1) {
-      why = fmt::format("{} activation input(s) and {} output(s), expected 1 and 1", ext_in.size(), outs.size());
-    } else {
-      const auto &xs = net.shape(*ext_in.begin()), &ys = net.shape(*outs.begin());
-      h = xs.back();
-      for (const auto& p : params) count += std::max<int64_t>(0, ir::per_sample_elems(net.shape(p)) > 1
-                                                                     ? ir::per_sample_elems(net.shape(p)) : 0);
-      if (xs.size() != 3 || xs != ys || !batch_first(*ext_in.begin()))
-        why = fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","), fmt::join(ys, ","));
-      else if (softmax != 1 || act_matmul != 2)
-        why = fmt::format("{} Softmax and {} activation MatMul nodes, expected 1 and 2", softmax, act_matmul);
-      else if (count != 4 * h * h + 4 * h)
-        why = fmt::format("{} parameters, expected 4*{}^2+4*{} = {} (Q,K,V,output projections with biases)", count, h, h,
-                          4 * h * h + 4 * h);
+    for (const auto& o : nd.output()) {
+      if (o.empty()) continue;
+      for (int c : net.at(o).consumers)
+        if (!inside.count(c) && !net.folded[c]) r.outs.insert(o);
+      if (m.is_output(o)) r.outs.insert(o);
+      if (const auto& s = net.at(o).shape; s && s->size() == 3) r.rank3.push_back(*s);
     }
-    // heads: the k of a rank-3 tensor with a dim k * batch whose last dim is hidden / k (k = 1 if none).
-    int64_t heads = 1;
-    for (const auto& s : heads_seen)
-      for (int64_t d : s)
-        if (h > 0 && d % kProbeBatch == 0 && d / kProbeBatch > 1 && h % (d / kProbeBatch) == 0 &&
-            s.back() == h / (d / kProbeBatch))
-          heads = std::max(heads, d / kProbeBatch);
-    claim(nodes);
+  }
+  return r;
+}
+
+// Why the region is not a multi-head self-attention block ("" when it is); `h` gets the hidden
+// width when the region has one input and one output.
+std::string attention_mismatch(const Mapper& mp, const Region& r, int64_t& h) {
+  const Net& net = mp.net;
+  if (r.ext_in.size() != 1 || r.outs.size() != 1)
+    return fmt::format("{} activation input(s) and {} output(s), expected 1 and 1", r.ext_in.size(), r.outs.size());
+  const auto &xs = net.shape(*r.ext_in.begin()), &ys = net.shape(*r.outs.begin());
+  h = xs.back();
+  int64_t count = 0;
+  for (const auto& p : r.params)
+    count += std::max<int64_t>(0, ir::per_sample_elems(net.shape(p)) > 1 ? ir::per_sample_elems(net.shape(p)) : 0);
+  if (xs.size() != 3 || xs != ys || !mp.batch_first(*r.ext_in.begin()))
+    return fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","), fmt::join(ys, ","));
+  if (r.softmax != 1 || r.act_matmul != 2)
+    return fmt::format("{} Softmax and {} activation MatMul nodes, expected 1 and 2", r.softmax, r.act_matmul);
+  if (count != 4 * h * h + 4 * h)
+    return fmt::format("{} parameters, expected 4*{}^2+4*{} = {} (Q,K,V,output projections with biases)", count, h, h,
+                       4 * h * h + 4 * h);
+  return "";
+}
+
+// heads: the k of a rank-3 tensor with a dim k * batch whose last dim is hidden / k (k = 1 if none).
+int64_t attention_heads(const Region& r, int64_t h) {
+  int64_t heads = 1;
+  for (const auto& s : r.rank3)
+    for (int64_t d : s)
+      if (h > 0 && d % kProbeBatch == 0 && d / kProbeBatch > 1 && h % (d / kProbeBatch) == 0 &&
+          s.back() == h / (d / kProbeBatch))
+        heads = std::max(heads, d / kProbeBatch);
+  return heads;
+}
+
+// 1. Each batch-moving region is accepted only as a whole self-attention block (one attention op);
+// otherwise it is claimed with a reason, so the import fails naming it.
+void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
+  const Net& net = mp.net;
+  for (const auto& [root, nodes] : batch_moving_regions(mp, m)) {
+    const Region r = summarize_region(net, m, nodes);
+    int64_t h = 0;
+    const std::string why = attention_mismatch(mp, r, h);
+    const int64_t heads = attention_heads(r, h);
+    claim(claimed, nodes);
     if (!why.empty()) {
-      reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a multi-head "
-                                    "self-attention block ({})", node_label(net.nodes[nodes.front()]),
-                                    node_label(net.nodes[nodes.back()]), why));
+      mp.reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a "
+                                       "multi-head self-attention block ({})",
+                                       node_label(net.nodes[nodes.front()]), node_label(net.nodes[nodes.back()]), why));
       continue;
     }
-    attention_params(emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*ext_in.begin()},
-                          *outs.begin(), Json{{"heads", heads}}),
-                     nodes, h);
+    mp.attention_params(mp.emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*r.ext_in.begin()},
+                                 *r.outs.begin(), Json{{"heads", heads}}),
+                        nodes, h);
   }
+}
 
-  for (int i = 0; i < n; ++i) {
+// 2. LayerNorm decomposed (opset < 17): mean, x - mean, pow 2, mean, + eps, sqrt, div, * w, + b.
+bool match_layernorm(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed) {
+  const Net& net = mp.net;
+  const auto& nd = net.nodes[i];
+  if (nd.op_type() != "ReduceMean" || nd.input_size() != 1 || attr_i(nd, "keepdims", 1) != 1 ||
+      !net.at(nd.input(0)).activation)
+    return false;
+  const std::string& x = nd.input(0);
+  auto axes = attr_ints(nd, "axes");
+  const auto& xs = net.shape(x);
+  if (axes.size() != 1 || (axes[0] != -1 && axes[0] != static_cast<int64_t>(xs.size()) - 1)) return false;
+  int sub = m.sole(nd.output(0), "Sub");
+  if (sub < 0 || m.node(sub).input(0) != x) return false;
+  const auto& c = net.at(m.node(sub).output(0)).consumers;
+  if (c.size() != 2) return false;
+  int pw = net.nodes[c[0]].op_type() == "Pow" ? c[0] : c[1], dv = pw == c[0] ? c[1] : c[0];
+  if (net.nodes[pw].op_type() != "Pow" || net.nodes[dv].op_type() != "Div" || claimed[pw] || claimed[dv] ||
+      !m.near(m.scalar(net.nodes[pw].input(1)), 2.0))
+    return false;
+  int r2 = m.sole(net.nodes[pw].output(0), "ReduceMean");
+  int ad = r2 < 0 ? -1 : m.sole(m.node(r2).output(0), "Add");
+  auto eps = ad < 0 ? std::nullopt : m.scalar(m.other(ad, m.node(r2).output(0)));
+  int sq = ad < 0 ? -1 : m.sole(m.node(ad).output(0), "Sqrt");
+  if (!eps || sq < 0 || m.sole(m.node(sq).output(0), "Div") != dv || m.node(dv).input(0) != m.node(sub).output(0))
+    return false;
+  int mu = m.sole(m.node(dv).output(0), "Mul");
+  int bi = mu < 0 ? -1 : m.sole(m.node(mu).output(0), "Add");
+  if (bi < 0 || !m.param_vec(m.other(mu, m.node(dv).output(0)), xs.back()) ||
+      !m.param_vec(m.other(bi, m.node(mu).output(0)), xs.back()))
+    return false;
+  std::vector<int> group{i, sub, pw, r2, ad, sq, dv, mu, bi};
+  claim(claimed, group);
+  std::string ln = mp.emit(fused_name(net, group, "layernorm"), ir::OpKind::layernorm, {x}, m.node(bi).output(0),
+                           Json{{"eps", *eps}});
+  mp.add_param(ln, "weight", m.other(mu, m.node(dv).output(0)), {xs.back()});
+  mp.add_param(ln, "bias", m.other(bi, m.node(mu).output(0)), {xs.back()});
+  return true;
+}
+
+// 3. GELU, erf form: x * 0.5 * (1 + erf(x / sqrt(2))) in either multiplication order.
+bool match_gelu(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed) {
+  const Net& net = mp.net;
+  const auto& nd = net.nodes[i];
+  const std::string& op = nd.op_type();
+  if (op != "Div" && op != "Mul") return false;
+  const std::string& x = nd.input(0);
+  auto c = m.scalar(nd.input(1));
+  bool scaled = op == "Div" ? m.near(c, std::sqrt(2.0)) : m.near(c, 1.0 / std::sqrt(2.0));
+  int erf = scaled && net.at(x).activation ? m.sole(nd.output(0), "Erf") : -1;
+  int one = erf < 0 ? -1 : m.sole(m.node(erf).output(0), "Add");
+  int m1 = one < 0 || !m.near(m.scalar(m.other(one, m.node(erf).output(0))), 1.0) ? -1
+                                                                                   : m.sole(m.node(one).output(0), "Mul");
+  if (m1 < 0) return false;
+  std::string o = m.other(m1, m.node(one).output(0));
+  std::vector<int> group{i, erf, one, m1};
+  std::string out;
+  int m2 = o == x ? m.sole(m.node(m1).output(0), "Mul") : -1;
+  int half = m.producer(o);
+  if (m2 >= 0 && m.near(m.scalar(m.other(m2, m.node(m1).output(0))), 0.5)) {
+    group.push_back(m2);
+    out = m.node(m2).output(0);
+  } else if (o != x && half >= 0 && !claimed[half] && net.nodes[half].op_type() == "Mul" &&
+             m.sole(o, "Mul") == m1 && m.other(half, x) != "" && m.near(m.scalar(m.other(half, x)), 0.5) &&
+             (m.node(half).input(0) == x || m.node(half).input(1) == x)) {
+    group.push_back(half);
+    out = m.node(m1).output(0);
+  }
+  if (out.empty()) return false;
+  claim(claimed, group);
+  mp.emit(fused_name(net, group, "gelu"), ir::OpKind::gelu, {x}, out);
+  return true;
+}
+
+// 4. MatMul with a 2-d parameter weight followed by a parameter bias: one linear with bias.
+bool match_linear_bias(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed) {
+  const Net& net = mp.net;
+  const auto& nd = net.nodes[i];
+  if (nd.op_type() != "MatMul" || !net.at(nd.input(0)).activation || net.at(nd.input(1)).activation) return false;
+  const auto& w = net.shape(nd.input(1));
+  int ad = w.size() == 2 ? m.sole(nd.output(0), "Add") : -1;
+  if (ad < 0 || !m.param_vec(m.other(ad, nd.output(0)), w[1])) return false;
+  claim(claimed, {i, ad});
+  std::string lin = mp.emit(nd.name(), ir::OpKind::linear, {nd.input(0)}, m.node(ad).output(0),
+                            Json{{"out_features", w[1]}, {"bias", true}});
+  mp.add_param(lin, "weight", nd.input(1), {w[1], w[0]}, true);
+  mp.add_param(lin, "bias", m.other(ad, nd.output(0)), {w[1]});
+  return true;
+}
+
+// 5. GlobalAveragePool then Flatten: the IR's global_avgpool already gives [B, C].
+bool match_pool_flatten(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed) {
+  const auto& nd = mp.net.nodes[i];
+  if (nd.op_type() != "GlobalAveragePool") return false;
+  int fl = m.sole(nd.output(0), "Flatten");
+  if (fl < 0 || attr_i(m.node(fl), "axis", 1) != 1 || mp.net.shape(nd.input(0)).size() != 4) return false;
+  claim(claimed, {i, fl});
+  mp.emit(nd.name(), ir::OpKind::global_avgpool, {nd.input(0)}, m.node(fl).output(0));
+  return true;
+}
+
+}  // namespace
+
+void Mapper::match_patterns(std::vector<bool>& claimed) {
+  Matcher m{net, claimed};
+  map_batch_moving_regions(*this, m, claimed);
+  for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i) {
     if (claimed[i]) continue;
-    const auto& nd = net.nodes[i];
-    const std::string& op = nd.op_type();
-    // 2. LayerNorm decomposed (opset < 17): mean, x - mean, pow 2, mean, + eps, sqrt, div, * w, + b.
-    if (op == "ReduceMean" && nd.input_size() == 1 && attr_i(nd, "keepdims", 1) == 1 && net.at(nd.input(0)).activation) {
-      const std::string& x = nd.input(0);
-      auto axes = attr_ints(nd, "axes");
-      const auto& xs = net.shape(x);
-      if (axes.size() != 1 || (axes[0] != -1 && axes[0] != static_cast<int64_t>(xs.size()) - 1)) goto not_ln;
-      {
-        int sub = m.sole(nd.output(0), "Sub");
-        if (sub < 0 || m.node(sub).input(0) != x) goto not_ln;
-        const auto& c = net.at(m.node(sub).output(0)).consumers;
-        if (c.size() != 2) goto not_ln;
-        int pw = net.nodes[c[0]].op_type() == "Pow" ? c[0] : c[1], dv = pw == c[0] ? c[1] : c[0];
-        if (net.nodes[pw].op_type() != "Pow" || net.nodes[dv].op_type() != "Div" || claimed[pw] || claimed[dv] ||
-            !m.near(m.scalar(net.nodes[pw].input(1)), 2.0))
-          goto not_ln;
-        int r2 = m.sole(net.nodes[pw].output(0), "ReduceMean");
-        int ad = r2 < 0 ? -1 : m.sole(m.node(r2).output(0), "Add");
-        auto eps = ad < 0 ? std::nullopt : m.scalar(m.other(ad, m.node(r2).output(0)));
-        int sq = ad < 0 ? -1 : m.sole(m.node(ad).output(0), "Sqrt");
-        if (!eps || sq < 0 || m.sole(m.node(sq).output(0), "Div") != dv || m.node(dv).input(0) != m.node(sub).output(0))
-          goto not_ln;
-        int mu = m.sole(m.node(dv).output(0), "Mul");
-        int bi = mu < 0 ? -1 : m.sole(m.node(mu).output(0), "Add");
-        if (bi < 0 || !m.param_vec(m.other(mu, m.node(dv).output(0)), xs.back()) ||
-            !m.param_vec(m.other(bi, m.node(mu).output(0)), xs.back()))
-          goto not_ln;
-        std::vector<int> group{i, sub, pw, r2, ad, sq, dv, mu, bi};
-        claim(group);
-        std::string ln = emit(fused_name(net, group, "layernorm"), ir::OpKind::layernorm, {x}, m.node(bi).output(0),
-                              Json{{"eps", *eps}});
-        add_param(ln, "weight", m.other(mu, m.node(dv).output(0)), {xs.back()});
-        add_param(ln, "bias", m.other(bi, m.node(mu).output(0)), {xs.back()});
-        continue;
-      }
-    }
-  not_ln:
-    // 3. GELU, erf form: x * 0.5 * (1 + erf(x / sqrt(2))) in either multiplication order.
-    if (op == "Div" || op == "Mul") {
-      const std::string& x = nd.input(0);
-      auto c = m.scalar(nd.input(1));
-      bool scaled = op == "Div" ? m.near(c, std::sqrt(2.0)) : m.near(c, 1.0 / std::sqrt(2.0));
-      int erf = scaled && net.at(x).activation ? m.sole(nd.output(0), "Erf") : -1;
-      int one = erf < 0 ? -1 : m.sole(m.node(erf).output(0), "Add");
-      int m1 = one < 0 || !m.near(m.scalar(m.other(one, m.node(erf).output(0))), 1.0) ? -1
-                                                                                       : m.sole(m.node(one).output(0), "Mul");
-      if (m1 >= 0) {
-        std::string o = m.other(m1, m.node(one).output(0));
-        std::vector<int> group{i, erf, one, m1};
-        std::string out;
-        int m2 = o == x ? m.sole(m.node(m1).output(0), "Mul") : -1;
-        int half = m.producer(o);
-        if (m2 >= 0 && m.near(m.scalar(m.other(m2, m.node(m1).output(0))), 0.5)) {
-          group.push_back(m2);
-          out = m.node(m2).output(0);
-        } else if (o != x && half >= 0 && !claimed[half] && net.nodes[half].op_type() == "Mul" &&
-                   m.sole(o, "Mul") == m1 && m.other(half, x) != "" && m.near(m.scalar(m.other(half, x)), 0.5) &&
-                   (m.node(half).input(0) == x || m.node(half).input(1) == x)) {
-          group.push_back(half);
-          out = m.node(m1).output(0);
-        }
-        if (!out.empty()) {
-          claim(group);
-          emit(fused_name(net, group, "gelu"), ir::OpKind::gelu, {x}, out);
-          continue;
-        }
-      }
-    }
-    // 4. MatMul with a 2-d parameter weight followed by a parameter bias: one linear with bias.
-    if (op == "MatMul" && net.at(nd.input(0)).activation && !net.at(nd.input(1)).activation) {
-      const auto& w = net.shape(nd.input(1));
-      int ad = w.size() == 2 ? m.sole(nd.output(0), "Add") : -1;
-      if (ad >= 0 && m.param_vec(m.other(ad, nd.output(0)), w[1])) {
-        claim({i, ad});
-        std::string lin = emit(nd.name(), ir::OpKind::linear, {nd.input(0)}, m.node(ad).output(0),
-                               Json{{"out_features", w[1]}, {"bias", true}});
-        add_param(lin, "weight", nd.input(1), {w[1], w[0]}, true);
-        add_param(lin, "bias", m.other(ad, nd.output(0)), {w[1]});
-        continue;
-      }
-    }
-    // 5. GlobalAveragePool then Flatten: the IR's global_avgpool already gives [B, C].
-    if (op == "GlobalAveragePool") {
-      int fl = m.sole(nd.output(0), "Flatten");
-      if (fl >= 0 && attr_i(m.node(fl), "axis", 1) == 1 && net.shape(nd.input(0)).size() == 4) {
-        claim({i, fl});
-        emit(nd.name(), ir::OpKind::global_avgpool, {nd.input(0)}, m.node(fl).output(0));
-        continue;
-      }
-    }
+    // The first pattern that matches at node i claims its nodes; at most one can (by op type).
+    (void)(match_layernorm(*this, m, i, claimed) || match_gelu(*this, m, i, claimed) ||
+           match_linear_bias(*this, m, i, claimed) || match_pool_flatten(*this, m, i, claimed));
   }
 }
 

@@ -6,9 +6,245 @@
 
 namespace gp::ir {
 
+namespace {
+
+const std::string kWhere = "model";
+
+// What every cost rule reads: the op, its input shapes and the per-sample sizes derived from them.
+struct CostInput {
+  const Op& op;
+  const std::vector<Shape>& in;
+  double eb;         // output element bytes
+  double out_elems;  // output elements per sample
+  double in_elems0;  // input 0's elements per sample
+  double in0_bytes;  // input 0's bytes per sample
+};
+
+// Parameter counts in double (attributes and dims can be up to 2^40 each; the total is checked by
+// derive_costs). Tables are read per gathered row (input_bytes), not per call.
+struct ParamCount {
+  double params = 0, table_params = 0;
+};
+
+using CostRule = void (*)(const CostInput&, OpCosts&, ParamCount&);
+
+// An elementwise op: `fwd` and `bwd` FLOPs per output element.
+void per_element(const CostInput& x, OpCosts& c, double fwd, double bwd) {
+  c.fwd_flops = fwd * x.out_elems;
+  c.bwd_flops = bwd * x.out_elems;
+}
+
+void linear_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  double k = static_cast<double>(x.in[0].back()), n = static_cast<double>(x.op.output_shape.back());
+  double rows = x.in_elems0 / k;
+  p.params = k * n + (attr_bool(x.op, "bias", true, kWhere) ? n : 0);
+  c.fwd_flops = 2 * rows * k * n;
+  c.bwd_flops = 2 * c.fwd_flops;
+  c.saved_bytes = x.in0_bytes;
+}
+
+void matmul_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  const Shape& a = x.in[0];
+  double m = static_cast<double>(a[a.size() - 2]), k = static_cast<double>(a.back());
+  double n = static_cast<double>(x.op.output_shape.back());
+  double batch = x.in_elems0 / (m * k);
+  c.fwd_flops = 2 * batch * m * k * n;
+  c.bwd_flops = 2 * c.fwd_flops;
+  c.saved_bytes = c.input_bytes;
+}
+
+// add, mul: n operands (a parameter operand counts): n-1 FLOPs per output element; a broadcast
+// operand's gradient is the sum of the output gradient over its broadcast dims (one more pass each).
+void elementwise_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const std::optional<Shape> ps = param_shape(x.op, kWhere);
+  const double n = static_cast<double>(x.in.size() + (ps ? 1 : 0));
+  double broadcast_operands = ps ? 1 : 0;
+  for (const Shape& s : x.in) broadcast_operands += s == x.op.output_shape ? 0 : 1;
+  if (ps) p.params = static_cast<double>(per_sample_elems(*ps));
+  const bool mul = x.op.kind == OpKind::mul;
+  c.fwd_flops = (n - 1) * x.out_elems;
+  c.bwd_flops = (mul ? n * (n - 1) * x.out_elems : 0) + broadcast_operands * x.out_elems;
+  if (mul) c.saved_bytes = c.input_bytes;
+}
+
+// Data movement only (the parameter's gradient sums over the batch: not counted).
+void concat_cost(const CostInput& x, OpCosts&, ParamCount& p) {
+  if (const std::optional<Shape> ps = param_shape(x.op, kWhere)) p.params = static_cast<double>(per_sample_elems(*ps));
+}
+
+// pad, slice, flatten, reshape, transpose: data movement only: bytes, no FLOPs, nothing saved.
+void movement_cost(const CostInput&, OpCosts&, ParamCount&) {}
+
+void relu_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 1, 1);
+  c.saved_bytes = c.output_bytes;
+}
+
+// erf form: ~8 FLOPs forward, ~12 backward per element.
+void gelu_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 8, 12);
+  c.saved_bytes = x.in0_bytes;
+}
+
+// clip: a clamp; hardsigmoid: a multiply-add and a clamp; backward masks the gradient.
+void clamp_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, x.op.kind == OpKind::clip ? 1 : 3, 1);
+  c.saved_bytes = x.in0_bytes;
+}
+
+void hardswish_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 4, 4);
+  c.saved_bytes = x.in0_bytes;
+}
+
+// sigmoid, tanh.
+void squash_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 4, 3);
+  c.saved_bytes = c.output_bytes;
+}
+
+void softmax_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 5, 4);
+  c.saved_bytes = c.output_bytes;
+}
+
+void layernorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  double h = static_cast<double>(x.in[0].back());
+  p.params = 2 * h;
+  per_element(x, c, 8, 14);
+  c.saved_bytes = x.in0_bytes + 2 * (x.out_elems / h) * 4;  // input + mean and rstd per row
+}
+
+void dropout_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  per_element(x, c, 2, 1);
+  c.saved_bytes = attr_num(x.op, "p", 0.1, kWhere) > 0 ? x.out_elems : 0;  // one byte mask per element
+}
+
+void embedding_bag_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  double bag = static_cast<double>(x.in[0][1]);
+  double rows = static_cast<double>(attr_int(x.op, "rows", std::nullopt, kWhere));
+  double dim = static_cast<double>(x.op.output_shape[1]);
+  p.params = p.table_params = rows * dim;
+  c.fwd_flops = bag * static_cast<double>(dim);
+  c.bwd_flops = bag * static_cast<double>(dim);
+  c.input_bytes += bag * static_cast<double>(dim) * x.eb;  // gathered rows
+  c.saved_bytes = x.in0_bytes;                              // the indices
+}
+
+// A lookup: each index copies one row (forward) and adds into one gradient row (backward);
+// learned positions add a [seq, dim] table to every sample and sum its gradient over the batch.
+void embedding_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const double tokens = x.in_elems0;
+  const double rows = static_cast<double>(attr_int(x.op, "rows", std::nullopt, kWhere));
+  const double dim = static_cast<double>(x.op.output_shape.back());
+  p.params = p.table_params = rows * dim;
+  per_element(x, c, 1, 1);
+  c.input_bytes += tokens * static_cast<double>(dim) * x.eb;  // gathered rows
+  c.saved_bytes = x.in0_bytes;                                 // the indices
+  if (attr_bool(x.op, "positions", false, kWhere)) {
+    p.params += static_cast<double>(attr_int(x.op, "position_rows", x.in[0][1], kWhere)) * dim;
+    c.fwd_flops += x.out_elems;
+    c.bwd_flops += x.out_elems;
+  }
+}
+
+// x [S, H]: Q,K,V projections 3*2SH^2, scores QK^T 2S^2H, weighted sum 2S^2H, output
+// projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
+void attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  double s = static_cast<double>(x.in[0][1]), h = static_cast<double>(x.in[0][2]);
+  double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
+  p.params = 4 * h * h + 4 * h;
+  c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
+  c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
+  c.saved_bytes = (5 * s * h + heads * s * s) * x.eb;
+}
+
+// Each output element is a dot product over its group's ci/groups input channels x kh x kw.
+void conv2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const ConvGeometry g = conv_geometry(x.op, x.in[0][1], kWhere);
+  const double co = static_cast<double>(x.op.output_shape[1]);
+  const double taps = static_cast<double>(x.in[0][1] / g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
+  p.params = co * taps + (attr_bool(x.op, "bias", true, kWhere) ? co : 0.0);
+  c.fwd_flops = 2 * x.out_elems * taps;
+  c.bwd_flops = 2 * c.fwd_flops;
+  c.saved_bytes = x.in0_bytes;
+}
+
+void batchnorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  p.params = 2 * static_cast<double>(x.in[0][1]);
+  per_element(x, c, 8, 14);
+  c.saved_bytes = x.in0_bytes;
+}
+
+// maxpool saves its input and the argmax; avgpool nothing.
+void pool_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  double k = static_cast<double>(attr_int(x.op, "kernel", std::nullopt, kWhere));
+  c.fwd_flops = x.out_elems * k * k;
+  c.bwd_flops = x.out_elems * k * k;
+  c.saved_bytes = x.op.kind == OpKind::maxpool ? x.in0_bytes + x.out_elems * 8 : 0;
+}
+
+// global_avgpool, mean, sum: one pass over the input.
+void reduce_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  c.fwd_flops = x.in_elems0;
+  c.bwd_flops = x.in_elems0;
+}
+
+void mse_loss_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  c.fwd_flops = 3 * x.in_elems0;
+  c.bwd_flops = 2 * x.in_elems0;
+  c.saved_bytes = c.input_bytes;
+}
+
+void cross_entropy_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  c.fwd_flops = 5 * x.in_elems0;
+  c.bwd_flops = 3 * x.in_elems0;
+  c.saved_bytes = x.in0_bytes;
+}
+
+/// The cost rule of each op kind (the compiler checks that every kind has one).
+CostRule cost_rule(OpKind k) {
+  switch (k) {
+    case OpKind::linear: return linear_cost;
+    case OpKind::matmul: return matmul_cost;
+    case OpKind::add:
+    case OpKind::mul: return elementwise_cost;
+    case OpKind::concat: return concat_cost;
+    case OpKind::pad:
+    case OpKind::slice:
+    case OpKind::flatten:
+    case OpKind::reshape:
+    case OpKind::transpose: return movement_cost;
+    case OpKind::relu: return relu_cost;
+    case OpKind::gelu: return gelu_cost;
+    case OpKind::clip:
+    case OpKind::hardsigmoid: return clamp_cost;
+    case OpKind::hardswish: return hardswish_cost;
+    case OpKind::sigmoid:
+    case OpKind::tanh: return squash_cost;
+    case OpKind::softmax: return softmax_cost;
+    case OpKind::layernorm: return layernorm_cost;
+    case OpKind::dropout: return dropout_cost;
+    case OpKind::embedding_bag: return embedding_bag_cost;
+    case OpKind::embedding: return embedding_cost;
+    case OpKind::attention: return attention_cost;
+    case OpKind::conv2d: return conv2d_cost;
+    case OpKind::batchnorm: return batchnorm_cost;
+    case OpKind::maxpool:
+    case OpKind::avgpool: return pool_cost;
+    case OpKind::global_avgpool:
+    case OpKind::mean:
+    case OpKind::sum: return reduce_cost;
+    case OpKind::mse_loss: return mse_loss_cost;
+    case OpKind::cross_entropy: return cross_entropy_cost;
+  }
+  return movement_cost;
+}
+
+}  // namespace
+
 OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vector<DType>& in_dt) {
   OpCosts c;
-  const std::string where = "model";
   const double eb = static_cast<double>(dtype_bytes(op.dtype));  // output element bytes
   const double out_elems = op.output_shape.empty() ? 0.0 : static_cast<double>(per_sample_elems(op.output_shape));
   double in_elems0 = in.empty() ? 0.0 : static_cast<double>(per_sample_elems(in[0]));
@@ -16,185 +252,14 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
     c.input_bytes += static_cast<double>(per_sample_elems(in[i]) * dtype_bytes(in_dt[i]));
   c.output_bytes = out_elems * eb;
   const double in0_bytes = in.empty() ? 0.0 : in_elems0 * static_cast<double>(dtype_bytes(in_dt[0]));
-  // Parameter counts in double (attributes and dims can be up to 2^40 each; products checked below).
-  double params = 0, table_params = 0;  // tables: read per gathered row (input_bytes), not per call
-
-  switch (op.kind) {
-    case OpKind::linear: {
-      double k = static_cast<double>(in[0].back()), n = static_cast<double>(op.output_shape.back());
-      double rows = in_elems0 / k;
-      params = k * n + (attr_bool(op, "bias", true, where) ? n : 0);
-      c.fwd_flops = 2 * rows * k * n;
-      c.bwd_flops = 2 * c.fwd_flops;
-      c.saved_bytes = in0_bytes;
-      break;
-    }
-    case OpKind::matmul: {
-      const Shape& a = in[0];
-      double m = static_cast<double>(a[a.size() - 2]), k = static_cast<double>(a.back());
-      double n = static_cast<double>(op.output_shape.back());
-      double batch = in_elems0 / (m * k);
-      c.fwd_flops = 2 * batch * m * k * n;
-      c.bwd_flops = 2 * c.fwd_flops;
-      c.saved_bytes = c.input_bytes;
-      break;
-    }
-    case OpKind::add:
-    case OpKind::mul: {
-      // n operands (a parameter operand counts): n-1 FLOPs per output element; a broadcast operand's
-      // gradient is the sum of the output gradient over its broadcast dims (one more pass each).
-      const std::optional<Shape> ps = param_shape(op, where);
-      const double n = static_cast<double>(in.size() + (ps ? 1 : 0));
-      double broadcast_operands = ps ? 1 : 0;
-      for (const Shape& s : in) broadcast_operands += s == op.output_shape ? 0 : 1;
-      if (ps) params = static_cast<double>(per_sample_elems(*ps));
-      c.fwd_flops = (n - 1) * out_elems;
-      c.bwd_flops = (op.kind == OpKind::mul ? n * (n - 1) * out_elems : 0) + broadcast_operands * out_elems;
-      if (op.kind == OpKind::mul) c.saved_bytes = c.input_bytes;
-      break;
-    }
-    case OpKind::concat:
-      if (const std::optional<Shape> ps = param_shape(op, where)) params = static_cast<double>(per_sample_elems(*ps));
-      break;  // data movement only (the parameter's gradient sums over the batch: not counted)
-    case OpKind::pad:
-    case OpKind::slice:
-    case OpKind::flatten:
-    case OpKind::reshape:
-    case OpKind::transpose:
-      break;  // data movement only: bytes, no FLOPs, nothing saved
-    case OpKind::relu:
-      c.fwd_flops = out_elems;
-      c.bwd_flops = out_elems;
-      c.saved_bytes = c.output_bytes;
-      break;
-    case OpKind::gelu:  // erf form: ~8 FLOPs forward, ~12 backward per element
-      c.fwd_flops = 8 * out_elems;
-      c.bwd_flops = 12 * out_elems;
-      c.saved_bytes = in0_bytes;
-      break;
-    case OpKind::clip:
-    case OpKind::hardsigmoid:  // a multiply-add and a clamp; backward masks the gradient
-      c.fwd_flops = (op.kind == OpKind::clip ? 1 : 3) * out_elems;
-      c.bwd_flops = out_elems;
-      c.saved_bytes = in0_bytes;
-      break;
-    case OpKind::hardswish:
-      c.fwd_flops = 4 * out_elems;
-      c.bwd_flops = 4 * out_elems;
-      c.saved_bytes = in0_bytes;
-      break;
-    case OpKind::sigmoid:
-    case OpKind::tanh:
-      c.fwd_flops = 4 * out_elems;
-      c.bwd_flops = 3 * out_elems;
-      c.saved_bytes = c.output_bytes;
-      break;
-    case OpKind::softmax:
-      c.fwd_flops = 5 * out_elems;
-      c.bwd_flops = 4 * out_elems;
-      c.saved_bytes = c.output_bytes;
-      break;
-    case OpKind::layernorm: {
-      double h = static_cast<double>(in[0].back());
-      params = 2 * h;
-      c.fwd_flops = 8 * out_elems;
-      c.bwd_flops = 14 * out_elems;
-      c.saved_bytes = in0_bytes + 2 * (out_elems / h) * 4;  // input + mean and rstd per row
-      break;
-    }
-    case OpKind::dropout:
-      c.fwd_flops = 2 * out_elems;
-      c.bwd_flops = out_elems;
-      c.saved_bytes = attr_num(op, "p", 0.1, where) > 0 ? out_elems : 0;  // one byte mask per element
-      break;
-    case OpKind::embedding_bag: {
-      double bag = static_cast<double>(in[0][1]);
-      double rows = static_cast<double>(attr_int(op, "rows", std::nullopt, where));
-      double dim = static_cast<double>(op.output_shape[1]);
-      params = table_params = rows * dim;
-      c.fwd_flops = bag * static_cast<double>(dim);
-      c.bwd_flops = bag * static_cast<double>(dim);
-      c.input_bytes += bag * static_cast<double>(dim) * eb;  // gathered rows
-      c.saved_bytes = in0_bytes;                              // the indices
-      break;
-    }
-    case OpKind::embedding: {
-      // A lookup: each index copies one row (forward) and adds into one gradient row (backward);
-      // learned positions add a [seq, dim] table to every sample and sum its gradient over the batch.
-      const double tokens = in_elems0;
-      const double rows = static_cast<double>(attr_int(op, "rows", std::nullopt, where));
-      const double dim = static_cast<double>(op.output_shape.back());
-      params = table_params = rows * dim;
-      c.fwd_flops = out_elems;
-      c.bwd_flops = out_elems;
-      c.input_bytes += tokens * static_cast<double>(dim) * eb;  // gathered rows
-      c.saved_bytes = in0_bytes;                                 // the indices
-      if (attr_bool(op, "positions", false, where)) {
-        params += static_cast<double>(attr_int(op, "position_rows", in[0][1], where)) * dim;
-        c.fwd_flops += out_elems;
-        c.bwd_flops += out_elems;
-      }
-      break;
-    }
-    case OpKind::attention: {
-      // x [S, H]: Q,K,V projections 3*2SH^2, scores QK^T 2S^2H, weighted sum 2S^2H, output
-      // projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
-      double s = static_cast<double>(in[0][1]), h = static_cast<double>(in[0][2]);
-      double heads = static_cast<double>(attr_int(op, "heads", std::nullopt, where));
-      params = 4 * h * h + 4 * h;
-      c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
-      c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
-      c.saved_bytes = (5 * s * h + heads * s * s) * eb;
-      break;
-    }
-    case OpKind::conv2d: {
-      // Each output element is a dot product over its group's ci/groups input channels x kh x kw.
-      const ConvGeometry g = conv_geometry(op, in[0][1], where);
-      const double co = static_cast<double>(op.output_shape[1]);
-      const double taps = static_cast<double>(in[0][1] / g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
-      params = co * taps + (attr_bool(op, "bias", true, where) ? co : 0.0);
-      c.fwd_flops = 2 * out_elems * taps;
-      c.bwd_flops = 2 * c.fwd_flops;
-      c.saved_bytes = in0_bytes;
-      break;
-    }
-    case OpKind::batchnorm:
-      params = 2 * static_cast<double>(in[0][1]);
-      c.fwd_flops = 8 * out_elems;
-      c.bwd_flops = 14 * out_elems;
-      c.saved_bytes = in0_bytes;
-      break;
-    case OpKind::maxpool:
-    case OpKind::avgpool: {
-      double k = static_cast<double>(attr_int(op, "kernel", std::nullopt, where));
-      c.fwd_flops = out_elems * k * k;
-      c.bwd_flops = out_elems * k * k;
-      c.saved_bytes = op.kind == OpKind::maxpool ? in0_bytes + out_elems * 8 : 0;  // input + argmax
-      break;
-    }
-    case OpKind::global_avgpool:
-    case OpKind::mean:
-    case OpKind::sum:
-      c.fwd_flops = in_elems0;
-      c.bwd_flops = in_elems0;
-      break;
-    case OpKind::mse_loss:
-      c.fwd_flops = 3 * in_elems0;
-      c.bwd_flops = 2 * in_elems0;
-      c.saved_bytes = c.input_bytes;
-      break;
-    case OpKind::cross_entropy:
-      c.fwd_flops = 5 * in_elems0;
-      c.bwd_flops = 3 * in_elems0;
-      c.saved_bytes = in0_bytes;
-      break;
-  }
-  if (params > kMaxParamsPerOp)
-    throw UserError(fmt::format("{}: op \"{}\" ({}) has {:.4g} parameters, more than 2^44", where, op.name,
-                                to_string(op.kind), params));
-  c.params = static_cast<int64_t>(params);
+  ParamCount p;
+  cost_rule(op.kind)(CostInput{op, in, eb, out_elems, in_elems0, in0_bytes}, c, p);
+  if (p.params > kMaxParamsPerOp)
+    throw UserError(fmt::format("{}: op \"{}\" ({}) has {:.4g} parameters, more than 2^44", kWhere, op.name,
+                                to_string(op.kind), p.params));
+  c.params = static_cast<int64_t>(p.params);
   c.param_bytes = c.params * dtype_bytes(op.dtype);
-  c.weight_read_bytes = (c.params - static_cast<int64_t>(table_params)) * dtype_bytes(op.dtype);
+  c.weight_read_bytes = (c.params - static_cast<int64_t>(p.table_params)) * dtype_bytes(op.dtype);
   return c;
 }
 

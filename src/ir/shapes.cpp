@@ -146,267 +146,348 @@ std::optional<Shape> broadcast(const std::vector<Shape>& shapes) {
   return out;
 }
 
-Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string& where) {
-  auto need_inputs = [&](size_t lo, size_t hi) {
-    if (in.size() < lo || in.size() > hi) {
-      if (lo == hi) fail(op, where, fmt::format("expects {} input(s), has {}", lo, in.size()));
-      fail(op, where, fmt::format("expects {} to {} inputs, has {}", lo, hi, in.size()));
-    }
-  };
-  auto need_rank = [&](size_t i, size_t lo, size_t hi) {
-    if (in[i].size() < lo || in[i].size() > hi)
-      fail(op, where, fmt::format("input {} has shape {}, expected rank {}{}", i, shape_str(in[i]), lo,
-                                  hi == lo ? "" : fmt::format(" to {}", hi)));
-  };
-  auto positive = [&](const char* key, std::optional<int64_t> dflt) {
-    int64_t v = attr_int(op, key, dflt, where);
-    if (v <= 0) fail(op, where, fmt::format("attrs.{} must be positive, found {}", key, v));
-    if (v > kMaxExtent) fail(op, where, fmt::format("attrs.{} = {} is larger than 2^40", key, v));
-    return v;
-  };
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i].empty() || in[i][0] != kBatch)
-      fail(op, where, fmt::format("input {} has shape {} without a batch dimension", i, shape_str(in[i])));
+namespace {
 
-  switch (op.kind) {
-    case OpKind::linear: {
-      need_inputs(1, 1);
-      need_rank(0, 2, 8);
-      Shape out = in[0];
-      out.back() = positive("out_features", std::nullopt);
-      return out;
-    }
-    case OpKind::matmul: {
-      need_inputs(2, 2);
-      need_rank(0, 3, 8);
-      need_rank(1, 3, 8);
-      const Shape &a = in[0], &b = in[1];
-      if (a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) || a[a.size() - 1] != b[b.size() - 2])
-        fail(op, where, fmt::format("shape mismatch: {} @ {}", shape_str(a), shape_str(b)));
-      Shape out = a;
-      out.back() = b.back();
-      return out;
-    }
+/// One op's inputs and the checks every shape rule shares; each failure names the op and `where`.
+struct ShapeInput {
+  const Op& op;
+  const std::vector<Shape>& in;
+  const std::string& where;
+
+  [[noreturn]] void fail(const std::string& msg) const { ir::fail(op, where, msg); }
+  void need_inputs(size_t lo, size_t hi) const {
+    if (in.size() >= lo && in.size() <= hi) return;
+    if (lo == hi) fail(fmt::format("expects {} input(s), has {}", lo, in.size()));
+    fail(fmt::format("expects {} to {} inputs, has {}", lo, hi, in.size()));
+  }
+  void need_rank(size_t i, size_t lo, size_t hi) const {
+    if (in[i].size() < lo || in[i].size() > hi)
+      fail(fmt::format("input {} has shape {}, expected rank {}{}", i, shape_str(in[i]), lo,
+                       hi == lo ? "" : fmt::format(" to {}", hi)));
+  }
+  /// One input of rank lo..hi (hi = 0: any rank).
+  void one_input(size_t lo = 0, size_t hi = 0) const {
+    need_inputs(1, 1);
+    if (hi > 0) need_rank(0, lo, hi);
+  }
+  int64_t positive(const char* key, std::optional<int64_t> dflt) const {
+    int64_t v = attr_int(op, key, dflt, where);
+    if (v <= 0) fail(fmt::format("attrs.{} must be positive, found {}", key, v));
+    if (v > kMaxExtent) fail(fmt::format("attrs.{} = {} is larger than 2^40", key, v));
+    return v;
+  }
+  int64_t integer(const char* key, std::optional<int64_t> dflt) const { return attr_int(op, key, dflt, where); }
+  double number(const char* key, double dflt) const { return attr_num(op, key, dflt, where); }
+  bool flag(const char* key) const { return attr_bool(op, key, false, where); }
+  int64_t axis(const char* key, std::optional<int64_t> dflt, size_t rank) const {
+    return attr_axis(op, key, dflt, rank, where);
+  }
+  /// attrs.param as a per-sample tensor shape [B, ...], if the op has one.
+  std::optional<Shape> param_input() const {
+    std::optional<Shape> ps = param_shape(op, where);
+    if (!ps) return std::nullopt;
+    Shape s{kBatch};
+    s.insert(s.end(), ps->begin(), ps->end());
+    return s;
+  }
+};
+
+using ShapeRule = Shape (*)(const ShapeInput&);
+
+Shape same_as_input(const ShapeInput& x) {
+  x.one_input();
+  return x.in[0];
+}
+
+Shape linear_shape(const ShapeInput& x) {
+  x.one_input(2, 8);
+  Shape out = x.in[0];
+  out.back() = x.positive("out_features", std::nullopt);
+  return out;
+}
+
+Shape matmul_shape(const ShapeInput& x) {
+  x.need_inputs(2, 2);
+  x.need_rank(0, 3, 8);
+  x.need_rank(1, 3, 8);
+  const Shape &a = x.in[0], &b = x.in[1];
+  if (a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) || a[a.size() - 1] != b[b.size() - 2])
+    x.fail(fmt::format("shape mismatch: {} @ {}", shape_str(a), shape_str(b)));
+  Shape out = a;
+  out.back() = b.back();
+  return out;
+}
+
+// add, mul: inputs (and attrs.param, as the last operand) broadcast.
+Shape elementwise_shape(const ShapeInput& x) {
+  std::vector<Shape> all = x.in;
+  std::optional<Shape> ps = x.param_input();
+  x.need_inputs(ps ? 1 : 2, 64);
+  if (ps) all.push_back(*ps);
+  std::optional<Shape> out = broadcast(all);
+  if (!out) {
+    std::string list;
+    for (const Shape& s : all) list += (list.empty() ? "" : ", ") + shape_str(s);
+    x.fail(fmt::format("shape mismatch: {} do not broadcast{}", list, ps ? " (the last is attrs.param)" : ""));
+  }
+  return *out;
+}
+
+Shape concat_shape(const ShapeInput& x) {
+  x.need_inputs(1, 1024);
+  std::vector<Shape> all = x.in;
+  if (std::optional<Shape> p = x.param_input()) {
+    int64_t at = x.integer("param_at", 0);
+    if (at < 0 || at > static_cast<int64_t>(x.in.size()))
+      x.fail(fmt::format("attrs.param_at = {} is not in [0, {}]", at, x.in.size()));
+    all.insert(all.begin() + at, *p);
+  }
+  int64_t axis = x.axis("axis", std::nullopt, all[0].size());
+  Shape out = all[0];
+  for (size_t i = 1; i < all.size(); ++i) {
+    Shape a = all[0], b = all[i];
+    if (a.size() != b.size()) x.fail(fmt::format("shape mismatch: {} vs {}", shape_str(a), shape_str(b)));
+    a[axis] = b[axis] = 0;
+    if (a != b)
+      x.fail(fmt::format("shape mismatch: operand 0 is {} but operand {} is {} (concat on axis {})",
+                         shape_str(all[0]), i, shape_str(all[i]), axis));
+    out[axis] += all[i][axis];
+  }
+  return out;
+}
+
+Shape slice_shape(const ShapeInput& x) {
+  x.one_input();
+  int64_t axis = x.axis("axis", std::nullopt, x.in[0].size());
+  int64_t start = x.integer("start", std::nullopt), end = x.integer("end", std::nullopt);
+  if (start < 0 || end > x.in[0][axis] || start >= end)
+    x.fail(fmt::format("slice [{}, {}) out of range for axis {} of {}", start, end, axis, shape_str(x.in[0])));
+  Shape out = x.in[0];
+  out[axis] = end - start;
+  return out;
+}
+
+Shape dropout_shape(const ShapeInput& x) {
+  x.one_input();
+  double p = x.number("p", 0.1);
+  if (p < 0 || p >= 1) x.fail(fmt::format("attrs.p must be in [0, 1), found {}", p));
+  return x.in[0];
+}
+
+Shape clip_shape(const ShapeInput& x) {
+  x.one_input();
+  if (x.number("min", -1e300) > x.number("max", 1e300))
+    x.fail(fmt::format("attrs.min = {} is above attrs.max = {}", x.number("min", 0), x.number("max", 0)));
+  return x.in[0];
+}
+
+Shape pad_shape(const ShapeInput& x) {
+  x.one_input();
+  std::vector<int64_t> pads = attr_ints(x.op, "pads", x.where);
+  const size_t r = x.in[0].size() - 1;
+  if (pads.size() != 2 * r)
+    x.fail(fmt::format("attrs.pads has {} values, expected {} (begin and end of each of the {} per-sample dims)",
+                       pads.size(), 2 * r, r));
+  Shape out = x.in[0];
+  for (size_t d = 0; d < r; ++d) {
+    if (pads[d] < 0 || pads[d + r] < 0 || pads[d] > kMaxExtent || pads[d + r] > kMaxExtent)
+      x.fail(fmt::format("attrs.pads has a value outside [0, 2^40]: {}", x.op.attrs.at("pads").dump()));
+    out[d + 1] += pads[d] + pads[d + r];
+  }
+  return out;
+}
+
+Shape softmax_shape(const ShapeInput& x) {
+  x.one_input();
+  x.axis("axis", -1, x.in[0].size());
+  return x.in[0];
+}
+
+Shape layernorm_shape(const ShapeInput& x) {
+  x.one_input(2, 8);
+  return x.in[0];
+}
+
+Shape embedding_bag_shape(const ShapeInput& x) {
+  x.one_input(2, 2);
+  x.positive("rows", std::nullopt);
+  return Shape{kBatch, x.positive("dim", std::nullopt)};
+}
+
+Shape embedding_shape(const ShapeInput& x) {
+  x.one_input(1, 7);
+  x.positive("rows", std::nullopt);
+  const Shape& idx = x.in[0];
+  Shape out = idx;
+  out.push_back(x.positive("dim", std::nullopt));
+  if (x.flag("positions")) {
+    if (idx.size() != 2) x.fail(fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(idx)));
+    if (int64_t rows = x.integer("position_rows", idx[1]); rows < idx[1])
+      x.fail(fmt::format("attrs.position_rows = {} is less than the sequence length {}", rows, idx[1]));
+  } else if (x.op.attrs.contains("position_rows")) {
+    x.fail("attrs.position_rows without attrs.positions");
+  }
+  return out;
+}
+
+Shape attention_shape(const ShapeInput& x) {
+  x.one_input(3, 3);
+  int64_t heads = x.positive("heads", std::nullopt);
+  if (x.in[0][2] % heads != 0)
+    x.fail(fmt::format("attrs.heads = {} does not divide hidden size {}", heads, x.in[0][2]));
+  return x.in[0];
+}
+
+Shape conv2d_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  int64_t co = x.positive("out_channels", std::nullopt);
+  ConvGeometry cg = conv_geometry(x.op, x.in[0][1], x.where);
+  int64_t span_h = x.in[0][2] + cg.pt + cg.pb - cg.dh * (cg.kh - 1) - 1;
+  int64_t span_w = x.in[0][3] + cg.pl + cg.pr - cg.dw * (cg.kw - 1) - 1;
+  if (span_h < 0 || span_w < 0)
+    x.fail(fmt::format("kernel {}x{} (dilation {}x{}) does not fit input {}", cg.kh, cg.kw, cg.dh, cg.dw,
+                       shape_str(x.in[0])));
+  return Shape{kBatch, co, span_h / cg.sh + 1, span_w / cg.sw + 1};
+}
+
+Shape batchnorm_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  return x.in[0];
+}
+
+// maxpool, avgpool. ceil_mode (PyTorch/ONNX): round the window count up, dropping a last window
+// that would start in the right padding.
+Shape pool_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  int64_t k = x.positive("kernel", std::nullopt), s = x.positive("stride", k), p = x.integer("padding", 0);
+  if (p < 0 || 2 * p > k) x.fail(fmt::format("attrs.padding = {} must be in [0, kernel/2]", p));
+  const bool ceil = x.flag("ceil_mode");
+  auto out_dim = [&](int64_t n) {
+    int64_t span = n + 2 * p - k;
+    if (span < 0) return int64_t{0};
+    int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
+    if (ceil && (o - 1) * s >= n + p) --o;
+    return o;
+  };
+  int64_t h = out_dim(x.in[0][2]), w = out_dim(x.in[0][3]);
+  if (h <= 0 || w <= 0) x.fail(fmt::format("kernel {} does not fit input {}", k, shape_str(x.in[0])));
+  return Shape{kBatch, x.in[0][1], h, w};
+}
+
+Shape global_avgpool_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  return Shape{kBatch, x.in[0][1]};
+}
+
+Shape flatten_shape(const ShapeInput& x) {
+  x.one_input();
+  return Shape{kBatch, per_sample_elems(x.in[0])};
+}
+
+Shape reshape_shape(const ShapeInput& x) {
+  x.one_input();
+  Shape out{kBatch};
+  double elems = 1;
+  for (int64_t d : attr_ints(x.op, "shape", x.where)) {
+    if (d <= 0 || d > kMaxExtent) x.fail(fmt::format("attrs.shape has dimension {}, not in [1, 2^40]", d));
+    out.push_back(d);
+    elems *= static_cast<double>(d);
+  }
+  if (elems > static_cast<double>(kMaxExtent))  // before per_sample_elems, which would wrap
+    x.fail(fmt::format("attrs.shape {} has more than 2^40 elements per sample", shape_str(out)));
+  if (per_sample_elems(out) != per_sample_elems(x.in[0]))
+    x.fail(fmt::format("shape mismatch: cannot reshape {} to {}", shape_str(x.in[0]), shape_str(out)));
+  return out;
+}
+
+Shape transpose_shape(const ShapeInput& x) {
+  x.one_input();
+  auto perm = attr_ints(x.op, "perm", x.where);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> iota(x.in[0].size());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (sorted != iota || perm[0] != 0)
+    x.fail(fmt::format("attrs.perm is not a permutation of 0..{} keeping 0 first", x.in[0].size() - 1));
+  Shape out;
+  for (int64_t p : perm) out.push_back(x.in[0][p]);
+  return out;
+}
+
+// mean, sum over one non-batch axis.
+Shape reduce_shape(const ShapeInput& x) {
+  x.one_input(2, 8);
+  int64_t axis = x.axis("axis", std::nullopt, x.in[0].size());
+  Shape out = x.in[0];
+  if (x.flag("keepdim"))
+    out[axis] = 1;
+  else
+    out.erase(out.begin() + axis);
+  return out;
+}
+
+Shape mse_loss_shape(const ShapeInput& x) {
+  x.need_inputs(2, 2);
+  if (x.in[0] != x.in[1])
+    x.fail(fmt::format("shape mismatch: prediction {} vs target {}", shape_str(x.in[0]), shape_str(x.in[1])));
+  return Shape{};
+}
+
+Shape cross_entropy_shape(const ShapeInput& x) {
+  x.need_inputs(2, 2);
+  x.need_rank(0, 2, 2);
+  x.need_rank(1, 1, 1);
+  return Shape{};
+}
+
+/// The shape rule of each op kind (the compiler checks that every kind has one).
+ShapeRule shape_rule(OpKind k) {
+  switch (k) {
+    case OpKind::linear: return linear_shape;
+    case OpKind::matmul: return matmul_shape;
     case OpKind::add:
-    case OpKind::mul: {
-      std::vector<Shape> all = in;
-      std::optional<Shape> ps = param_shape(op, where);
-      need_inputs(ps ? 1 : 2, 64);
-      if (ps) {
-        all.push_back(Shape{kBatch});
-        all.back().insert(all.back().end(), ps->begin(), ps->end());
-      }
-      std::optional<Shape> out = broadcast(all);
-      if (!out) {
-        std::string list;
-        for (const Shape& s : all) list += (list.empty() ? "" : ", ") + shape_str(s);
-        fail(op, where, fmt::format("shape mismatch: {} do not broadcast{}", list, ps ? " (the last is attrs.param)" : ""));
-      }
-      return *out;
-    }
-    case OpKind::concat: {
-      need_inputs(1, 1024);
-      std::vector<Shape> all = in;
-      if (std::optional<Shape> ps = param_shape(op, where)) {
-        int64_t at = attr_int(op, "param_at", 0, where);
-        if (at < 0 || at > static_cast<int64_t>(in.size()))
-          fail(op, where, fmt::format("attrs.param_at = {} is not in [0, {}]", at, in.size()));
-        Shape p{kBatch};
-        p.insert(p.end(), ps->begin(), ps->end());
-        all.insert(all.begin() + at, p);
-      }
-      int64_t axis = attr_axis(op, "axis", std::nullopt, all[0].size(), where);
-      Shape out = all[0];
-      for (size_t i = 1; i < all.size(); ++i) {
-        Shape a = all[0], b = all[i];
-        if (a.size() != b.size()) fail(op, where, fmt::format("shape mismatch: {} vs {}", shape_str(a), shape_str(b)));
-        a[axis] = b[axis] = 0;
-        if (a != b)
-          fail(op, where, fmt::format("shape mismatch: operand 0 is {} but operand {} is {} (concat on axis {})",
-                                      shape_str(all[0]), i, shape_str(all[i]), axis));
-        out[axis] += all[i][axis];
-      }
-      return out;
-    }
-    case OpKind::slice: {
-      need_inputs(1, 1);
-      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
-      int64_t start = attr_int(op, "start", std::nullopt, where), end = attr_int(op, "end", std::nullopt, where);
-      if (start < 0 || end > in[0][axis] || start >= end)
-        fail(op, where, fmt::format("slice [{}, {}) out of range for axis {} of {}", start, end, axis, shape_str(in[0])));
-      Shape out = in[0];
-      out[axis] = end - start;
-      return out;
-    }
+    case OpKind::mul: return elementwise_shape;
+    case OpKind::concat: return concat_shape;
+    case OpKind::slice: return slice_shape;
     case OpKind::relu:
     case OpKind::gelu:
     case OpKind::sigmoid:
     case OpKind::tanh:
-    case OpKind::dropout:
-      need_inputs(1, 1);
-      if (op.kind == OpKind::dropout) {
-        double p = attr_num(op, "p", 0.1, where);
-        if (p < 0 || p >= 1) fail(op, where, fmt::format("attrs.p must be in [0, 1), found {}", p));
-      }
-      return in[0];
-    case OpKind::clip:
     case OpKind::hardsigmoid:
-    case OpKind::hardswish:
-      need_inputs(1, 1);
-      if (op.kind == OpKind::clip && attr_num(op, "min", -1e300, where) > attr_num(op, "max", 1e300, where))
-        fail(op, where, fmt::format("attrs.min = {} is above attrs.max = {}", attr_num(op, "min", 0, where),
-                                    attr_num(op, "max", 0, where)));
-      return in[0];
-    case OpKind::pad: {
-      need_inputs(1, 1);
-      std::vector<int64_t> pads = attr_ints(op, "pads", where);
-      const size_t r = in[0].size() - 1;
-      if (pads.size() != 2 * r)
-        fail(op, where, fmt::format("attrs.pads has {} values, expected {} (begin and end of each of the {} per-sample dims)",
-                                    pads.size(), 2 * r, r));
-      Shape out = in[0];
-      for (size_t d = 0; d < r; ++d) {
-        if (pads[d] < 0 || pads[d + r] < 0 || pads[d] > kMaxExtent || pads[d + r] > kMaxExtent)
-          fail(op, where, fmt::format("attrs.pads has a value outside [0, 2^40]: {}", op.attrs.at("pads").dump()));
-        out[d + 1] += pads[d] + pads[d + r];
-      }
-      return out;
-    }
-    case OpKind::softmax:
-      need_inputs(1, 1);
-      attr_axis(op, "axis", -1, in[0].size(), where);
-      return in[0];
-    case OpKind::layernorm:
-      need_inputs(1, 1);
-      need_rank(0, 2, 8);
-      return in[0];
-    case OpKind::embedding_bag: {
-      need_inputs(1, 1);
-      need_rank(0, 2, 2);
-      positive("rows", std::nullopt);
-      return Shape{kBatch, positive("dim", std::nullopt)};
-    }
-    case OpKind::embedding: {
-      need_inputs(1, 1);
-      need_rank(0, 1, 7);
-      positive("rows", std::nullopt);
-      Shape out = in[0];
-      out.push_back(positive("dim", std::nullopt));
-      if (attr_bool(op, "positions", false, where)) {
-        if (in[0].size() != 2)
-          fail(op, where, fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(in[0])));
-        if (attr_int(op, "position_rows", in[0][1], where) < in[0][1])
-          fail(op, where, fmt::format("attrs.position_rows = {} is less than the sequence length {}",
-                                      attr_int(op, "position_rows", in[0][1], where), in[0][1]));
-      } else if (op.attrs.contains("position_rows")) {
-        fail(op, where, "attrs.position_rows without attrs.positions");
-      }
-      return out;
-    }
-    case OpKind::attention: {
-      need_inputs(1, 1);
-      need_rank(0, 3, 3);
-      int64_t heads = positive("heads", std::nullopt);
-      if (in[0][2] % heads != 0)
-        fail(op, where, fmt::format("attrs.heads = {} does not divide hidden size {}", heads, in[0][2]));
-      return in[0];
-    }
-    case OpKind::conv2d: {
-      need_inputs(1, 1);
-      need_rank(0, 4, 4);
-      int64_t co = positive("out_channels", std::nullopt);
-      ConvGeometry cg = conv_geometry(op, in[0][1], where);
-      int64_t span_h = in[0][2] + cg.pt + cg.pb - cg.dh * (cg.kh - 1) - 1;
-      int64_t span_w = in[0][3] + cg.pl + cg.pr - cg.dw * (cg.kw - 1) - 1;
-      if (span_h < 0 || span_w < 0)
-        fail(op, where, fmt::format("kernel {}x{} (dilation {}x{}) does not fit input {}", cg.kh, cg.kw, cg.dh, cg.dw,
-                                    shape_str(in[0])));
-      return Shape{kBatch, co, span_h / cg.sh + 1, span_w / cg.sw + 1};
-    }
-    case OpKind::batchnorm:
-      need_inputs(1, 1);
-      need_rank(0, 4, 4);
-      return in[0];
+    case OpKind::hardswish: return same_as_input;
+    case OpKind::dropout: return dropout_shape;
+    case OpKind::clip: return clip_shape;
+    case OpKind::pad: return pad_shape;
+    case OpKind::softmax: return softmax_shape;
+    case OpKind::layernorm: return layernorm_shape;
+    case OpKind::embedding_bag: return embedding_bag_shape;
+    case OpKind::embedding: return embedding_shape;
+    case OpKind::attention: return attention_shape;
+    case OpKind::conv2d: return conv2d_shape;
+    case OpKind::batchnorm: return batchnorm_shape;
     case OpKind::maxpool:
-    case OpKind::avgpool: {
-      need_inputs(1, 1);
-      need_rank(0, 4, 4);
-      int64_t k = positive("kernel", std::nullopt), s = positive("stride", k), p = attr_int(op, "padding", 0, where);
-      if (p < 0 || 2 * p > k) fail(op, where, fmt::format("attrs.padding = {} must be in [0, kernel/2]", p));
-      // ceil_mode (PyTorch/ONNX): round the window count up, dropping a last window that would start
-      // in the right padding.
-      const bool ceil = attr_bool(op, "ceil_mode", false, where);
-      auto out_dim = [&](int64_t n) {
-        int64_t span = n + 2 * p - k;
-        if (span < 0) return int64_t{0};
-        int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
-        if (ceil && (o - 1) * s >= n + p) --o;
-        return o;
-      };
-      int64_t h = out_dim(in[0][2]), w = out_dim(in[0][3]);
-      if (h <= 0 || w <= 0) fail(op, where, fmt::format("kernel {} does not fit input {}", k, shape_str(in[0])));
-      return Shape{kBatch, in[0][1], h, w};
-    }
-    case OpKind::global_avgpool:
-      need_inputs(1, 1);
-      need_rank(0, 4, 4);
-      return Shape{kBatch, in[0][1]};
-    case OpKind::flatten:
-      need_inputs(1, 1);
-      return Shape{kBatch, per_sample_elems(in[0])};
-    case OpKind::reshape: {
-      need_inputs(1, 1);
-      Shape out{kBatch};
-      double elems = 1;
-      for (int64_t d : attr_ints(op, "shape", where)) {
-        if (d <= 0 || d > kMaxExtent)
-          fail(op, where, fmt::format("attrs.shape has dimension {}, not in [1, 2^40]", d));
-        out.push_back(d);
-        elems *= static_cast<double>(d);
-      }
-      if (elems > static_cast<double>(kMaxExtent))  // before per_sample_elems, which would wrap
-        fail(op, where, fmt::format("attrs.shape {} has more than 2^40 elements per sample", shape_str(out)));
-      if (per_sample_elems(out) != per_sample_elems(in[0]))
-        fail(op, where, fmt::format("shape mismatch: cannot reshape {} to {}", shape_str(in[0]), shape_str(out)));
-      return out;
-    }
-    case OpKind::transpose: {
-      need_inputs(1, 1);
-      auto perm = attr_ints(op, "perm", where);
-      std::vector<int64_t> sorted = perm;
-      std::sort(sorted.begin(), sorted.end());
-      std::vector<int64_t> iota(in[0].size());
-      std::iota(iota.begin(), iota.end(), 0);
-      if (sorted != iota || perm[0] != 0)
-        fail(op, where, fmt::format("attrs.perm is not a permutation of 0..{} keeping 0 first", in[0].size() - 1));
-      Shape out;
-      for (int64_t p : perm) out.push_back(in[0][p]);
-      return out;
-    }
+    case OpKind::avgpool: return pool_shape;
+    case OpKind::global_avgpool: return global_avgpool_shape;
+    case OpKind::flatten: return flatten_shape;
+    case OpKind::reshape: return reshape_shape;
+    case OpKind::transpose: return transpose_shape;
     case OpKind::mean:
-    case OpKind::sum: {
-      need_inputs(1, 1);
-      need_rank(0, 2, 8);
-      int64_t axis = attr_axis(op, "axis", std::nullopt, in[0].size(), where);
-      Shape out = in[0];
-      if (attr_bool(op, "keepdim", false, where))
-        out[axis] = 1;
-      else
-        out.erase(out.begin() + axis);
-      return out;
-    }
-    case OpKind::mse_loss:
-      need_inputs(2, 2);
-      if (in[0] != in[1])
-        fail(op, where, fmt::format("shape mismatch: prediction {} vs target {}", shape_str(in[0]), shape_str(in[1])));
-      return Shape{};
-    case OpKind::cross_entropy:
-      need_inputs(2, 2);
-      need_rank(0, 2, 2);
-      need_rank(1, 1, 1);
-      return Shape{};
+    case OpKind::sum: return reduce_shape;
+    case OpKind::mse_loss: return mse_loss_shape;
+    case OpKind::cross_entropy: return cross_entropy_shape;
   }
-  fail(op, where, "unhandled op kind");
+  return nullptr;
+}
+
+}  // namespace
+
+Shape infer_shape(const Op& op, const std::vector<Shape>& in, const std::string& where) {
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].empty() || in[i][0] != kBatch)
+      fail(op, where, fmt::format("input {} has shape {} without a batch dimension", i, shape_str(in[i])));
+  ShapeRule rule = shape_rule(op.kind);
+  if (!rule) fail(op, where, "unhandled op kind");
+  return rule(ShapeInput{op, in, where});
 }
 
 }  // namespace gp::ir

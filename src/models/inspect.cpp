@@ -22,15 +22,10 @@ graph::Dag to_dag(const ir::Graph& g) {
 
 SpStructure sp_structure(const ir::Graph& g) {
   SpStructure out;
-  graph::Dag d = to_dag(g);
-  graph::SpResult r = graph::sp_decompose(d);
-  if (!r.tree) {
-    out.series_parallel = false;
-    out.failure = r.failure;
-    r = graph::sp_decompose(graph::sp_ize(d));
-    GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
-  }
-  out.tree = std::move(*r.tree);
+  graph::SpDecomposition d = graph::sp_decompose_or_ize(to_dag(g));
+  out.series_parallel = d.series_parallel();
+  out.failure = std::move(d.failure);
+  out.tree = std::move(d.tree);
   return out;
 }
 

@@ -210,7 +210,7 @@ Plan load_plan(const std::string& path) { return plan_from_json(read_json_file(p
 void save_plan(const std::string& path, const Plan& p) { write_json_file(path, plan_to_json(p)); }
 
 // ---------------------------------------------------------------------------------------------
-// Helpers shared with the planner
+// Building plans: the op graph, the in-flight rule, stage edges
 
 graph::Dag op_dag(const ir::Graph& g) {
   graph::Dag d(static_cast<int>(g.num_ops()));

@@ -135,8 +135,6 @@ CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of);
 /// Stage ids in a topological order of the stage DAG.
 std::vector<int> stage_topo_order(const Plan& p);
 
-// --- additions (planner) ---
-
 /// The op graph as a graph::Dag: node i is OpId(i), edges are op-to-op edges.
 graph::Dag op_dag(const ir::Graph& g);
 

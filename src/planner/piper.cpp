@@ -13,6 +13,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "graph/dag.h"
 #include "graph/series_parallel.h"
 
 namespace gp::planner::detail {
@@ -113,36 +114,21 @@ Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const s
   return out;
 }
 
-// Sorts coarse nodes topologically (Kahn, smallest first op first), ops inside sorted.
+// Sorts coarse nodes topologically (graph::kahn_order, smallest first op first), ops inside sorted.
 std::vector<std::vector<OpId>> quotient_order(const ir::Graph& g, const std::vector<std::vector<int>>& groups) {
   const int ng = static_cast<int>(groups.size());
-  std::vector<int> group(g.num_ops(), -1), first(ng, std::numeric_limits<int>::max()), indeg(ng, 0);
+  std::vector<int> group(g.num_ops(), -1), first(ng, std::numeric_limits<int>::max());
   for (int k = 0; k < ng; ++k)
     for (int o : groups[k]) group[o] = k, first[k] = std::min(first[k], o);
-  std::vector<std::vector<int>> succ(ng);
+  std::vector<std::pair<int, int>> edges;
   for (size_t o = 0; o < g.num_ops(); ++o) {
     GP_ASSERT(group[o] >= 0, "op {} in no coarse group", o);
     for (OpId s : g.succs(OpId(static_cast<int32_t>(o))))
-      if (group[s.v] != group[o]) succ[group[o]].push_back(group[s.v]);
+      if (group[s.v] != group[o]) edges.push_back({group[o], group[s.v]});
   }
-  for (auto& s : succ) {
-    std::sort(s.begin(), s.end());
-    s.erase(std::unique(s.begin(), s.end()), s.end());
-    for (int v : s) ++indeg[v];
-  }
-  auto later = [&](int a, int b) { return first[a] > first[b]; };
-  std::vector<int> ready, order;
-  for (int v = 0; v < ng; ++v)
-    if (indeg[v] == 0) ready.push_back(v);
-  std::make_heap(ready.begin(), ready.end(), later);
-  while (!ready.empty()) {
-    std::pop_heap(ready.begin(), ready.end(), later);
-    int v = ready.back();
-    ready.pop_back();
-    order.push_back(v);
-    for (int s : succ[v])
-      if (--indeg[s] == 0) ready.push_back(s), std::push_heap(ready.begin(), ready.end(), later);
-  }
+  graph::Dag coarse(ng);
+  coarse.add_edges(edges);
+  const std::vector<int> order = graph::kahn_order(coarse, [&](int k) { return first[k]; });
   GP_ASSERT(static_cast<int>(order.size()) == ng, "coarse graph has a cycle");
   std::vector<std::vector<OpId>> out;
   for (int k : order) {
@@ -253,11 +239,7 @@ size_t piper_split_budget(double time_limit_s, int devices, int sizes) {
 PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
                        std::chrono::steady_clock::time_point deadline, double time_limit_s) {
   const ir::Graph& g = cm.graph();
-  graph::Dag dag = plan::op_dag(g);
-  graph::SpResult r = graph::sp_decompose(dag);
-  if (!r.tree) r = graph::sp_decompose(graph::sp_ize(dag));
-  GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
-  const graph::SpTree& t = *r.tree;
+  const graph::SpTree t = graph::sp_decompose_or_ize(plan::op_dag(g)).tree;
   // Per tree node: ops under it, and the most branches of a parallel block inside (0: none).
   std::vector<int> size(t.nodes.size(), 0), width(t.nodes.size(), 0);
   std::function<void(int)> measure = [&](int v) {

@@ -20,6 +20,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
+#include "runtime/detail/status_file.h"
 #include "runtime/launcher.h"
 #include "support/error.h"
 #include "support/memory.h"
@@ -36,36 +37,6 @@ struct Exit {
   bool signaled = false;
   int value = 0;  // exit code or signal number
 };
-
-struct Status {
-  long step = -1;
-  std::string action;  // "" when the worker had not reached its first action
-  int peer = -1;       // the rank a peer failure blames
-  bool rejected = false;  // this rank rejected a message from `peer` (wrong size or dtype)
-  std::string error;
-};
-
-Status read_status(const fs::path& file) {
-  Status s;
-  std::ifstream f(file, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::string head = all.substr(0, std::min<size_t>(all.size(), 256));
-  if (auto tab = head.find('\t'); tab != std::string::npos) {
-    s.step = std::strtol(head.c_str(), nullptr, 10);
-    s.action = head.substr(tab + 1);
-    while (!s.action.empty() && (s.action.back() == ' ' || s.action.back() == '\n')) s.action.pop_back();
-  }
-  if (all.size() > 256) {
-    std::string tail = all.substr(256);
-    if (auto tab = tail.find('\t'), tab2 = tail.find('\t', tab + 1); tab2 != std::string::npos) {
-      s.peer = std::atoi(tail.c_str());
-      s.rejected = tail.compare(tab + 1, tab2 - tab - 1, "rejected") == 0;
-      s.error = tail.substr(tab2 + 1);
-      while (!s.error.empty() && s.error.back() == '\n') s.error.pop_back();
-    }
-  }
-  return s;
-}
 
 /// When `dir` holds checkpoints of a run with another plan or model: "; the checkpoints in DIR were
 /// written by a different run: WHAT"; else "".
@@ -155,19 +126,19 @@ std::string describe_exit(const Exit& e) {
 /// Picks the worker to blame and words the one failure message.
 std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits, const std::vector<bool>& running,
                             const fs::path& status_dir, double timeout_s, int* user_error) {
-  auto status = [&](int r) { return read_status(status_dir / fmt::format("rank{}", r)); };
+  auto status = [&](int r) { return detail::read_status_file((status_dir / fmt::format("rank{}", r)).string()); };
   int culprit = -1;
   std::string what, detail;
   for (const Exit& e : exits)  // a crash, kill or own error beats the peers that noticed it
     if (e.signaled || (e.value != 0 && e.value != kExitPeerFailure)) {
       culprit = e.rank;
-      Status s = status(e.rank);
+      detail::WorkerStatus s = status(e.rank);
       what = describe_exit(e) + (s.error.empty() ? "" : ": " + s.error);
       *user_error = !e.signaled && e.value == 2;
       break;
     }
   for (const Exit& e : exits)  // a rank that sent a malformed message beats a silent one
-    if (Status s = status(e.rank); culprit < 0 && s.rejected && s.peer >= 0) {
+    if (detail::WorkerStatus s = status(e.rank); culprit < 0 && s.rejected && s.peer >= 0) {
       culprit = s.peer;
       what = fmt::format("sent a message that rank {} (stage {}) rejected", e.rank, role_of_rank(p, e.rank).stage);
       detail = fmt::format(" (the sender's current action; sends complete asynchronously). Rank {} rejected it at "
@@ -194,7 +165,7 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
     }
   }
   RankRole role = role_of_rank(p, culprit);
-  Status s = status(culprit);
+  detail::WorkerStatus s = status(culprit);
   std::string where = s.action.empty() ? "before its first action"
                                        : fmt::format("during step {} at action '{}'", s.step, s.action);
   return fmt::format("worker rank {} (stage {}, replica {}) {} {}{}; stopped all {} workers", culprit, role.stage,

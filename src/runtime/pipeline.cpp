@@ -22,6 +22,7 @@
 #include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
+#include "schedule/trace.h"
 #include "support/error.h"
 #include "support/json.h"
 
@@ -46,6 +47,19 @@ void check_runtime_limits(const plan::Plan& p, const ir::Graph& g) {
              "plan: stage {} sends {} op outputs to stage {}; the runtime carries at most {} per stage edge (cut "
              "the model elsewhere)",
              e.first, ops.size(), e.second, kMaxTensorsPerEdge);
+}
+
+/// The tensors on each stage edge (plan::cut_edges), by op name in name order: both ends of an
+/// edge number its tensors alike, and the index is part of each message's tag (transfer_tag).
+std::map<std::pair<int, int>, std::vector<std::string>> edge_tensor_names(const ir::Graph& g,
+                                                                          const std::vector<int>& stage_of) {
+  std::map<std::pair<int, int>, std::vector<std::string>> out;
+  for (const auto& [e, ops] : plan::cut_edges(g, stage_of)) {
+    std::vector<std::string>& names = out[e];
+    for (OpId o : ops) names.push_back(g.op(o).name);
+    std::sort(names.begin(), names.end());
+  }
+  return out;
 }
 
 }  // namespace
@@ -160,15 +174,7 @@ class StageRunner {
     for (const Action& a : actions_)
       if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
-    // Tensors on each edge: ops of the source stage read by ops of the destination stage.
-    for (size_t i = 0; i < g_.num_ops(); ++i)
-      for (OpId s : g_.succs(OpId(static_cast<int32_t>(i))))
-        if (stage_of[i] != stage_of[s.v]) {
-          auto& names = edge_[{stage_of[i], stage_of[s.v]}];
-          const std::string& n = g_.op(OpId(static_cast<int32_t>(i))).name;
-          if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-        }
-    for (auto& [e, names] : edge_) std::sort(names.begin(), names.end());
+    edge_ = edge_tensor_names(g_, stage_of);
     if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
     make_shared_groups(stage_of);
   }
@@ -502,14 +508,15 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
 
 Json events_to_json(const std::vector<MeasuredEvent>& evs) {
   Json out = Json::array();
-  for (const auto& e : evs) out.push_back({e.action, e.track, e.name, e.start_s, e.end_s});
+  for (const auto& e : evs) out.push_back({e.action, e.track, e.name, e.category, e.start_s, e.end_s});
   return out;
 }
 
 std::vector<MeasuredEvent> events_from_json(const Json& j) {
   std::vector<MeasuredEvent> out;
   for (const auto& e : j)
-    out.push_back({e[0].get<int>(), e[1].get<int>(), e[2].get<std::string>(), e[3].get<double>(), e[4].get<double>()});
+    out.push_back({e[0].get<int>(), e[1].get<int>(), e[2].get<std::string>(), e[3].get<std::string>(),
+                   e[4].get<double>(), e[5].get<double>()});
   return out;
 }
 
@@ -609,6 +616,151 @@ EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const Prepa
 
 }  // namespace
 
+namespace {
+
+/// --resume: every rank loads its own checkpoint; all must have stopped after the same step, which
+/// is returned (0 without --resume).
+int64_t resume_step(const TrainOptions& opt, Communicator& world, StageRunner* runner, const std::string& ckpt,
+                    const Json& identity) {
+  int64_t first = 0;
+  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
+  double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
+  std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
+  world.all_reduce(v, detail::Reduce::max).wait();
+  double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
+  if (max_first != min_first)
+    throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
+                                     opt.checkpoint_dir, min_first, max_first));
+  return static_cast<int64_t>(max_first);
+}
+
+/// One step's actions of this rank's stage, metered; with `trace`, each action's measured event.
+void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step, bool trace, StageRunner& runner,
+                      detail::MemoryMeter& meter, std::vector<MeasuredEvent>& events) {
+  const auto& acts = runner.actions();
+  for (size_t i = 0; i < acts.size(); ++i) {
+    if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
+    double t0 = now_s();
+    meter.begin_action();
+    runner.run(acts[i]);
+    double peak = meter.end_action(step, now_s(), trace);
+    std::string over = memory_limit_failure(io.rank, runner.stage(), step, schedule::to_string(acts[i]), peak,
+                                            meter.at_peak(), opt.memory_limit_gb * 1e9);
+    if (!over.empty()) throw RuntimeFailure(over);
+    if (trace) {
+      bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
+      events.push_back({static_cast<int>(i), is_send ? schedule::kSendTrack : schedule::kComputeTrack,
+                        fmt::format("s{} {}", runner.stage(), schedule::to_string(acts[i])),
+                        schedule::trace_category(acts[i].kind), t0, now_s()});
+    }
+  }
+}
+
+/// Per-step statistics, reduced over the world asynchronously and reported one step late, so no
+/// rank waits for the slowest one at a step boundary: losses and times go into the result; rank 0
+/// prints each step and appends it to --log.
+class StepStats {
+ public:
+  StepStats(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io, WorkerResult& res)
+      : opt_(opt), run_(run), io_(io), res_(res) {
+    if (io.rank == 0 && !opt.log_path.empty()) {
+      log_.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
+      GP_CHECK(log_.good(), "--log: cannot open {} for writing", opt.log_path);
+    }
+  }
+  /// Starts reducing this step's figures and reports the previous step's.
+  void submit(Communicator& world, int64_t step, double loss, double t_start, double t_end, double data_s) {
+    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
+            {}, {}};
+    s.ps = world.all_reduce(s.sum, detail::Reduce::sum);
+    s.pm = world.all_reduce(s.max, detail::Reduce::max);
+    flush();
+    pending_ = std::move(s);
+  }
+  /// Reports the step still in flight, if any.
+  void flush() {
+    if (pending_) report(*pending_);
+    pending_.reset();
+  }
+
+ private:
+  struct Stats {
+    int64_t step;
+    std::vector<torch::Tensor> sum, max;
+    Pending ps, pm;
+  };
+  void report(Stats& s) {
+    s.ps.wait();
+    s.pm.wait();
+    double loss = s.sum[0].item<double>();
+    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
+    res_.step_losses.push_back(loss);
+    res_.step_times_s.push_back(dt);
+    res_.step_data_s.push_back(s.max[0][2].item<double>());
+    StepReport rep{s.step, loss, dt, run_.data.get(), run_.plan.mini_batch_size, res_.step_data_s.back(), nullptr};
+    if (!res_.evals.empty() && res_.evals.back().first == s.step) rep.eval = &res_.evals.back().second;
+    if (io_.rank != 0) return;
+    if (io_.print && !opt_.json) {
+      std::printf("%s\n", step_text(rep).c_str());
+      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
+      std::fflush(stdout);
+    }
+    if (log_.is_open()) {
+      log_ << step_json(rep).dump() << "\n";
+      log_.flush();
+    }
+  }
+
+  const TrainOptions& opt_;
+  const PreparedRun& run_;
+  const WorkerIo& io_;
+  WorkerResult& res_;
+  std::ofstream log_;
+  std::optional<Stats> pending_;
+};
+
+/// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
+void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io,
+                 const std::vector<MeasuredEvent>& events, const detail::MemoryMeter* meter) {
+  Json mine{{"events", events_to_json(events)}, {"memory", samples_to_json(meter)}};
+  store_set(*io.store, "gp/trace/" + std::to_string(io.rank), mine.dump());
+  if (io.rank != 0) return;
+  std::vector<std::vector<MeasuredEvent>> all;
+  std::vector<std::vector<detail::MemorySample>> memory;
+  for (int r = 0; r < io.world; ++r) {
+    Json j = Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)));
+    all.push_back(events_from_json(j.at("events")));
+    memory.push_back(samples_from_json(j.at("memory")));
+  }
+  std::ofstream f(opt.trace_path);
+  GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
+  f << measured_trace_json(run.plan, all, memory);
+}
+
+/// Rank 0's closing lines: the mean step time (the first step left out when there are more) against
+/// the plan's prediction, compared only when the plan's costs describe this machine.
+void print_iteration_time(const TrainOptions& opt, const PreparedRun& run, const std::vector<double>& step_times_s) {
+  // The first step pays one-time costs (allocations, connections): leave it out when we can.
+  size_t skip = step_times_s.size() > 1 ? 1 : 0;
+  double sum = 0;
+  for (size_t i = skip; i < step_times_s.size(); ++i) sum += step_times_s[i];
+  double measured = sum / double(step_times_s.size() - skip);
+  double predicted = run.plan.predicted.iteration_time_s;
+  // The prediction was made with the costs the plan records; compare only when they describe
+  // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
+  plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
+  if (predicted > 0 && scope.here)
+    std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
+                measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
+  else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
+    std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
+                measured, predicted, scope.why.c_str());
+  else
+    std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
+}
+
+}  // namespace
+
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
   GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
            io.world, run.plan.num_devices);
@@ -624,118 +776,34 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer());
   }
 
-  // Resume: every rank loads its own checkpoint; all must have stopped after the same step.
   const std::string ckpt =
       opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
   const Json identity = pipeline_identity(run.graph, run.plan, role.stage, io.rank, opt.optimizer);
-  int64_t first = 0;
-  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
-  {
-    double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
-    std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
-    world->all_reduce(v, detail::Reduce::max).wait();
-    double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
-    if (max_first != min_first)
-      throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
-                                       opt.checkpoint_dir, min_first, max_first));
-    first = static_cast<int64_t>(max_first);
-  }
+  const int64_t first = resume_step(opt, *world, runner.get(), ckpt, identity);
   if (opt.resume && io.rank == 0 && io.print)
     std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
 
-  std::ofstream log;
-  if (io.rank == 0 && !opt.log_path.empty()) {
-    log.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
-    GP_CHECK(log.good(), "--log: cannot open {} for writing", opt.log_path);
-  }
-
   WorkerResult res;
-  // Per-step statistics are reduced over the world asynchronously and reported one step late,
-  // so no rank waits for the slowest one at a step boundary.
-  struct Stats {
-    int64_t step;
-    std::vector<torch::Tensor> sum, max;
-    Pending ps, pm;
-  };
-  std::optional<Stats> pending;
-  auto report = [&](Stats& s) {
-    s.ps.wait();
-    s.pm.wait();
-    double loss = s.sum[0].item<double>();
-    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
-    res.step_losses.push_back(loss);
-    res.step_times_s.push_back(dt);
-    res.step_data_s.push_back(s.max[0][2].item<double>());
-    StepReport rep{s.step, loss, dt, run.data.get(), run.plan.mini_batch_size, res.step_data_s.back(), nullptr};
-    if (!res.evals.empty() && res.evals.back().first == s.step) rep.eval = &res.evals.back().second;
-    if (io.rank != 0) return;
-    if (io.print && !opt.json) {
-      std::printf("%s\n", step_text(rep).c_str());
-      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
-      std::fflush(stdout);
-    }
-    if (log.is_open()) {
-      log << step_json(rep).dump() << "\n";
-      log.flush();
-    }
-  };
-
+  StepStats stats(opt, run, io, res);
   for (int64_t step = first; step < opt.steps; ++step) {
     bool trace = !opt.trace_path.empty() && step + 1 == opt.steps;
     double t_start = now_s(), loss = 0;
     if (runner) {
       runner->begin_step(step);
-      const auto& acts = runner->actions();
-      for (size_t i = 0; i < acts.size(); ++i) {
-        if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
-        double t0 = now_s();
-        meter->begin_action();
-        runner->run(acts[i]);
-        double peak = meter->end_action(step, now_s(), trace);
-        std::string over = memory_limit_failure(io.rank, role.stage, step, schedule::to_string(acts[i]), peak,
-                                                meter->at_peak(), opt.memory_limit_gb * 1e9);
-        if (!over.empty()) throw RuntimeFailure(over);
-        if (trace) {
-          bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
-          res.events.push_back({static_cast<int>(i), is_send ? 1 : 0,
-                                fmt::format("s{} {}", runner->stage(), schedule::to_string(acts[i])), t0, now_s()});
-        }
-      }
+      run_step_actions(opt, io, step, trace, *runner, *meter, res.events);
       loss = runner->end_step();
     }
-    double t_end = now_s();
-    double data_s = runner ? runner->data_seconds() : 0;
-    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
-            {}, {}};
-    s.ps = world->all_reduce(s.sum, detail::Reduce::sum);
-    s.pm = world->all_reduce(s.max, detail::Reduce::max);
-    if (pending) report(*pending);
-    pending = std::move(s);
+    stats.submit(*world, step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
     if (run.eval_data && (step + 1) % opt.eval_every == 0)
       res.evals.emplace_back(step, evaluate_pipeline(*world, runner.get(), run));
   }
-  if (pending) report(*pending);
+  stats.flush();
 
   res.memory = gather_memory(run, opt, io, role, meter.get());
-  if (!opt.trace_path.empty()) {
-    Json mine{{"events", events_to_json(res.events)}, {"memory", samples_to_json(meter.get())}};
-    store_set(*io.store, "gp/trace/" + std::to_string(io.rank), mine.dump());
-    if (io.rank == 0) {
-      std::vector<std::vector<MeasuredEvent>> all;
-      std::vector<std::vector<detail::MemorySample>> memory;
-      for (int r = 0; r < io.world; ++r) {
-        Json j = Json::parse(store_get(*io.store, "gp/trace/" + std::to_string(r)));
-        all.push_back(events_from_json(j.at("events")));
-        memory.push_back(samples_from_json(j.at("memory")));
-      }
-      std::ofstream f(opt.trace_path);
-      GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
-      f << measured_trace_json(run.plan, all, memory);
-    }
-  }
+  if (!opt.trace_path.empty()) write_trace(opt, run, io, res.events, meter.get());
   if (io.rank == 0 && io.print && opt.json) {
     double predicted = run.plan.predicted.iteration_time_s;
     std::printf("%s\n", train_summary_json(res.step_losses, median_step_time(res.step_times_s), predicted,
@@ -743,25 +811,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     std::fflush(stdout);
   }
   if (io.rank == 0 && io.print && !opt.json) print_memory_report(res.memory);
-  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) {
-    // The first step pays one-time costs (allocations, connections): leave it out when we can.
-    size_t skip = res.step_times_s.size() > 1 ? 1 : 0;
-    double sum = 0;
-    for (size_t i = skip; i < res.step_times_s.size(); ++i) sum += res.step_times_s[i];
-    double measured = sum / double(res.step_times_s.size() - skip);
-    double predicted = run.plan.predicted.iteration_time_s;
-    // The prediction was made with the costs the plan records; compare only when they describe
-    // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
-    plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
-    if (predicted > 0 && scope.here)
-      std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
-                  measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
-    else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
-      std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
-                  measured, predicted, scope.why.c_str());
-    else
-      std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
-  }
+  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) print_iteration_time(opt, run, res.step_times_s);
   if (runner)
     for (auto& [n, t] : runner->module().named_parameters()) res.final_params.emplace_back(n, t.detach().clone());
   // Nobody leaves while a peer may still read from the store or finish a collective.
@@ -775,24 +825,20 @@ std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vect
   double t0 = 1e300;
   for (const auto& evs : per_rank)
     for (const auto& e : evs) t0 = std::min(t0, e.start_s);
-  Json events = Json::array();
+  schedule::TraceWriter w;
   for (size_t r = 0; r < per_rank.size(); ++r) {
-    RankRole role = role_of_rank(p, static_cast<int>(r));
-    std::string pname = role.stage >= 0 ? fmt::format("device {}: stage {}", r, role.stage) : fmt::format("device {}", r);
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", pname}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "sends"}}}});
+    const int device = static_cast<int>(r);
+    RankRole role = role_of_rank(p, device);
+    w.add_device(device, role.stage);
     for (const auto& e : per_rank[r])
-      events.push_back({{"name", e.name}, {"ph", "X"}, {"pid", r}, {"tid", e.track},
-                        {"ts", (e.start_s - t0) * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6},
-                        {"args", {{"action", e.action}, {"stage", role.stage}}}});
+      w.add_slice(device, e.track, e.name, e.category, e.start_s - t0, e.end_s - t0,
+                  {{"action", e.action}, {"stage", role.stage}});
     if (r < memory.size())  // a counter track: Perfetto draws it as a graph above the device's slices
       for (const auto& m : memory[r])
-        events.push_back({{"name", "tensor memory (MB)"}, {"ph", "C"}, {"pid", r}, {"tid", 0},
-                          {"ts", (m.t_s - t0) * 1e6},
-                          {"args", {{"live", m.live_bytes / 1e6}, {"peak in action", m.peak_bytes / 1e6}}}});
+        w.add_counter(device, "tensor memory (MB)", m.t_s - t0,
+                      {{"live", m.live_bytes / 1e6}, {"peak in action", m.peak_bytes / 1e6}});
   }
-  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"source", "graphpipe train (measured)"}}}}.dump();
+  return std::move(w).finish({{"source", "graphpipe train (measured)"}}).dump();
 }
 
 }  // namespace gp::runtime

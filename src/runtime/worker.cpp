@@ -1,7 +1,6 @@
 // `graphpipe worker` / train under a launcher: reads the rank from the environment, joins the
 // rendezvous (TCPStore), runs execute_worker, and reports progress and failures through a small
 // status file the local launcher reads (GP_STATUS_FILE).
-#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "runtime/detail/comm.h"
 #include "runtime/detail/pipeline.h"
+#include "runtime/detail/status_file.h"
 #include "runtime/launcher.h"
 #include "support/error.h"
 
@@ -31,38 +31,6 @@ int env_int(const char* name, const char* v) {
   GP_CHECK(end && *end == '\0' && x >= 0 && x < (1L << 30), "environment: {}={} is not a valid number", name, v);
   return static_cast<int>(x);
 }
-
-/// The status file: a fixed-size line with the current step and action at offset 0, and the
-/// failure ("peer<TAB>kind<TAB>message", kind "rejected" when this rank rejected a message the
-/// peer sent, "-" otherwise) at kErrorOffset once the worker fails.
-constexpr off_t kErrorOffset = 256;
-
-class StatusFile {
- public:
-  explicit StatusFile(const char* path) {
-    if (path) fd_ = ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  }
-  ~StatusFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool active() const { return fd_ >= 0; }
-  void progress(int64_t step, const std::string& action) {
-    if (fd_ < 0) return;
-    char buf[kErrorOffset];
-    int n = std::snprintf(buf, sizeof buf, "%lld\t%s", static_cast<long long>(step), action.c_str());
-    std::fill(buf + std::min<int>(n, sizeof buf - 1), buf + sizeof buf, ' ');
-    buf[sizeof buf - 1] = '\n';
-    (void)!::pwrite(fd_, buf, sizeof buf, 0);
-  }
-  void failure(int peer, bool rejected, const std::string& msg) {
-    if (fd_ < 0) return;
-    std::string s = std::to_string(peer) + (rejected ? "\trejected\t" : "\t-\t") + msg + "\n";
-    (void)!::pwrite(fd_, s.data(), s.size(), kErrorOffset);
-  }
-
- private:
-  int fd_ = -1;
-};
 
 }  // namespace
 
@@ -155,7 +123,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
 int run_worker(const TrainOptions& opt) {
   auto le = launch_env_from_environment();
   GP_CHECK(le.has_value(), "worker: no rank in the environment (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_*)");
-  StatusFile status(env("GP_STATUS_FILE"));
+  detail::StatusFile status(env("GP_STATUS_FILE"));
   if (status.active()) {
     // Spawned by our launcher: die with it, and let it print the one failure message.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);

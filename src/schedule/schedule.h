@@ -67,8 +67,6 @@ void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& w
 /// Peak number of micro-batches whose activations a stage holds at once under the schedule.
 std::vector<int> peak_in_flight(const Schedule& s);
 
-// --- additions (sim) ---
-
 /// Micro-batches of a stage per iteration: mini_batch / micro_batch_size.
 int num_micro_batches(const plan::Stage& st, int mini_batch_size);
 

@@ -1,4 +1,5 @@
-// Strong integer ids (OpId, StageId, DeviceId): no raw-int soup across library boundaries.
+// Strong integer ids: OpId names an op of an ir::Graph across library boundaries. Stages and
+// devices stay plain ints (plan::Stage::id, devices): they index Plan::stages and are ranks.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -17,8 +18,6 @@ struct Id {
 };
 
 using OpId = Id<struct OpTag>;
-using StageId = Id<struct StageTag>;
-using DeviceId = Id<struct DeviceTag>;
 
 }  // namespace gp
 

@@ -92,6 +92,21 @@ TEST(SpDecompose, CycleAndEmptyGraph) {
   EXPECT_EQ(empty.tree->to_string(), "()");
 }
 
+TEST(SpDecomposeOrIze, KeepsAnSpGraphAndSpIzesAnNGraph) {
+  Dag diamond = make_dag(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
+  SpDecomposition d = sp_decompose_or_ize(diamond);
+  EXPECT_TRUE(d.series_parallel());
+  EXPECT_EQ(d.failure, "");
+  EXPECT_EQ(d.tree.to_string(), "S(0, P(1, 2), 3)");
+  Dag n = make_dag(4, {{0, 2}, {1, 2}, {1, 3}});
+  SpDecomposition e = sp_decompose_or_ize(n);
+  EXPECT_FALSE(e.series_parallel());
+  EXPECT_EQ(e.failure, sp_decompose(n).failure);
+  ASSERT_TRUE(e.sp_ized.has_value());
+  EXPECT_EQ(*e.sp_ized, sp_ize(n));
+  EXPECT_EQ(e.tree.to_string(), "S(P(0, 1), P(2, 3))");
+}
+
 TEST(SpIze, LeavesSpGraphsAlone) {
   Dag g = make_dag(8, {{0, 1}, {1, 2}, {1, 3}, {2, 4}, {3, 4}, {4, 7}, {0, 5}, {5, 6}, {6, 7}});
   EXPECT_EQ(sp_ize(g), g);

@@ -59,8 +59,9 @@ RankRole role_of_rank(const plan::Plan& p, int rank);
 /// One measured slice of work (seconds since the run's common epoch).
 struct MeasuredEvent {
   int action = 0;
-  int track = 0;  // 0: the device's own work, 1: its sends
+  int track = 0;  // schedule::kComputeTrack (the device's own work) or kSendTrack (its sends)
   std::string name;
+  std::string category;  // schedule::trace_category of the action
   double start_s = 0, end_s = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <set>
 
 #include "runtime/detail/comm.h"
 #include "runtime/detail/pipeline.h"
@@ -122,14 +123,23 @@ TEST(DistPipeline, MeasuredTraceHasOneSlicePerActionOnEachDevice) {
   size_t slices = 0, expected = 0;
   for (auto& st : run.schedule.stages) expected += st.actions.size();
   bool saw_forward = false;
-  for (auto& e : j["traceEvents"])
+  std::set<std::string> tracks;
+  for (auto& e : j["traceEvents"]) {
     if (e["ph"] == "X") {
       ++slices;
       EXPECT_GE(e["ts"].get<double>(), 0.0);
-      saw_forward = saw_forward || e["name"] == "s1 F mb0";
+      saw_forward = saw_forward || (e["name"] == "s1 F mb0" && e["cat"] == "forward" && e["tid"] == 0);
+      if (e["cat"] == "send") {
+        EXPECT_EQ(e["tid"], 1) << e.dump();
+      }
     }
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+  }
   EXPECT_EQ(slices, expected);
   EXPECT_TRUE(saw_forward);
+  // The simulator's track names and format (schedule::TraceWriter writes both).
+  EXPECT_EQ(tracks, (std::set<std::string>{"compute", "send"}));
+  EXPECT_EQ(j["otherData"]["format"], "graphpipe.trace/1");
   std::filesystem::remove(trace);
 }
 
