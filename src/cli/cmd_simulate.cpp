@@ -31,7 +31,7 @@ void run(const SimArgs& a) {
   plan::CostSource costs = plan::plan_costs(p, a.plan, "simulate", a.cluster, a.profile);
   for (const std::string& note : costs.notes) std::fprintf(stderr, "%s\n", note.c_str());
   const cost::Cluster& c = costs.cluster;
-  cost::CostModel cm(g, c, cost::optimizer_from_string(p.optimizer), costs.profile);
+  cost::CostModel cm(g, c, p.optimizer, costs.profile);
   schedule::Schedule s;
   if (!a.schedule_file.empty()) {
     s = schedule::load_schedule(a.schedule_file);

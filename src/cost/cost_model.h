@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cost/efficiency.h"
+#include "cost/optimizer.h"
 #include "ir/model.h"
 
 namespace gp::cost {
@@ -73,10 +74,6 @@ Cluster cluster_from_json(const Json& j, const std::string& file);
 Cluster cluster_from_json(const JsonAt& j);
 /// The first `devices` devices of `c` (whole nodes first); UserError when c has fewer.
 Cluster take_devices(Cluster c, int devices, const std::string& where);
-
-enum class Optimizer { sgd, adam };
-Optimizer optimizer_from_string(const std::string& s);
-const char* to_string(Optimizer o);
 
 /// Where an estimate came from: every estimate says whether it was measured or computed.
 /// measured: a profile covers the op at that batch (interpolated between measured batches);

@@ -35,7 +35,7 @@ Json plan_to_json(const Plan& p) {
           {"model", model},
           {"cluster", cluster},
           {"mini_batch_size", p.mini_batch_size},
-          {"optimizer", p.optimizer},
+          {"optimizer", cost::to_string(p.optimizer)},
           {"stages", stages},
           {"predicted",
            {{"iteration_time_s", p.predicted.iteration_time_s},
@@ -115,9 +115,9 @@ Plan plan_from_json(const Json& j, const std::string& file) {
   p.mini_batch_size = positive_int(doc.at("mini_batch_size"), 1);
   if (doc.has("optimizer")) {
     JsonAt o = doc.at("optimizer");
-    p.optimizer = o.str();
-    if (p.optimizer != "adam" && p.optimizer != "sgd")
-      o.fail(fmt::format("unknown optimizer \"{}\" (valid: adam, sgd)", p.optimizer));
+    const std::string name = o.str();
+    if (name != "adam" && name != "sgd") o.fail(fmt::format("unknown optimizer \"{}\" (valid: adam, sgd)", name));
+    p.optimizer = cost::optimizer_from_string(name);
   }
   JsonAt stages = doc.at("stages");
   if (stages.size() == 0) stages.fail("a plan needs at least one stage");

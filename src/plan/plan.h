@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "cost/optimizer.h"
 #include "graph/dag.h"
 #include "ir/model.h"
 #include "support/json.h"
@@ -98,7 +99,7 @@ struct Plan {
   int num_devices = 0;
   std::string cluster_spec;        // preset name or file path
   int mini_batch_size = 0;
-  std::string optimizer = "adam";
+  cost::Optimizer optimizer = cost::Optimizer::adam;
   std::vector<Stage> stages;
   Predicted predicted;
   double search_time_s = 0;

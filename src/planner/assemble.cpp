@@ -55,7 +55,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   p.cluster_name = cl.name;
   p.num_devices = cl.num_devices();
   p.mini_batch_size = mini_batch;
-  p.optimizer = cost::to_string(cm.optimizer());
+  p.optimizer = cm.optimizer();
 
   // Stages in a topological order of the stage DAG, ops in OpId (topological) order.
   std::vector<std::vector<OpId>> ops;

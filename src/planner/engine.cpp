@@ -29,18 +29,13 @@ Item op_item(const cost::CostModel& cm, int op) {
 Structure sp_structure(const cost::CostModel& cm, std::string* note) {
   const ir::Graph& g = cm.graph();
   graph::Dag dag = plan::op_dag(g);
-  graph::SpResult r = graph::sp_decompose(dag);
-  if (!r.tree) {
-    graph::Dag spd = graph::sp_ize(dag);
-    if (note)
-      *note = fmt::format("not series-parallel ({}); SP-ized keeping {} of {} independent op pairs",
-                          r.failure, graph::independent_pairs(spd), graph::independent_pairs(dag));
-    r = graph::sp_decompose(spd);
-    GP_ASSERT(r.tree.has_value(), "sp_ize result is not series-parallel: {}", r.failure);
-  } else if (note) {
-    *note = "series-parallel";
-  }
-  const graph::SpTree& t = *r.tree;
+  const graph::SpDecomposition d = graph::sp_decompose_or_ize(dag);
+  if (note)
+    *note = d.series_parallel()
+                ? "series-parallel"
+                : fmt::format("not series-parallel ({}); SP-ized keeping {} of {} independent op pairs", d.failure,
+                              graph::independent_pairs(*d.sp_ized), graph::independent_pairs(dag));
+  const graph::SpTree& t = d.tree;
   Structure st;
   // Post-order conversion: each composite tree node becomes one Seq.
   std::function<Item(int)> build = [&](int node) -> Item {

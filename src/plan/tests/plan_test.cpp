@@ -139,7 +139,7 @@ TEST(PlanJson, OptionalFieldsDefault) {
   for (auto& s : j["stages"]) s.erase("tps_s");
   Plan p = plan_from_json(j, "p.json");
   EXPECT_EQ(p.predicted, Predicted{});
-  EXPECT_EQ(p.optimizer, "adam");
+  EXPECT_EQ(p.optimizer, cost::Optimizer::adam);
   EXPECT_EQ(p.model_spec, "");
   EXPECT_EQ(p.stages[1].tps_s, 0);
 }
