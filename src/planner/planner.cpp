@@ -160,12 +160,22 @@ void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, 
   }
 }
 
-}  // namespace
+// What the options and the cluster fix for the whole search (checked first: bad input is a
+// UserError before any work).
+struct Setup {
+  std::chrono::steady_clock::time_point t0, deadline;
+  int n = 0;              // devices
+  double limit = 0;       // usable memory per device (minus the reserve)
+  bool same_node = false;
+  std::vector<int> mbs_cands;  // micro-batch sizes to search
+  bool graphpipe = false, piper = false;
+};
 
-PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
+Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
+  Setup su;
+  su.t0 = std::chrono::steady_clock::now();
   const ir::Graph& g = cm.graph();
-  const int n = cm.cluster().num_devices();
+  const int n = su.n = cm.cluster().num_devices();
   GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch, "--batch: mini-batch size must be in [1, {}], got {}",
            kMaxMiniBatch, opt.mini_batch);
   GP_CHECK(n <= kMaxDevices, "--devices: the planner handles at most {} devices, got {}", kMaxDevices, n);
@@ -177,20 +187,18 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes), "--memory-limit must be >= 0 and finite");
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
-  const double limit = cm.usable_memory_bytes(opt.memory_limit_bytes);  // minus the device reserve
-  GP_CHECK(limit > 0, "--memory-limit {:.3g} GB leaves nothing for tensors: {} reserves {:.3g} GB per device for "
+  su.limit = cm.usable_memory_bytes(opt.memory_limit_bytes);  // minus the device reserve
+  GP_CHECK(su.limit > 0, "--memory-limit {:.3g} GB leaves nothing for tensors: {} reserves {:.3g} GB per device for "
            "the runtime's context, workspaces and fragmentation (docs/cost-model.md, \"Memory\")",
            (opt.memory_limit_bytes > 0 ? opt.memory_limit_bytes : cm.cluster().device.memory_bytes) / 1e9,
            cm.cluster().name, cm.cluster().device.memory_reserve_bytes / 1e9);
   // Before placement the planner cannot know which links a stage uses: it assumes intra-node links
   // only when the whole cluster is one node (conservative elsewhere); the final plan is re-costed.
-  const bool same_node = n <= cm.cluster().devices_per_node;
-  const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(opt.time_limit_s));
-
-  std::vector<int> mbs_cands;
+  su.same_node = n <= cm.cluster().devices_per_node;
+  su.deadline = su.t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(opt.time_limit_s));
   for (int m = 1; m <= opt.mini_batch; m *= 2)
-    if (opt.mini_batch % m == 0) mbs_cands.push_back(m);
+    if (opt.mini_batch % m == 0) su.mbs_cands.push_back(m);
   GP_CHECK(opt.micro_batch >= 0, "--micro-batch: must be >= 1, got {}", opt.micro_batch);
   if (opt.micro_batch > 0) {
     GP_CHECK(opt.mini_batch % opt.micro_batch == 0,
@@ -198,116 +206,135 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
     GP_CHECK(std::has_single_bit(static_cast<unsigned>(opt.micro_batch)),
              "--micro-batch: must be a power of two (the planners replicate stages over power-of-two "
              "device counts that divide it), got {}", opt.micro_batch);
-    mbs_cands = {opt.micro_batch};
+    su.mbs_cands = {opt.micro_batch};
   }
+  su.graphpipe = opt.planner == "graphpipe";
+  su.piper = opt.planner == "piper";
+  return su;
+}
 
-  PlanReport rep;
-  const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
-  // The planner, chosen once: the searches it runs per micro-batch size, each over its own space,
-  // reporting every plan it finds (to `on_plan`) and its optimal bottleneck (`tps`).
-  using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
-  struct Search {
-    Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
-    detail::Order order;  // how its plans are assembled
-    std::function<bool(int mbs, double* tps, const OnPlan& on_plan)> run;
-  };
-  std::vector<Search> searches;
+// The planner, chosen once: the searches it runs per micro-batch size, each over its own space,
+// reporting every plan it finds (to `on_plan`) and its optimal bottleneck (`tps`). Not movable:
+// the searches refer to the structures held beside them.
+using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
+struct Search {
+  Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
+  detail::Order order;  // how its plans are assembled
+  std::function<bool(int mbs, double* tps, const OnPlan& on_plan)> run;
+};
+struct Searches {
+  std::vector<Search> list;
   detail::Structure sp, chain;
   detail::PiperGraph piper_graph;
+  int spread = 0;  // per-stage size spread of the SP DP (0 with --micro-batch)
+  Searches(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, std::string* sp_note);
+  Searches(const Searches&) = delete;
+  Searches& operator=(const Searches&) = delete;
+};
+
+Searches::Searches(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, std::string* sp_note) {
   // Per-stage sizes for the SP DP unless --micro-batch fixes them; the chain DP (PipeDream's
   // search, GraphPipe's chain candidate) keeps one size per plan.
-  const int spread = opt.micro_batch > 0 ? 0 : kSizeSpread;
-  auto seq_dp = [&](const detail::Structure& st, int size_spread) {
-    return [&, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
-      return detail::search_size(cm, *st_ptr, {mbs, size_spread, opt.mini_batch, limit, n, same_node, kTol}, tps,
-                                 on_plan);
+  spread = opt.micro_batch > 0 ? 0 : kSizeSpread;
+  auto seq_dp = [&cm, &opt, &su](const detail::Structure& st, int size_spread) {
+    return [&cm, &opt, &su, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
+      return detail::search_size(cm, *st_ptr, {mbs, size_spread, opt.mini_batch, su.limit, su.n, su.same_node, kTol},
+                                 tps, on_plan);
     };
   };
-  if (graphpipe) {
-    sp = detail::sp_structure(cm, &rep.sp_note);
-    searches.push_back({kSp, detail::Order::dag, seq_dp(sp, spread)});
+  if (su.graphpipe) {
+    sp = detail::sp_structure(cm, sp_note);
+    list.push_back({kSp, detail::Order::dag, seq_dp(sp, spread)});
   }
-  if (!piper) {
+  if (!su.piper) {
     chain = detail::chain_structure(cm);
     // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
-    searches.push_back({kChain, graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0)});
-  } else {
-    piper_graph = detail::piper_graph(cm, detail::piper_split_budget(opt.time_limit_s, n, static_cast<int>(mbs_cands.size())), deadline,
-                                      opt.time_limit_s);
-    searches.push_back({kChain, detail::Order::chain_edges, [&](int mbs, double* tps, const OnPlan& on_plan) {
-                          std::vector<StageChoice> best;
-                          if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, limit, n, same_node,
-                                                   deadline, opt.time_limit_s, kTol, tps, &best))
-                            return false;
-                          on_plan(best);
-                          return true;
-                        }});
+    list.push_back({kChain, su.graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0)});
+    return;
   }
+  piper_graph = detail::piper_graph(
+      cm, detail::piper_split_budget(opt.time_limit_s, su.n, static_cast<int>(su.mbs_cands.size())), su.deadline,
+      opt.time_limit_s);
+  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan) {
+                    std::vector<StageChoice> best;
+                    if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, su.limit, su.n, su.same_node,
+                                             su.deadline, opt.time_limit_s, kTol, tps, &best))
+                      return false;
+                    on_plan(best);
+                    return true;
+                  }});
+}
 
-  // Per micro-batch size each planner's DP minimises the bottleneck TPS; GraphPipe keeps two
-  // candidates: the SP DP's plan and the best chain plan (sequential pipelines the SP DP cannot
-  // express, e.g. a stage cutting through a parallel block; placed like PipeDream's but run as a
-  // DAG). Across micro-batch sizes every planner ranks its plans by the predicted iteration time
-  // (the 1F1B recurrence of timeline.h, so pipeline fill counts: one micro-batch of B samples has
-  // no pipelining at all), keeps each kind's best kShortlist, and picks among them by
-  // sim::simulate (which adds network contention), GraphPipe's SP plan unless the chain's is faster.
-  // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
-  // the planner's own, for the baselines); after the search, the simulator's pick.
-  std::optional<Cand> best_of[2];
-  Shortlist shortlist[2];
-  // GraphPipe returns its SP plan unless the chain candidate is predicted faster by more than the
-  // search's tolerance (the same stages placed in another order can differ by less).
-  // (Simulated times once the shortlists are scored, after the search.)
-  auto time_of = [](const Cand& c) { return c.simulated_s > 0 ? c.simulated_s : c.plan.predicted.iteration_time_s; };
-  auto sp_wins = [&] {
-    return best_of[kSp] && (!best_of[kChain] || time_of(*best_of[kChain]) >= time_of(*best_of[kSp]) * (1 - kTol));
-  };
-  for (int mbs : mbs_cands) {
-    // Prune by the best plan so far: every plan at this size takes at least M x its slowest stage's
-    // micro-batch time >= B x (the ops' cheapest device-seconds per sample) / N.
-    const std::optional<Cand>& overall = sp_wins() ? best_of[kSp] : best_of[kChain];
-    if (overall) {
-      double work = 0;
-      for (size_t o = 0; o < g.num_ops(); ++o) {
-        double w = std::numeric_limits<double>::infinity();
-        for (int b : detail::StageSizes::window(mbs, graphpipe ? spread : 0).sizes)  // any stage size at m
-          for (int p = 1; p <= std::min(n, b); p *= 2)
-            w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), b / p) / b);
-        work += w;
-      }
-      if (opt.mini_batch * work / n >= overall->plan.predicted.iteration_time_s) {
-        rep.per_micro_batch.push_back({mbs, 0, 0, 0, 0, true});
+// A lower bound on any plan's iteration at micro-batch mbs: M x its slowest stage's micro-batch
+// time >= B x (the ops' cheapest device-seconds per sample) / N.
+double iteration_lower_bound(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, int mbs,
+                             int spread) {
+  const ir::Graph& g = cm.graph();
+  double work = 0;
+  for (size_t o = 0; o < g.num_ops(); ++o) {
+    double w = std::numeric_limits<double>::infinity();
+    for (int b : detail::StageSizes::window(mbs, spread).sizes)  // any stage size at m
+      for (int p = 1; p <= std::min(su.n, b); p *= 2)
+        w = std::min(w, p * cm.op_step_time(OpId(static_cast<int32_t>(o)), b / p) / b);
+    work += w;
+  }
+  return opt.mini_batch * work / su.n;
+}
+
+// The search across micro-batch sizes. Per size each planner's DP minimises the bottleneck TPS;
+// GraphPipe keeps two candidates: the SP DP's plan and the best chain plan (sequential pipelines
+// the SP DP cannot express, e.g. a stage cutting through a parallel block; placed like PipeDream's
+// but run as a DAG). Across sizes every planner ranks its plans by the predicted iteration time
+// (the 1F1B recurrence of timeline.h, so pipeline fill counts: one micro-batch of B samples has no
+// pipelining at all), keeps each kind's best kShortlist, and picks among them by sim::simulate
+// (which adds network contention), GraphPipe's SP plan unless the chain's is faster.
+class SizeSweep {
+ public:
+  SizeSweep(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, const Searches& se, PlanReport& rep)
+      : cm_(cm), opt_(opt), su_(su), se_(se), rep_(rep) {}
+
+  void run() {
+    for (int mbs : su_.mbs_cands) {
+      // Prune by the best plan so far.
+      const std::optional<Cand>& overall = sp_wins() ? best_of[kSp] : best_of[kChain];
+      if (overall && iteration_lower_bound(cm_, opt_, su_, mbs, su_.graphpipe ? se_.spread : 0) >=
+                         overall->plan.predicted.iteration_time_s) {
+        rep_.per_micro_batch.push_back({mbs, 0, 0, 0, 0, true});
         continue;
       }
+      search_size(mbs);
     }
-    // Every plan a search finds (one per feasible target of its binary search: the smallest
-    // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
-    // predicted iteration time (bubble included) wins, per kind.
+    // The final ranking is the simulator's: each kind's shortlist is simulated, its fastest kept.
+    for (int kind : {kSp, kChain})
+      if (!shortlist[kind].plans.empty()) best_of[kind] = simulate_shortlist(cm_, shortlist[kind]);
+  }
+
+  // GraphPipe returns its SP plan unless the chain candidate is faster by more than the search's
+  // tolerance (the same stages placed in another order can differ by less): predicted times during
+  // the search, simulated ones once the shortlists are scored.
+  bool sp_wins() const {
+    auto time_of = [](const Cand& c) { return c.simulated_s > 0 ? c.simulated_s : c.plan.predicted.iteration_time_s; };
+    return best_of[kSp] && (!best_of[kChain] || time_of(*best_of[kChain]) >= time_of(*best_of[kSp]) * (1 - kTol));
+  }
+
+  // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
+  // the planner's own, for the baselines); after run(), the simulator's pick.
+  std::optional<Cand> best_of[2];
+  Shortlist shortlist[2];
+
+ private:
+  // Every plan a search finds at mbs (one per feasible target of its binary search: the smallest
+  // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
+  // predicted iteration time (bubble included) wins, per kind.
+  void search_size(int mbs) {
     std::optional<Cand> here[2];
     auto seen = [&](Kind kind, detail::Order order) {
-      return [&, kind, order](const std::vector<StageChoice>& st) {
-        Cand c;
-        c.mbs = mbs;
-        c.plan = detail::assemble(cm, st, mbs, opt.mini_batch, limit, order, nullptr);
-        // The DP checks state + in-flight activations; the placed plan's peak also holds the
-        // transient buffers and the gradients sent upstream (cost::stage_memory). A plan whose
-        // own prediction does not fit is never returned.
-        const auto& peaks = c.plan.predicted.peak_memory_bytes;
-        if (!peaks.empty() && *std::max_element(peaks.begin(), peaks.end()) > limit * (1 + 1e-9)) {
-          ++rep.over_memory;
-          return;
-        }
-        c.stages = st;
-        c.order = order;
-        shortlist[kind].offer(c);
-        if (!here[kind] || better(c.plan, here[kind]->plan)) here[kind] = std::move(c);
-      };
+      return [&, kind, order](const std::vector<StageChoice>& st) { offer(mbs, kind, order, st, here[kind]); };
     };
     double search_tps = 0;
-    for (const Search& sr : searches) {
+    for (const Search& sr : se_.list) {
       double tps = 0;
-      if (sr.run(mbs, &tps, seen(sr.kind, sr.order)))
-        search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
+      if (sr.run(mbs, &tps, seen(sr.kind, sr.order))) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
     }
     PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
     const Cand* top = nullptr;
@@ -321,52 +348,86 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
       rc.iteration_time_s = top->plan.predicted.iteration_time_s;
       rc.num_stages = static_cast<int>(top->plan.stages.size());
     }
-    rep.per_micro_batch.push_back(rc);
-    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (opt.progress && el > 1.0)
-      std::fprintf(stderr, "%s: micro-batch %d done (%zu of %zu sizes, %.1f s)%s\n", opt.planner.c_str(), mbs,
-                   rep.per_micro_batch.size(), mbs_cands.size(), el,
-                   top ? "" : ", no plan fits memory at this size");
+    rep_.per_micro_batch.push_back(rc);
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - su_.t0).count();
+    if (opt_.progress && el > 1.0)
+      std::fprintf(stderr, "%s: micro-batch %d done (%zu of %zu sizes, %.1f s)%s\n", opt_.planner.c_str(), mbs,
+                   rep_.per_micro_batch.size(), su_.mbs_cands.size(), el, top ? "" : ", no plan fits memory at this size");
   }
-  // The final ranking is the simulator's: each kind's shortlist is simulated, its fastest kept.
-  for (int kind : {kSp, kChain})
-    if (!shortlist[kind].plans.empty()) best_of[kind] = simulate_shortlist(cm, shortlist[kind]);
-  const bool sp_won = sp_wins();
-  const std::optional<Cand>& best = sp_won ? best_of[kSp] : best_of[kChain];
+
+  // One plan a search found: placed and re-costed. The DP checks state + in-flight activations; the
+  // placed plan's peak also holds the transient buffers and the gradients sent upstream
+  // (cost::stage_memory). A plan whose own prediction does not fit is never returned.
+  void offer(int mbs, Kind kind, detail::Order order, const std::vector<StageChoice>& st, std::optional<Cand>& here) {
+    Cand c;
+    c.mbs = mbs;
+    c.plan = detail::assemble(cm_, st, mbs, opt_.mini_batch, su_.limit, order, nullptr);
+    const auto& peaks = c.plan.predicted.peak_memory_bytes;
+    if (!peaks.empty() && *std::max_element(peaks.begin(), peaks.end()) > su_.limit * (1 + 1e-9)) {
+      ++rep_.over_memory;
+      return;
+    }
+    c.stages = st;
+    c.order = order;
+    shortlist[kind].offer(c);
+    if (!here || better(c.plan, here->plan)) here = std::move(c);
+  }
+
+  const cost::CostModel& cm_;
+  const PlannerOptions& opt_;
+  const Setup& su_;
+  const Searches& se_;
+  PlanReport& rep_;
+};
+
+// The chosen plan placed once more (with --explain's notes), and what the plan file records of the
+// search: the planner, Piper's coarse graph, GraphPipe's candidates and winner.
+void record_plan(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, const Searches& se,
+                 const SizeSweep& sw, const Cand& best, bool sp_won, PlanReport& rep) {
+  std::vector<std::string> explain;
+  rep.plan = detail::assemble(cm, best.stages, best.mbs, opt.mini_batch, su.limit, best.order,
+                              opt.explain ? &explain : nullptr);
+  if (su.graphpipe && best.order == detail::Order::chain)
+    explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
+  rep.plan.planner = opt.planner;
+  if (su.piper) rep.plan.piper = se.piper_graph.coarsening;
+  if (su.graphpipe) {
+    rep.plan.search.winner = sp_won ? "sp" : "chain";
+    for (int kind : {kSp, kChain}) {
+      if (!sw.best_of[kind]) continue;
+      const plan::Plan& cp = sw.best_of[kind]->plan;
+      rep.candidate_plans.push_back(cp);
+      rep.plan.search.candidates.push_back(
+          {kind == kSp ? "sp" : "chain", sw.best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
+           plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
+           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s, sw.best_of[kind]->simulated_s});
+    }
+  }
+  rep.plan.search_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - su.t0).count();
+  if (opt.explain) {
+    rep.explain = std::move(explain);
+    explain_search(rep, opt, best.mbs, sp_won, sw.shortlist);
+  }
+}
+
+}  // namespace
+
+PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt) {
+  const Setup su = check_options(cm, opt);
+  PlanReport rep;
+  const Searches searches(cm, opt, su, &rep.sp_note);
+  SizeSweep sweep(cm, opt, su, searches, rep);
+  sweep.run();
+  const bool sp_won = sweep.sp_wins();
+  const std::optional<Cand>& best = sp_won ? sweep.best_of[kSp] : sweep.best_of[kChain];
   if (!best && rep.over_memory > 0)
     throw UserError(fmt::format(
         "no plan of {} fits {:.3g} GB per device: the search found {} whose weights, gradients, optimizer "
         "state and in-flight activations fit, but not with their transient buffers and the gradients "
         "they send (docs/cost-model.md, \"Memory\"); use more devices or a larger --memory-limit",
-        g.name(), limit / 1e9, rep.over_memory));
-  if (!best) impossible(cm, n, limit);
-
-  std::vector<std::string> explain;
-  rep.plan = detail::assemble(cm, best->stages, best->mbs, opt.mini_batch, limit, best->order,
-                              opt.explain ? &explain : nullptr);
-  if (graphpipe && best->order == detail::Order::chain)
-    explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
-  rep.plan.planner = opt.planner;
-  if (piper) rep.plan.piper = piper_graph.coarsening;
-  if (graphpipe) {
-    rep.plan.search.winner = sp_won ? "sp" : "chain";
-    for (int kind : {kSp, kChain}) {
-      if (!best_of[kind]) continue;
-      const plan::Plan& cp = best_of[kind]->plan;
-      rep.candidate_plans.push_back(cp);
-      rep.plan.search.candidates.push_back(
-          {kind == kSp ? "sp" : "chain", best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
-           plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
-           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s, best_of[kind]->simulated_s});
-    }
-  }
-  rep.plan.search_time_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (opt.explain) {
-    rep.explain = std::move(explain);
-    explain_search(rep, opt, best->mbs, sp_won, shortlist);
-  }
-  (void)g;
+        cm.graph().name(), su.limit / 1e9, rep.over_memory));
+  if (!best) impossible(cm, su.n, su.limit);
+  record_plan(cm, opt, su, searches, sweep, *best, sp_won, rep);
   return rep;
 }
 
