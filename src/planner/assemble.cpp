@@ -43,6 +43,177 @@ std::vector<std::vector<double>> edge_bytes_per_sample(const cost::CostModel& cm
     }
   return out;
 }
+
+// The stages of the plan under assembly, in its stage order: ops (in OpId, i.e. topological,
+// order), data-parallel degree and micro-batch size.
+struct Parts {
+  std::vector<std::vector<OpId>> ops;
+  std::vector<int> dp, mb;
+};
+
+// p.stages from parts (stage k holds parts' k-th ops), with the stage edges those ops imply.
+void make_stages(const ir::Graph& g, const Parts& parts, plan::Plan& p) {
+  p.stages.clear();
+  for (size_t k = 0; k < parts.ops.size(); ++k) {
+    plan::Stage s;
+    s.id = static_cast<int>(k);
+    for (OpId o : parts.ops[k]) s.ops.push_back(g.op(o).name);
+    s.micro_batch_size = parts.mb[k];
+    p.stages.push_back(std::move(s));
+  }
+  plan::derive_stage_edges(p, g);
+}
+
+// A sequential pipeline runs its stages one after the other: stage k -> k + 1 is declared even when
+// no op tensor crosses it (the runtime then sends a token), so independent branches in different
+// stages do not run concurrently and in-flight counts are the chain depth S - k.
+void declare_chain_edges(plan::Plan& p) {
+  for (size_t k = 0; k + 1 < p.stages.size(); ++k) {
+    auto& out = p.stages[k].outputs_to;
+    auto& in = p.stages[k + 1].inputs_from;
+    if (!std::binary_search(out.begin(), out.end(), static_cast<int>(k + 1)))
+      out.insert(std::upper_bound(out.begin(), out.end(), static_cast<int>(k + 1)), static_cast<int>(k + 1));
+    if (!std::binary_search(in.begin(), in.end(), static_cast<int>(k)))
+      in.insert(std::upper_bound(in.begin(), in.end(), static_cast<int>(k)), static_cast<int>(k));
+  }
+}
+
+// Stages in a topological order of the stage DAG (Order::dag; `parts` reordered to match), or the
+// chain's own order, checked.
+void order_stages(const ir::Graph& g, Order order, Parts& parts, plan::Plan& p) {
+  make_stages(g, parts, p);
+  if (order == Order::dag) {
+    Parts sorted;
+    for (int k : plan::stage_topo_order(p))
+      sorted.ops.push_back(parts.ops[k]), sorted.dp.push_back(parts.dp[k]), sorted.mb.push_back(parts.mb[k]);
+    parts = std::move(sorted);
+    make_stages(g, parts, p);
+  } else {
+    // A chain: the choices are already in pipeline order (first stage first).
+    for (const plan::Stage& s : p.stages)
+      for (int t : s.outputs_to) GP_ASSERT(t > s.id, "chain stage {} feeds earlier stage {}", s.id, t);
+  }
+  if (order == Order::chain_edges) declare_chain_edges(p);
+}
+
+// The base orders placement tries: the topological order, and (a DAG over more than one node)
+// depth-first orders from the sinks, each chain of stages contiguous and the chain that holds a join
+// placed next to it, trying both orders of each stage's predecessors.
+std::vector<std::vector<int>> placement_bases(const plan::Plan& p, const cost::Cluster& cl, Order order) {
+  std::vector<int> ident(p.stages.size());
+  std::iota(ident.begin(), ident.end(), 0);
+  std::vector<std::vector<int>> bases = {ident};
+  if (order != Order::dag || cl.num_devices() <= cl.devices_per_node) return bases;
+  for (bool reversed : {false, true}) {
+    std::vector<int> dfs;
+    std::vector<char> seen(p.stages.size(), 0);
+    std::function<void(int)> visit = [&](int k) {
+      if (seen[k]) return;
+      seen[k] = 1;
+      std::vector<int> preds = p.stages[k].inputs_from;
+      if (reversed) std::reverse(preds.begin(), preds.end());
+      for (int f : preds) visit(f);
+      dfs.push_back(k);
+    };
+    for (int k = static_cast<int>(p.stages.size()) - 1; k >= 0; --k)
+      if (p.stages[k].outputs_to.empty()) visit(k);
+    if (std::find(bases.begin(), bases.end(), dfs) == bases.end()) bases.push_back(std::move(dfs));
+  }
+  return bases;
+}
+
+// Places the plan's stages and predicts it: stages get contiguous device blocks, largest degree
+// first (stable in a base order); power-of-two blocks in descending size stay aligned, so a block
+// no larger than a node never straddles one. Then each stage is re-costed on its placed links and
+// the iteration estimated by the 1F1B recurrence (timeline.h).
+class Placer {
+ public:
+  Placer(const cost::CostModel& cm, const Parts& parts, int mbs, int mini_batch, double memory_limit,
+         std::vector<std::vector<double>> edge_bytes)
+      : cm_(cm), parts_(parts), mbs_(mbs), mini_batch_(mini_batch), memory_limit_(memory_limit),
+        edge_bytes_(std::move(edge_bytes)), mask_(cm.graph().num_ops(), 0) {}
+
+  void place_and_cost(plan::Plan& p, const std::vector<int>& base, std::vector<std::string>* lines) {
+    std::vector<int> by_size(base);
+    std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return parts_.dp[a] > parts_.dp[b]; });
+    for (auto& s : p.stages) s.devices.clear();
+    int next = 0;
+    for (int k : by_size)
+      for (int j = 0; j < parts_.dp[k]; ++j) p.stages[k].devices.push_back(next++);
+    GP_ASSERT(next <= p.num_devices, "placed {} devices of {}", next, p.num_devices);
+    plan::assign_min_in_flight(p);
+    p.predicted = {};
+    p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
+    // Per stage and micro-batch (see timeline.h): forward and backward compute, and the tail after
+    // the last backward (gradient all-reduce among replicas, the sum of shared parameters'
+    // gradients with their other holders, optimizer step).
+    TimelineCosts st;
+    st.out_bytes_per_sample = edge_bytes_;
+    for (size_t k = 0; k < p.stages.size(); ++k) cost_stage(p, k, st, lines);
+    p.predicted.iteration_time_s = timeline_iteration_s(p, cm_, st);
+    p.predicted.throughput_samples_per_s = mini_batch_ / p.predicted.iteration_time_s;
+  }
+
+ private:
+  // Whether stage s and all its neighbours sit on s's node (its transfers then use intra-node links).
+  bool local(const plan::Plan& p, const plan::Stage& s) const {
+    const cost::Cluster& cl = cm_.cluster();
+    const int node = cl.node_of(s.devices.front());
+    bool on = true;
+    auto on_node = [&](const plan::Stage& t) {
+      for (int d : t.devices) on = on && cl.node_of(d) == node;
+    };
+    on_node(s);
+    for (int t : s.inputs_from) on_node(p.stages[t]);
+    for (int t : s.outputs_to) on_node(p.stages[t]);
+    return on;
+  }
+
+  void cost_stage(plan::Plan& p, size_t k, TimelineCosts& st, std::vector<std::string>* lines) {
+    plan::Stage& s = p.stages[k];
+    const std::vector<OpId>& ops = parts_.ops[k];
+    const int dp = parts_.dp[k], mb = parts_.mb[k];
+    const bool near = local(p, s);
+    for (OpId o : ops) mask_[o.v] = 1;
+    cost::StageCost c = cost::stage_cost(cm_, ops, mask_, dp, mb, mini_batch_, near);
+    s.tps_s = c.tps_s;
+    s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch_ / mb));
+    for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
+    const double bwd = c.compute_s * backward_share(cm_, ops, c.per_device_batch);
+    st.fwd_s.push_back(c.compute_s - bwd);
+    st.bwd_s.push_back(bwd);
+    st.tail_s.push_back((dp > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s);
+    p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
+    if (lines) lines->push_back(stage_line(s, k, c, near));
+    for (OpId o : ops) mask_[o.v] = 0;
+  }
+
+  // --explain: the stage, its cost, and the same stage on half and twice the devices.
+  std::string stage_line(const plan::Stage& s, size_t k, const cost::StageCost& c, bool near) const {
+    const ir::Graph& g = cm_.graph();
+    const std::vector<OpId>& ops = parts_.ops[k];
+    const int dp = parts_.dp[k], mb = parts_.mb[k];
+    std::string alt;
+    if (dp > 1)
+      alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm_, ops, mask_, dp / 2, mb, mini_batch_, near).tps_s),
+                         dp / 2, dp / 2 == 1 ? "" : "s");
+    if (dp * 2 <= mb)
+      alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm_, ops, mask_, dp * 2, mb, mini_batch_, near).tps_s),
+                         dp * 2);
+    return fmt::format("stage {} ({} ops, {} .. {}): {} device{}{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
+                       k, ops.size(), g.op(ops.front()).name, g.op(ops.back()).name, dp, dp == 1 ? "" : "s",
+                       mb == mbs_ ? "" : fmt::format(" at micro-batch {}", mb), ms(c.tps_s), alt, s.in_flight,
+                       s.memory_bytes / 1e9, memory_limit_ / 1e9);
+  }
+
+  const cost::CostModel& cm_;
+  const Parts& parts_;
+  const int mbs_, mini_batch_;
+  const double memory_limit_;
+  const std::vector<std::vector<double>> edge_bytes_;
+  std::vector<char> mask_;
+};
+
 }  // namespace
 
 plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
@@ -56,147 +227,27 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   p.num_devices = cl.num_devices();
   p.mini_batch_size = mini_batch;
   p.optimizer = cm.optimizer();
-
-  // Stages in a topological order of the stage DAG, ops in OpId (topological) order.
-  std::vector<std::vector<OpId>> ops;
-  std::vector<int> dp, mb;  // per stage: data-parallel degree, micro-batch size
+  Parts parts;
   for (const auto& c : choices) {
-    ops.push_back(c.ops);
-    std::sort(ops.back().begin(), ops.back().end());
-    dp.push_back(c.dp);
-    mb.push_back(c.mbs > 0 ? c.mbs : mbs);
+    parts.ops.push_back(c.ops);
+    std::sort(parts.ops.back().begin(), parts.ops.back().end());
+    parts.dp.push_back(c.dp);
+    parts.mb.push_back(c.mbs > 0 ? c.mbs : mbs);
   }
-  auto make_stages = [&](const std::vector<int>& perm) {
-    p.stages.clear();
-    for (size_t k = 0; k < perm.size(); ++k) {
-      plan::Stage s;
-      s.id = static_cast<int>(k);
-      for (OpId o : ops[perm[k]]) s.ops.push_back(g.op(o).name);
-      s.micro_batch_size = mb[perm[k]];
-      p.stages.push_back(std::move(s));
-    }
-    plan::derive_stage_edges(p, g);
-  };
-  std::vector<int> ident(ops.size());
-  std::iota(ident.begin(), ident.end(), 0);
-  make_stages(ident);
-  if (order == Order::dag) {
-    std::vector<int> topo = plan::stage_topo_order(p);
-    std::vector<std::vector<OpId>> o2;
-    std::vector<int> d2, m2;
-    for (int k : topo) o2.push_back(ops[k]), d2.push_back(dp[k]), m2.push_back(mb[k]);
-    ops = std::move(o2);
-    dp = std::move(d2);
-    mb = std::move(m2);
-    make_stages(ident);
-  } else {
-    // A chain: the choices are already in pipeline order (first stage first).
-    for (const plan::Stage& s : p.stages)
-      for (int t : s.outputs_to) GP_ASSERT(t > s.id, "chain stage {} feeds earlier stage {}", s.id, t);
-  }
-  if (order == Order::chain_edges) {
-    // A sequential pipeline runs its stages one after the other: stage k -> k + 1 is declared even
-    // when no op tensor crosses it (the runtime then sends a token), so independent branches in
-    // different stages do not run concurrently and in-flight counts are the chain depth S - k.
-    for (size_t k = 0; k + 1 < p.stages.size(); ++k) {
-      auto& out = p.stages[k].outputs_to;
-      auto& in = p.stages[k + 1].inputs_from;
-      if (!std::binary_search(out.begin(), out.end(), static_cast<int>(k + 1)))
-        out.insert(std::upper_bound(out.begin(), out.end(), static_cast<int>(k + 1)), static_cast<int>(k + 1));
-      if (!std::binary_search(in.begin(), in.end(), static_cast<int>(k)))
-        in.insert(std::upper_bound(in.begin(), in.end(), static_cast<int>(k)), static_cast<int>(k));
-    }
-  }
-
-  // Placement: stages get contiguous device blocks, largest degree first (stable in a base order).
-  // Power-of-two blocks in descending size stay aligned, so a block no larger than a node never
-  // straddles one. The base order decides which stages share a node: the topological order, and
-  // depth-first orders from the sinks (each chain of stages contiguous, the chain that holds a
-  // join placed next to it), trying both orders of each stage's predecessors. The placement with
-  // the smallest predicted iteration time is kept.
-  std::vector<char> mask(g.num_ops(), 0);
-  const std::vector<std::vector<double>> edge_bytes = edge_bytes_per_sample(cm, p, ops);
-  auto place_and_cost = [&](const std::vector<int>& base, std::vector<std::string>* lines) {
-    std::vector<int> by_size(base);
-    std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return dp[a] > dp[b]; });
-    for (auto& s : p.stages) s.devices.clear();
-    int next = 0;
-    for (int k : by_size)
-      for (int j = 0; j < dp[k]; ++j) p.stages[k].devices.push_back(next++);
-    GP_ASSERT(next <= p.num_devices, "placed {} devices of {}", next, p.num_devices);
-    plan::assign_min_in_flight(p);
-    p.predicted = {};
-    p.predicted.peak_memory_bytes.assign(p.num_devices, 0);
-    // Per stage and micro-batch (see timeline.h): forward and backward compute, and the tail after
-    // the last backward (gradient all-reduce among replicas, the sum of shared parameters'
-    // gradients with their other holders, optimizer step).
-    TimelineCosts st;
-    st.out_bytes_per_sample = edge_bytes;
-    for (size_t k = 0; k < p.stages.size(); ++k) {
-      plan::Stage& s = p.stages[k];
-      int node = cl.node_of(s.devices.front());
-      bool local = true;
-      auto on_node = [&](const plan::Stage& t) {
-        for (int d : t.devices) local = local && cl.node_of(d) == node;
-      };
-      on_node(s);
-      for (int t : s.inputs_from) on_node(p.stages[t]);
-      for (int t : s.outputs_to) on_node(p.stages[t]);
-      for (OpId o : ops[k]) mask[o.v] = 1;
-      cost::StageCost c = cost::stage_cost(cm, ops[k], mask, dp[k], mb[k], mini_batch, local);
-      s.tps_s = c.tps_s;
-      s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch / mb[k]));
-      for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
-      const double bwd = c.compute_s * backward_share(cm, ops[k], c.per_device_batch);
-      st.fwd_s.push_back(c.compute_s - bwd);
-      st.bwd_s.push_back(bwd);
-      st.tail_s.push_back((dp[k] > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s);
-      p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
-      if (lines) {
-        std::string alt;
-        if (dp[k] > 1)
-          alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm, ops[k], mask, dp[k] / 2, mb[k], mini_batch, local).tps_s),
-                             dp[k] / 2, dp[k] / 2 == 1 ? "" : "s");
-        if (dp[k] * 2 <= mb[k])
-          alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm, ops[k], mask, dp[k] * 2, mb[k], mini_batch, local).tps_s),
-                             dp[k] * 2);
-        lines->push_back(fmt::format(
-            "stage {} ({} ops, {} .. {}): {} device{}{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
-            k, ops[k].size(), g.op(ops[k].front()).name, g.op(ops[k].back()).name, dp[k],
-            dp[k] == 1 ? "" : "s", mb[k] == mbs ? "" : fmt::format(" at micro-batch {}", mb[k]), ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9, memory_limit / 1e9));
-      }
-      for (OpId o : ops[k]) mask[o.v] = 0;
-    }
-    p.predicted.iteration_time_s = timeline_iteration_s(p, cm, st);
-    p.predicted.throughput_samples_per_s = mini_batch / p.predicted.iteration_time_s;
-  };
-  std::vector<std::vector<int>> bases = {ident};
-  if (order == Order::dag && cl.num_devices() > cl.devices_per_node) {
-    for (bool reversed : {false, true}) {
-      std::vector<int> dfs;
-      std::vector<char> seen(p.stages.size(), 0);
-      std::function<void(int)> visit = [&](int k) {
-        if (seen[k]) return;
-        seen[k] = 1;
-        std::vector<int> preds = p.stages[k].inputs_from;
-        if (reversed) std::reverse(preds.begin(), preds.end());
-        for (int f : preds) visit(f);
-        dfs.push_back(k);
-      };
-      for (int k = static_cast<int>(p.stages.size()) - 1; k >= 0; --k)
-        if (p.stages[k].outputs_to.empty()) visit(k);
-      if (std::find(bases.begin(), bases.end(), dfs) == bases.end()) bases.push_back(std::move(dfs));
-    }
-  }
+  order_stages(g, order, parts, p);
+  // The base order decides which stages share a node; the placement with the smallest predicted
+  // iteration time is kept.
+  Placer placer(cm, parts, mbs, mini_batch, memory_limit, edge_bytes_per_sample(cm, p, parts.ops));
+  const std::vector<std::vector<int>> bases = placement_bases(p, cl, order);
   size_t chosen = 0;
   if (bases.size() > 1) {
     double best = std::numeric_limits<double>::infinity();
     for (size_t b = 0; b < bases.size(); ++b) {
-      place_and_cost(bases[b], nullptr);
+      placer.place_and_cost(p, bases[b], nullptr);
       if (p.predicted.iteration_time_s < best * (1 - 1e-12)) best = p.predicted.iteration_time_s, chosen = b;
     }
   }
-  place_and_cost(bases[chosen], explain);
+  placer.place_and_cost(p, bases[chosen], explain);
   return p;
 }
 
