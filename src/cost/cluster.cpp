@@ -38,54 +38,59 @@ EfficiencyTable gpu_efficiency(const char* device) {
   return t;
 }
 
+// A GPU cluster preset from its datasheet figures. Every GPU preset shares the per-kernel overhead,
+// the memory reserve rule and the link latencies (5 us NVLink, 10 us InfiniBand).
+struct GpuPreset {
+  const char* name;
+  int devices_per_node;
+  const char* device;
+  double memory_bytes, fp32_flops, tensor_flops, hbm_Bps;
+  const char* curves;  // gpu_efficiency's key
+  double nvlink_Bps;   // per direction between two GPUs of a node
+  double nic_Bps;      // one GPU's flow between nodes
+  double node_Bps;     // a node's injection bandwidth
+};
+
+Cluster gpu_cluster(const GpuPreset& g) {
+  Cluster c;
+  c.name = g.name;
+  c.devices_per_node = g.devices_per_node;
+  c.device = {g.device, g.memory_bytes, g.fp32_flops, g.tensor_flops, g.hbm_Bps, kGpuKernelOverhead,
+              gpu_efficiency(g.curves)};
+  c.device.memory_reserve_bytes = gpu_reserve(g.memory_bytes);
+  c.intra = {g.nvlink_Bps, 5e-6};
+  c.inter = {g.nic_Bps, 10e-6};
+  c.node_injection_Bps = g.node_Bps;
+  return c;
+}
+
 /// IBM AC922 "Summit" node, restricted to 4 V100s per node as CONTRACT.md specifies (the real
 /// node has 6). V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 125 TFLOP/s tensor, 900 GB/s HBM2, 16 GB.
 /// NVLink 2.0 on Summit: 2 bricks x 25 GB/s = 50 GB/s per direction between GPU pairs.
 /// Network: dual-rail EDR InfiniBand, 2 x 100 Gb/s = 25 GB/s injection per node; one GPU's flow
 /// uses one rail (12.5 GB/s).
 Cluster summit() {
-  Cluster c;
-  c.name = "summit";
-  c.devices_per_node = 4;
-  c.device = {"V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, kGpuKernelOverhead,
-              gpu_efficiency("V100")};
-  c.device.memory_reserve_bytes = gpu_reserve(16 * GiB);
-  c.intra = {50 * GB, 5e-6};
-  c.inter = {12.5 * GB, 10e-6};
-  c.node_injection_Bps = 25 * GB;
-  return c;
+  return gpu_cluster({"summit", 4, "V100-16GB",
+                      16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB,
+                      "V100", 50 * GB, 12.5 * GB, 25 * GB});
 }
 
 /// NVIDIA DGX A100 (80 GB): A100 SXM4 datasheet 19.5 TFLOP/s fp32, 312 TFLOP/s fp16 tensor,
 /// 2039 GB/s HBM2e. NVLink 3 through NVSwitch: 600 GB/s bidirectional = 300 GB/s per direction.
 /// 8 x 200 Gb/s HDR InfiniBand (one NIC per GPU): 25 GB/s per GPU, 200 GB/s per node.
 Cluster dgx_a100() {
-  Cluster c;
-  c.name = "dgx-a100";
-  c.devices_per_node = 8;
-  c.device = {"A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, kGpuKernelOverhead,
-              gpu_efficiency("A100")};
-  c.device.memory_reserve_bytes = gpu_reserve(80 * GiB);
-  c.intra = {300 * GB, 5e-6};
-  c.inter = {25 * GB, 10e-6};
-  c.node_injection_Bps = 200 * GB;
-  return c;
+  return gpu_cluster({"dgx-a100", 8, "A100-80GB",
+                      80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB,
+                      "A100", 300 * GB, 25 * GB, 200 * GB});
 }
 
 /// NVIDIA DGX H100: H100 SXM5 datasheet 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense),
 /// 3350 GB/s HBM3. NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction.
 /// 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s per node.
 Cluster dgx_h100() {
-  Cluster c;
-  c.name = "dgx-h100";
-  c.devices_per_node = 8;
-  c.device = {"H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, kGpuKernelOverhead,
-              gpu_efficiency("H100")};
-  c.device.memory_reserve_bytes = gpu_reserve(80 * GiB);
-  c.intra = {450 * GB, 5e-6};
-  c.inter = {50 * GB, 10e-6};
-  c.node_injection_Bps = 400 * GB;
-  return c;
+  return gpu_cluster({"dgx-h100", 8, "H100-80GB",
+                      80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB,
+                      "H100", 450 * GB, 50 * GB, 400 * GB});
 }
 
 /// NVIDIA DGX H200: H200 SXM datasheet 141 GB HBM3e (decimal GB) at 4.8 TB/s, 67 TFLOP/s fp32,
@@ -93,16 +98,9 @@ Cluster dgx_h100() {
 /// 450 GB/s per direction. 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s
 /// per node. Same V100 curves as the other GPU presets (not fitted to the H200).
 Cluster h200() {
-  Cluster c;
-  c.name = "h200";
-  c.devices_per_node = 8;
-  c.device = {"H200-141GB", 141 * GB, 67 * TFLOPS, 989 * TFLOPS, 4800 * GB, kGpuKernelOverhead,
-              gpu_efficiency("H200")};
-  c.device.memory_reserve_bytes = gpu_reserve(141 * GB);
-  c.intra = {450 * GB, 5e-6};
-  c.inter = {50 * GB, 10e-6};
-  c.node_injection_Bps = 400 * GB;
-  return c;
+  return gpu_cluster({"h200", 8, "H200-141GB",
+                      141 * GB, 67 * TFLOPS, 989 * TFLOPS, 4800 * GB,
+                      "H200", 450 * GB, 50 * GB, 400 * GB});
 }
 
 /// This machine: one node whose "devices" are worker processes, one LibTorch thread each. Without a
