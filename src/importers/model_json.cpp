@@ -33,14 +33,14 @@ ir::DType parse_dtype(const JsonAt& j) {
   }
 }
 
-ir::Shape parse_shape(const JsonAt& j) {
+// A shape whose dimensions are positive; with `batch_dim`, dim 0 may be -1 (the batch).
+ir::Shape parse_shape(const JsonAt& j, bool batch_dim = true) {
   ir::Shape s = j.i64_list();
   for (size_t d = 0; d < s.size(); ++d) {
-    bool ok = s[d] > 0 || (d == 0 && s[d] == ir::kBatch);
+    bool ok = s[d] > 0 || (batch_dim && d == 0 && s[d] == ir::kBatch);
     if (!ok)
-      j.at(d).fail(fmt::format("dimension {} is {}: dimensions are positive (-1 only as dim 0, "
-                               "the batch)",
-                               d, s[d]));
+      j.at(d).fail(fmt::format("dimension {} is {}: dimensions are positive{}", d, s[d],
+                               batch_dim ? " (-1 only as dim 0, the batch)" : ""));
   }
   return s;
 }
@@ -58,9 +58,7 @@ void read_shared_params(const JsonAt& doc, ir::Model& m) {
     j.expect_object();
     ir::SharedParam sp;
     sp.name = j.at("name").str();
-    sp.shape = j.at("shape").i64_list();
-    for (size_t d = 0; d < sp.shape.size(); ++d)
-      if (sp.shape[d] <= 0) j.at("shape").at(d).fail(fmt::format("dimension {} is {}: dimensions are positive", d, sp.shape[d]));
+    sp.shape = parse_shape(j.at("shape"), /*batch_dim=*/false);
     JsonAt uses = j.at("uses");
     for (size_t u = 0; u < uses.size(); ++u) sp.uses.push_back(uses.at(u).str());
     m.shared_params.push_back(std::move(sp));
