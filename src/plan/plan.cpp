@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "cost/cost_model.h"
 #include "graph/dag.h"
 #include "plan/costs.h"
 
@@ -264,6 +265,17 @@ CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of) {
     }
   }
   return cut;
+}
+
+std::vector<double> out_bytes_per_sample(const Stage& s, const CutEdges& cut, const cost::CostModel& cm) {
+  std::vector<double> out;
+  for (int v : s.outputs_to) {
+    double bytes = 0;
+    if (auto it = cut.find({s.id, v}); it != cut.end())
+      for (OpId o : it->second) bytes += cm.output_bytes(o, 1);
+    out.push_back(bytes);
+  }
+  return out;
 }
 
 std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {

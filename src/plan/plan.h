@@ -11,6 +11,10 @@
 #include "ir/model.h"
 #include "support/json.h"
 
+namespace gp::cost {
+class CostModel;
+}  // namespace gp::cost
+
 namespace gp::plan {
 
 struct Stage {
@@ -133,6 +137,10 @@ std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g);
 /// (-1) are left out. The one answer to "which ops cross stage u -> v" (plan, sim, runtime).
 using CutEdges = std::map<std::pair<int, int>, std::vector<OpId>>;
 CutEdges cut_edges(const ir::Graph& g, const std::vector<int>& stage_of);
+/// Bytes per sample on each of stage s's out-edges (outputs_to order): the op outputs `cut` lists
+/// for that edge, sized by the cost model (the gradient coming back has the same size). What the
+/// planner's estimate and the simulator both send.
+std::vector<double> out_bytes_per_sample(const Stage& s, const CutEdges& cut, const cost::CostModel& cm);
 /// Stage ids in a topological order of the stage DAG.
 std::vector<int> stage_topo_order(const Plan& p);
 

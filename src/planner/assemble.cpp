@@ -33,14 +33,8 @@ std::vector<std::vector<double>> edge_bytes_per_sample(const cost::CostModel& cm
   for (size_t k = 0; k < ops.size(); ++k)
     for (OpId o : ops[k]) stage_of[o.v] = static_cast<int>(k);
   const plan::CutEdges cut = plan::cut_edges(cm.graph(), stage_of);
-  std::vector<std::vector<double>> out(p.stages.size());
-  for (const plan::Stage& s : p.stages)
-    for (int v : s.outputs_to) {
-      double bytes = 0;
-      if (auto it = cut.find({s.id, v}); it != cut.end())
-        for (OpId o : it->second) bytes += cm.output_bytes(o, 1);
-      out[s.id].push_back(bytes);
-    }
+  std::vector<std::vector<double>> out;
+  for (const plan::Stage& s : p.stages) out.push_back(plan::out_bytes_per_sample(s, cut, cm));
   return out;
 }
 

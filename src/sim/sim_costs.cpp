@@ -83,13 +83,7 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
     t.other_bytes = cost::stage_memory(sc, 0) - sc.state_bytes;
     t.optimizer_s = sc.optimizer_s + shared_s[st.id];
-    // Bytes per sample on each out-edge: every op output read by an op of that successor.
-    for (int v : st.outputs_to) {
-      double bytes = 0;
-      if (auto it = cut.find({st.id, v}); it != cut.end())
-        for (OpId op : it->second) bytes += cm.output_bytes(op, 1);
-      t.out_bytes_per_sample.push_back(bytes);
-    }
+    t.out_bytes_per_sample = plan::out_bytes_per_sample(st, cut, cm);
     c.stages.push_back(std::move(t));
   }
   return c;
