@@ -34,8 +34,12 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
 /// available); "" for "cpu".
 std::string accelerator_description(const std::string& device);
 
-/// Sets LibTorch's intra-op thread count (>= 1) for this process.
+/// Sets LibTorch's intra-op thread count (>= 1) for this process, bounds OpenBLAS's pool to it, and
+/// calls keep_freed_heap(): every training, profiling and calibrating process starts here.
 void set_torch_threads(int threads);
+/// Makes glibc keep freed tensor buffers (up to 32 MiB each) in the process instead of unmapping
+/// them, so a training step does not fault its activations in again (idempotent).
+void keep_freed_heap();
 int torch_threads();
 /// The LibTorch version this binary was built with ("2.1.2").
 std::string torch_version();
