@@ -26,7 +26,7 @@ constexpr int64_t kMaxLinkBytes = int64_t{1} << 30;
 struct ProfileArgs {
   std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes, clock = "wall", device = "cpu";
   int warmup = 2, repeats = 5, threads = 1;
-  bool json = false, links = false;
+  bool json = false, links = false, no_context = false;
 };
 
 void run(const ProfileArgs& a) {
@@ -68,6 +68,17 @@ void run(const ProfileArgs& a) {
     opt.device = a.device;
     GP_CHECK(!opt.cpu_clock || a.threads == 1, "--clock cpu: needs --threads 1 (found {}): it times the calling thread",
              a.threads);
+    opt.context = !a.no_context;
+    if (opt.context) {  // the whole model at the largest batch: weights, gradients, Adam state, activations
+      double whole = 0;
+      for (OpId id : g.op_ids()) {
+        const ir::OpCosts& c = g.costs(id);
+        whole += 4.0 * static_cast<double>(c.param_bytes) + static_cast<double>(max_batch) * (c.output_bytes + c.saved_bytes);
+      }
+      check_fits_in_memory(whole, fmt::format("profile --batches {}", max_batch),
+                           "the whole model's weights, gradients, optimizer state and activations at that batch "
+                           "(--no-context skips timing the whole model)");
+    }
     p = profiler::profile_graph(g, opt, &std::cerr);
   } else {
     p.device = profiler::describe_device(a.threads, a.device);
@@ -126,6 +137,9 @@ Registrar reg(70, [](CLI::App& root) {
               "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "
               "fitted latency + bandwidth (p2p, allreduce); each size keeps its fastest of max(--repeats, 3) "
               "repeats");
+  c->add_flag("--no-context", a->no_context,
+              "Skip timing the whole model in sequence (the cost model's in-sequence factor over ops timed "
+              "alone) and the optimizer step; for a model too large to run whole here");
   c->add_option("--link-sizes", a->link_sizes,
                 "Message sizes in bytes for --links (default 4096,65536,262144,1048576,4194304,16777216)");
   c->callback([a] { run(*a); });

@@ -153,7 +153,9 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   if (profile_) {
     if (auto m = profile_->estimate(t.signature[op.v], b)) {
       double over = cpu_oversubscription(cluster_);
-      return {m->fwd_s * over, m->bwd_s * over, m->extrapolated ? Source::extrapolated : Source::measured};
+      auto [in_seq_fwd, in_seq_bwd] = profile_->context ? profile_->context->factor(b) : std::make_pair(1.0, 1.0);
+      return {m->fwd_s * over * in_seq_fwd, m->bwd_s * over * in_seq_bwd,
+              m->extrapolated ? Source::extrapolated : Source::measured};
     }
   }
   return roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
@@ -426,7 +428,7 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   s.transient_bytes = stage_transient_bytes(cm, ops, producers, senders, s.act_bytes_per_mb, b);
   // Per-iteration work is spread over the mini-batch's samples, so the planner's DP sees it: a
   // stage of many embedding tables is cheap per sample in compute but not in its optimizer step.
-  s.optimizer_s = optimizer_step_time(cm.cluster(), s.state_bytes);
+  s.optimizer_s = optimizer_step_time(cm, s.state_bytes);
   s.tps_s = (s.compute_s + s.comm_s) / static_cast<double>(micro_batch) +
             (s.allreduce_s + s.shared_allreduce_s + s.optimizer_s) / static_cast<double>(mini_batch);
   return s;
@@ -444,7 +446,17 @@ StageMemory stage_memory_parts(const StageCost& s, int in_flight) {
 
 double stage_memory(const StageCost& s, int in_flight) { return stage_memory_parts(s, in_flight).total(); }
 
-double optimizer_step_time(const Cluster& c, double state_bytes) {
+double optimizer_step_time(const CostModel& cm, double state_bytes) {
+  const Profile* p = cm.profile();
+  const std::string name = cm.optimizer() == Optimizer::adam ? "adam" : "sgd";
+  if (p && p->optimizer.count(name)) {
+    const OptimizerStep& m = p->optimizer.at(name);
+    // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
+    const double bytes_per_param = 4.0 * (cm.optimizer() == Optimizer::adam ? 4 : 3);
+    return m.step_s / (static_cast<double>(m.params) * bytes_per_param) * state_bytes *
+           cpu_oversubscription(cm.cluster());
+  }
+  const Cluster& c = cm.cluster();
   return c.device.mem_bandwidth_Bps > 0 ? 2 * state_bytes / c.device.mem_bandwidth_Bps : 0;
 }
 

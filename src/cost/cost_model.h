@@ -118,6 +118,8 @@ class CostModel {
   const ir::Graph& graph() const { return *g_; }
   const Cluster& cluster() const { return cluster_; }
   Optimizer optimizer() const { return opt_; }
+  /// The measured profile behind op times, links and the optimizer step (null: the cluster's rates).
+  const Profile* profile() const { return profile_.get(); }
 
   /// Forward/backward time of one op at per-device batch b (b >= 1).
   OpTime op_time(OpId op, int64_t b) const;
@@ -239,9 +241,12 @@ StageMemory stage_memory_parts(const StageCost& s, int in_flight);
 /// stage_memory_parts(s, in_flight).total().
 double stage_memory(const StageCost& s, int in_flight);
 
-/// The optimizer step of a stage, once per iteration: memory-bound, it reads and writes the
-/// weights, gradients and optimizer state about once each (2 x state bytes / memory bandwidth).
-/// The simulator and the planner's iteration estimate both use it.
-double optimizer_step_time(const Cluster& c, double state_bytes);
+/// The optimizer step of a stage, once per iteration. With a profile that measured this optimizer
+/// (Profile::optimizer): the measured step time per byte of fp32 state (weights, gradients and
+/// optimizer buffers) times `state_bytes`, stretched like profiled op times when workers share
+/// cores. Otherwise memory-bound: it reads and writes the weights, gradients and optimizer state
+/// about once each (2 x state bytes / memory bandwidth). The simulator, the planner's estimate and
+/// every planner's stage costs use it.
+double optimizer_step_time(const CostModel& cm, double state_bytes);
 
 }  // namespace gp::cost

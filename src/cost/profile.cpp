@@ -44,7 +44,62 @@ Json link_fit_to_json(const LinkFit& f) {
   return {{"latency_s", f.latency_s}, {"bandwidth_Bps", f.bandwidth_Bps}};
 }
 
+Json context_to_json(const ContextTiming& c) {
+  return {{"batches", c.batches},         {"model_fwd_s", c.model_fwd_s}, {"model_bwd_s", c.model_bwd_s},
+          {"ops_fwd_s", c.ops_fwd_s}, {"ops_bwd_s", c.ops_bwd_s}};
+}
+
+ContextTiming context_from_json(const JsonAt& j) {
+  j.expect_object();
+  ContextTiming c;
+  JsonAt batches = j.at("batches");
+  c.batches = batches.i64_list();
+  if (c.batches.empty()) batches.fail("must list at least one batch size");
+  for (size_t k = 0; k < c.batches.size(); ++k)
+    if (c.batches[k] < 1 || (k > 0 && c.batches[k] <= c.batches[k - 1]))
+      batches.at(k).fail(fmt::format("batches must be >= 1 and strictly ascending, found {}", c.batches[k]));
+  c.model_fwd_s = times_from_json(j.at("model_fwd_s"), c.batches.size());
+  c.model_bwd_s = times_from_json(j.at("model_bwd_s"), c.batches.size());
+  c.ops_fwd_s = times_from_json(j.at("ops_fwd_s"), c.batches.size());
+  c.ops_bwd_s = times_from_json(j.at("ops_bwd_s"), c.batches.size());
+  return c;
+}
+
+std::map<std::string, OptimizerStep> optimizer_from_json(const JsonAt& j) {
+  j.expect_object();
+  std::map<std::string, OptimizerStep> out;
+  for (const auto& item : j.json().items()) {
+    const std::string& name = item.key();
+    JsonAt o = j.at(name.c_str());
+    if (name != "sgd" && name != "adam") o.fail("unknown optimizer (valid: sgd, adam)");
+    o.expect_object();
+    OptimizerStep st;
+    st.params = o.at("params").i64();
+    if (st.params < 1) o.at("params").fail(fmt::format("must be >= 1, found {}", st.params));
+    st.step_s = o.at("step_s").num();
+    if (!std::isfinite(st.step_s) || st.step_s < 0)
+      o.at("step_s").fail(fmt::format("must be a non-negative time in seconds, found {}", o.at("step_s").json().dump()));
+    out.emplace(name, st);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::pair<double, double> ContextTiming::factor(int64_t b) const {
+  auto ratio = [](double model, double ops) { return ops > 0 ? model / ops : 1.0; };
+  auto at = [&](size_t k) {
+    return std::make_pair(ratio(model_fwd_s[k], ops_fwd_s[k]), ratio(model_bwd_s[k], ops_bwd_s[k]));
+  };
+  if (batches.empty()) return {1.0, 1.0};
+  if (b <= batches.front()) return at(0);
+  if (b >= batches.back()) return at(batches.size() - 1);
+  size_t hi = std::lower_bound(batches.begin(), batches.end(), b) - batches.begin();
+  auto [f0, b0] = at(hi - 1);
+  auto [f1, b1] = at(hi);
+  double t = static_cast<double>(b - batches[hi - 1]) / static_cast<double>(batches[hi] - batches[hi - 1]);
+  return {f0 + t * (f1 - f0), b0 + t * (b1 - b0)};
+}
 
 std::string op_signature(const ir::Graph& g, OpId id) {
   const ir::Op& op = g.op(id);
@@ -144,6 +199,8 @@ Json profile_to_json(const Profile& p) {
   Json j = {{"format", kFormat}, {"device", p.device}, {"ops", ops}};
   if (p.p2p) j["p2p"] = link_fit_to_json(*p.p2p);
   if (p.allreduce) j["allreduce"] = link_fit_to_json(*p.allreduce);
+  if (p.context) j["context"] = context_to_json(*p.context);
+  for (const auto& [name, st] : p.optimizer) j["optimizer"][name] = {{"params", st.params}, {"step_s", st.step_s}};
   return j;
 }
 
@@ -185,6 +242,8 @@ Profile profile_from_json(const JsonAt& j) {
   }
   if (j.has("p2p")) p.p2p = link_fit_from_json(j.at("p2p"));
   if (j.has("allreduce")) p.allreduce = link_fit_from_json(j.at("allreduce"));
+  if (j.has("context")) p.context = context_from_json(j.at("context"));
+  if (j.has("optimizer")) p.optimizer = optimizer_from_json(j.at("optimizer"));
   return p;
 }
 

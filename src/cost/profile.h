@@ -52,12 +52,34 @@ struct ProfileTime {
   bool extrapolated = false;  // b lies outside the measured batches
 };
 
+/// The whole model timed in sequence (runtime::time_model) against the sum of its ops' profiled
+/// times, per batch: ops in a training step run after one another on cold weights and on
+/// activations that left the caches, and the profile times each op alone, again and again.
+struct ContextTiming {
+  std::vector<int64_t> batches;                 // ascending, unique
+  std::vector<double> model_fwd_s, model_bwd_s;  // the whole model, forward to the loss / backward
+  std::vector<double> ops_fwd_s, ops_bwd_s;      // the sum over its ops of their profiled times
+  /// model / ops at batch b, forward and backward: piecewise linear in b between measured batches,
+  /// the nearest end's value outside them; 1 where the ops sum to 0.
+  std::pair<double, double> factor(int64_t b) const;
+  bool operator==(const ContextTiming&) const = default;
+};
+
+/// One measured optimizer step over `params` parameters (runtime::time_optimizer).
+struct OptimizerStep {
+  int64_t params = 0;
+  double step_s = 0;
+  bool operator==(const OptimizerStep&) const = default;
+};
+
 class Profile {
  public:
   std::string device;                      // e.g. "cpu: Intel Xeon ... (1 thread)"
   std::map<std::string, OpMeasurement> ops;  // by signature
   std::optional<LinkFit> p2p;              // measured point-to-point (c10d Gloo, local processes)
   std::optional<LinkFit> allreduce;        // measured 2-rank all-reduce, fitted the same way
+  std::optional<ContextTiming> context;    // the whole model in sequence against its ops alone
+  std::map<std::string, OptimizerStep> optimizer;  // by optimizer name ("sgd", "adam")
 
   /// fwd/bwd time of the op with this signature at batch b >= 1, or nullopt when the profile does
   /// not have it. Inside the measured range: piecewise linear between the two nearest measured

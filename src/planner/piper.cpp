@@ -373,7 +373,7 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
             cut_bytes.push_back(cm.output_bytes(o, 1));
       }
       // The optimizer step, once per iteration, is spread over the mini-batch as in stage_cost.
-      const double step = cost::optimizer_step_time(cm.cluster(), st);
+      const double step = cost::optimizer_step_time(cm, st);
       for (int plog = 0; plog <= pcap; ++plog) {
         const double b = static_cast<double>(micro_batch >> plog);
         double comp = 0, a = 0, comm = 0;

@@ -27,7 +27,7 @@ Json node_json(const cost::CostModel& cm, const std::vector<OpId>& ops, int id, 
   }
   // Piper has no per-iteration term but its data-parallel resync: the optimizer step is spread
   // over the iteration's micro-batches, as the stage cost spreads it over the mini-batch.
-  comp += cost::optimizer_step_time(cm.cluster(), state) / num_micro;
+  comp += cost::optimizer_step_time(cm, state) / num_micro;
   Json tmpc = {{"id", "vanilla"},
                {"timePerSample", comp * 1e3},  // ms per micro-batch
                {"parameterSize", param * ar_bytes_per_param_byte},

@@ -114,7 +114,7 @@ void RangeCost::finish(int s, int i, int m, int plog, Cost* c) {
     if (l.item >= i) comm += 2 * cm_.p2p_time(same_node_, l.bytes * static_cast<double>(b));
   const double param = static_cast<double>(d.param[z] - d.param[a]);
   c->tps = (compute + comm) / mbs_ +
-           (cm_.allreduce_time(1 << plog, same_node_, param) + cost::optimizer_step_time(cm_.cluster(), c->state)) / mini_;
+           (cm_.allreduce_time(1 << plog, same_node_, param) + cost::optimizer_step_time(cm_, c->state)) / mini_;
 }
 
 double RangeCost::work_lower_bound(int s, int i, int m) {

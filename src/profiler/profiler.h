@@ -19,7 +19,12 @@ struct ProfileOptions {
   int threads = 1;  // LibTorch intra-op threads
   bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
   std::string device = "cpu";  // --device cpu|cuda (runtime::time_op)
+  bool context = true;  // also time the whole model in sequence and the optimizer step (profile_context)
 };
+
+/// Timed calls of the whole model per batch in profile_context (after one untimed): at most this
+/// many of `repeats`, since the whole model costs as much as all its ops, not one per signature.
+constexpr int kContextRepeats = 5;
 
 /// A short description of one op for progress lines: "linear [B, 64, 256] -> [B, 64, 1024]".
 std::string describe_op(const ir::Graph& g, OpId op);
@@ -31,6 +36,11 @@ std::string describe_device(int threads, const std::string& device = "cpu");
 /// Profiles each distinct cost::op_signature once (the first op with it), at every batch size.
 /// Writes "[k/n] <op> b=<b> fwd .. bwd .." progress lines to `progress` when it is not null.
 cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress);
+
+/// Sets p.context (the whole model at every batch, forward and backward, against the sum of its
+/// ops' times in `p`, which must hold every op's signature at those batches) and p.optimizer (one
+/// SGD and one Adam step over every parameter). "[model]" and "[optimizer]" progress lines.
+void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress);
 
 /// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) points, on
 /// relative error (weights 1/seconds^2), so small messages fix the latency. When

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <torch/version.h>
 
 #include "runtime/detail/device.h"
 #include "runtime/detail/executor.h"
+#include "runtime/detail/optim.h"
 #include "support/error.h"
 
 namespace gp::runtime {
@@ -37,21 +39,31 @@ OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int rep
   return time_op(g, op, std::vector<int64_t>{batch}, warmup, repeats, cpu_clock, device).front();
 }
 
-std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats, bool cpu_clock, const std::string& device) {
-  const torch::Device dev = detail::select_device(device, 0);
-  GP_CHECK(!cpu_clock || dev.is_cpu(), "--clock cpu: times the calling CPU thread; with --device {} use --clock wall",
-           device);
+namespace {
+
+/// The clock a span is timed with: the device's queued work done, then the host's clock.
+std::function<double()> span_clock(const torch::Device& dev, bool cpu_clock) {
   double (*host_clock)() = cpu_clock ? thread_cpu_s : now_s;
-  auto clock = [&] {  // the device's queued work done, then the host's clock
+  return [dev, host_clock] {
     detail::synchronize(dev);
     return host_clock();
   };
+}
+
+torch::Device timing_device(const std::string& device, bool cpu_clock, int warmup, int repeats) {
+  const torch::Device dev = detail::select_device(device, 0);
+  GP_CHECK(!cpu_clock || dev.is_cpu(), "--clock cpu: times the calling CPU thread; with --device {} use --clock wall",
+           device);
   GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats,
            warmup);
-  constexpr uint64_t kSeed = 1;
-  StageModule m(g, {op}, kSeed, {}, dev);
-  const std::string& out_name = g.op(op).name;
+  return dev;
+}
+
+/// Median forward and backward time of `m` at each batch: `forward` runs the module and returns the
+/// tensor to backpropagate with `grad_like` (a random gradient of its shape, or ones for a scalar).
+template <class Forward>
+std::vector<OpTiming> time_passes(StageModule& m, const std::vector<int64_t>& batches, int warmup, int repeats,
+                                  const std::function<double()>& clock, Forward forward) {
   std::vector<OpTiming> result;
   for (int64_t batch : batches) {
     GP_CHECK(batch >= 1, "profile: batch size must be >= 1, found {}", batch);
@@ -59,9 +71,9 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
     TensorMap ext = synthetic_external_inputs(m, info);
     for (const std::string& name : m.external_inputs()) {
       if (ext.count(name)) continue;  // a graph input
-      std::vector<int64_t> shape(g.op(g.find(name)).output_shape);
+      std::vector<int64_t> shape(m.graph().op(m.graph().find(name)).output_shape);
       if (!shape.empty()) shape[0] = batch;
-      ext.emplace(name, torch::randn(shape, torch::TensorOptions().device(dev)).requires_grad_(true));
+      ext.emplace(name, torch::randn(shape, torch::TensorOptions().device(m.device())).requires_grad_(true));
     }
     std::vector<double> fwd, bwd;
     for (int i = 0; i < warmup + repeats; ++i) {
@@ -70,7 +82,7 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
       for (auto& [name, t] : ext)
         if (t.requires_grad()) t.mutable_grad() = torch::Tensor();
       double t0 = clock();
-      torch::Tensor y = m.forward(ext, info).at(out_name);
+      torch::Tensor y = forward(ext, info);
       double t1 = clock();
       torch::Tensor grad = y.dim() == 0 ? torch::ones_like(y) : torch::randn_like(y);
       double t2 = clock();
@@ -84,6 +96,55 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
     result.push_back({median(fwd), median(bwd)});
   }
   return result;
+}
+
+}  // namespace
+
+std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
+                              int repeats, bool cpu_clock, const std::string& device) {
+  const torch::Device dev = timing_device(device, cpu_clock, warmup, repeats);
+  constexpr uint64_t kSeed = 1;
+  StageModule m(g, {op}, kSeed, {}, dev);
+  const std::string& out_name = g.op(op).name;
+  return time_passes(m, batches, warmup, repeats, span_clock(dev, cpu_clock),
+                     [&](const TensorMap& ext, const MicroBatchInfo& info) { return m.forward(ext, info).at(out_name); });
+}
+
+std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>& batches, int warmup, int repeats,
+                                 bool cpu_clock, const std::string& device) {
+  const torch::Device dev = timing_device(device, cpu_clock, warmup, repeats);
+  constexpr uint64_t kSeed = 1;
+  StageModule m(g, g.op_ids(), kSeed, {}, dev);
+  GP_CHECK(!m.loss_ops().empty(), "profile: the model has no loss op to backpropagate from");
+  return time_passes(m, batches, warmup, repeats, span_clock(dev, cpu_clock),
+                     [&](const TensorMap& ext, const MicroBatchInfo& info) {
+                       TensorMap outs = m.forward(ext, info);
+                       return m.scaled_loss(outs, info);  // every other output released, as in a step
+                     });
+}
+
+OptimizerTiming time_optimizer(const ir::Graph& g, const std::string& name, int warmup, int repeats, bool cpu_clock,
+                               const std::string& device) {
+  const torch::Device dev = timing_device(device, cpu_clock, warmup, repeats);
+  constexpr uint64_t kSeed = 1;
+  StageModule m(g, g.op_ids(), kSeed, {}, dev);
+  std::vector<torch::Tensor> params = m.parameters();
+  OptimizerTiming out;
+  for (const auto& p : params) {
+    out.params += p.numel();
+    p.mutable_grad() = torch::randn_like(p) * 1e-3;
+  }
+  auto opt = make_optimizer(name, params, 1e-3, 0.9);
+  auto clock = span_clock(dev, cpu_clock);
+  std::vector<double> t;
+  for (int i = 0; i < warmup + repeats; ++i) {
+    double t0 = clock();
+    opt->step();
+    double t1 = clock();
+    if (i >= warmup) t.push_back(t1 - t0);
+  }
+  out.step_s = median(t);
+  return out;
 }
 
 void set_torch_threads(int threads) {

@@ -30,6 +30,23 @@ OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int rep
 std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
                               int repeats, bool cpu_clock = false, const std::string& device = "cpu");
 
+/// The whole model (every op, as `train --single` runs it) at each batch: forward to the loss,
+/// then backward from it, `warmup` untimed and the median of `repeats` timed calls. Against the sum
+/// of its ops timed one by one (time_op) it shows what ops cost in sequence and not alone (cold
+/// weights, activations that leave the caches, the autograd engine's own work).
+std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>& batches, int warmup, int repeats,
+                                 bool cpu_clock = false, const std::string& device = "cpu");
+
+struct OptimizerTiming {
+  int64_t params = 0;  // parameters stepped (every parameter of the model)
+  double step_s = 0;   // median time of one optimizer step over all of them
+};
+
+/// One step of the runtime's optimizer `name` ("sgd" or "adam", make_optimizer) over every parameter
+/// of `g` with random gradients: `warmup` untimed, the median of `repeats`.
+OptimizerTiming time_optimizer(const ir::Graph& g, const std::string& name, int warmup, int repeats,
+                               bool cpu_clock = false, const std::string& device = "cpu");
+
 /// "cuda: <GPU model> (device 0, LibTorch V)" for --device cuda (UserError where CUDA is not
 /// available); "" for "cpu".
 std::string accelerator_description(const std::string& device);

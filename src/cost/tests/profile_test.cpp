@@ -182,3 +182,75 @@ TEST(Profile, MalformedFilesNameTheFieldAndValue) {
   EXPECT_THAT(error_of([] { load_profile("/nonexistent/profile.json"); }),
               HasSubstr("/nonexistent/profile.json: cannot open file"));
 }
+
+TEST(Profile, InSequenceFactorScalesMeasuredOpsOnlyAndInterpolatesOverBatches) {
+  ir::Graph g = two_layers();
+  OpId fc1 = g.find("fc1"), loss = g.find("loss");
+  Profile p = sample_profile(op_signature(g, fc1));
+  // At batch 2 the whole model took 1.5x its ops forward and 1.2x backward; at 8, 1.1x and 1.0x.
+  p.context = ContextTiming{{2, 8}, {3.0, 11.0}, {6.0, 20.0}, {2.0, 10.0}, {5.0, 20.0}};
+  EXPECT_EQ(p.context->factor(1), std::make_pair(1.5, 1.2));  // the nearest end outside
+  EXPECT_EQ(p.context->factor(2), std::make_pair(1.5, 1.2));
+  auto [f5, b5] = p.context->factor(5);                       // halfway between 2 and 8
+  EXPECT_DOUBLE_EQ(f5, 1.3);
+  EXPECT_DOUBLE_EQ(b5, 1.1);
+  EXPECT_EQ(p.context->factor(64), std::make_pair(1.1, 1.0));
+  ContextTiming zero{{4}, {1.0}, {1.0}, {0.0}, {0.0}};
+  EXPECT_EQ(zero.factor(4), std::make_pair(1.0, 1.0));  // nothing measured to compare with
+
+  auto prof = std::make_shared<Profile>(p);
+  CostModel cm(g, made_up_cluster(), Optimizer::adam, prof);
+  CostModel alone(g, made_up_cluster(), Optimizer::adam, std::make_shared<Profile>(sample_profile(op_signature(g, fc1))));
+  EXPECT_DOUBLE_EQ(cm.op_time(fc1, 2).fwd_s, 1.0 * 1.5);
+  EXPECT_DOUBLE_EQ(cm.op_time(fc1, 2).bwd_s, 2.0 * 1.2);
+  EXPECT_DOUBLE_EQ(cm.op_time(fc1, 8).fwd_s, 7.0 * 1.1);
+  EXPECT_DOUBLE_EQ(cm.op_time(fc1, 8).bwd_s, 14.0);
+  EXPECT_DOUBLE_EQ(alone.op_time(fc1, 8).fwd_s, 7.0);
+  // An op the profile does not hold keeps the cluster's formula, unscaled.
+  EXPECT_EQ(cm.op_time(loss, 4).fwd_s, alone.op_time(loss, 4).fwd_s);
+}
+
+TEST(Profile, MeasuredOptimizerStepReplacesTheBandwidthFormula) {
+  ir::Graph g = two_layers();
+  Profile p = sample_profile(op_signature(g, g.find("fc1")));
+  p.optimizer["adam"] = {1000, 0.016};  // 1,000 parameters of 16 state bytes each: 1 us per byte
+  p.optimizer["sgd"] = {1000, 0.006};   // 12 state bytes each: 0.5 us per byte
+  auto prof = std::make_shared<Profile>(p);
+  CostModel adam(g, made_up_cluster(), Optimizer::adam, prof);
+  CostModel sgd(g, made_up_cluster(), Optimizer::sgd, prof);
+  EXPECT_DOUBLE_EQ(optimizer_step_time(adam, 3200), 3200 * 1e-6);
+  EXPECT_DOUBLE_EQ(optimizer_step_time(sgd, 2400), 2400 * 0.5e-6);
+  // Without a measurement of that optimizer: 2 x state bytes / memory bandwidth.
+  Profile only_sgd = sample_profile("s");
+  only_sgd.optimizer["sgd"] = {1000, 0.006};
+  CostModel formula(g, made_up_cluster(), Optimizer::adam, std::make_shared<Profile>(only_sgd));
+  EXPECT_DOUBLE_EQ(optimizer_step_time(formula, 3200), 2 * 3200 / made_up_cluster().device.mem_bandwidth_Bps);
+  // A stage's optimizer_s is that step.
+  std::vector<OpId> all = g.op_ids();
+  std::vector<char> in(g.num_ops(), 1);
+  StageCost s = stage_cost(adam, all, in, 1, 4, 8, true);
+  EXPECT_DOUBLE_EQ(s.optimizer_s, s.state_bytes * 1e-6);
+}
+
+TEST(Profile, ContextAndOptimizerRoundTripAndNameBadFields) {
+  Profile p = sample_profile("s");
+  p.context = ContextTiming{{1, 4}, {1.0, 2.0}, {2.0, 4.0}, {0.5, 1.5}, {1.5, 3.5}};
+  p.optimizer["adam"] = {10, 1e-3};
+  Json j = profile_to_json(p);
+  EXPECT_EQ(profile_from_json(j, "p.json"), p);
+  Json bad = j;
+  bad["context"]["model_fwd_s"] = {1.0};
+  EXPECT_THAT(parse_error(bad), HasSubstr("p.json: context.model_fwd_s: has 1 entries, expected 2"));
+  bad = j;
+  bad["context"]["batches"] = {4, 1};
+  EXPECT_THAT(parse_error(bad), HasSubstr("context.batches[1]: batches must be >= 1 and strictly ascending, found 1"));
+  bad = j;
+  bad["optimizer"]["lamb"] = {{"params", 1}, {"step_s", 1.0}};
+  EXPECT_THAT(parse_error(bad), HasSubstr("p.json: optimizer.lamb: unknown optimizer (valid: sgd, adam)"));
+  bad = j;
+  bad["optimizer"]["adam"]["params"] = 0;
+  EXPECT_THAT(parse_error(bad), HasSubstr("optimizer.adam.params: must be >= 1, found 0"));
+  bad = j;
+  bad["optimizer"]["adam"]["step_s"] = -2.0;
+  EXPECT_THAT(parse_error(bad), HasSubstr("optimizer.adam.step_s: must be a non-negative time in seconds, found -2"));
+}

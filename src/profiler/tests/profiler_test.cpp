@@ -72,6 +72,44 @@ TEST(Profiler, OneEntryPerSignatureWithProgress) {
   EXPECT_EQ(p.device.rfind("cpu: ", 0), 0u) << p.device;
 }
 
+TEST(Profiler, ContextTimesTheWholeModelAgainstItsOpsAndBothOptimizers) {
+  ir::Graph g = two_layer(4, 8, 8);
+  ProfileOptions opt;
+  opt.batches = {4, 1};
+  opt.warmup = 0;
+  opt.repeats = 2;
+  std::ostringstream progress;
+  cost::Profile p = profile_graph(g, opt, &progress);
+  ASSERT_TRUE(p.context.has_value());
+  const cost::ContextTiming& c = *p.context;
+  EXPECT_EQ(c.batches, (std::vector<int64_t>{1, 4}));
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_GT(c.model_fwd_s[k], 0);
+    EXPECT_GT(c.model_bwd_s[k], 0);
+    // The ops' column is the sum of the profile's own entries over every op (fc1 and fc2 share one).
+    double fwd = 0, bwd = 0;
+    for (OpId id : g.op_ids()) {
+      auto t = p.lookup(cost::op_signature(g, id), c.batches[k]);
+      fwd += t->first;
+      bwd += t->second;
+    }
+    EXPECT_DOUBLE_EQ(c.ops_fwd_s[k], fwd);
+    EXPECT_DOUBLE_EQ(c.ops_bwd_s[k], bwd);
+  }
+  // fc1 and fc2: 2 x (8 x 8 weights + 8 biases).
+  ASSERT_EQ(p.optimizer.count("sgd"), 1u);
+  ASSERT_EQ(p.optimizer.count("adam"), 1u);
+  EXPECT_EQ(p.optimizer.at("adam").params, 144);
+  EXPECT_GT(p.optimizer.at("adam").step_s, 0);
+  EXPECT_NE(progress.str().find("[model] 4 ops in sequence, b=1,4 ..."), std::string::npos) << progress.str();
+  EXPECT_NE(progress.str().find("[optimizer] adam step over 144 parameters"), std::string::npos) << progress.str();
+
+  opt.context = false;
+  cost::Profile bare = profile_graph(g, opt, nullptr);
+  EXPECT_FALSE(bare.context.has_value());
+  EXPECT_TRUE(bare.optimizer.empty());
+}
+
 TEST(Profiler, RealLinearTimesArePositiveOrderedAndNearRoofline) {
   ir::Graph g = two_layer(64, 256, 512);
   ProfileOptions opt;
