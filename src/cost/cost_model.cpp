@@ -394,7 +394,10 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
   std::vector<OpId> senders;    // ops inside the stage whose output leaves it
   for (OpId op : ops) {
     GP_ASSERT(in_stage[op.v], "op {} listed but not marked in_stage", op.v);
-    s.compute_s += cm.op_step_time(op, b);
+    const OpTime t = cm.op_time(op, b);
+    s.compute_s += t.fwd_s + t.bwd_s;
+    s.fwd_s += t.fwd_s;
+    s.bwd_s += t.bwd_s;
     CostModel::StateParts sp = cm.state_parts(op);
     s.state.weights += sp.weights;
     s.state.gradients += sp.gradients;

@@ -194,6 +194,7 @@ class CostModel {
 struct StageCost {
   int64_t per_device_batch = 0;  // ceil(micro_batch / dp_degree)
   double compute_s = 0;          // fwd + bwd of the stage's ops per micro-batch, on one device
+  double fwd_s = 0, bwd_s = 0;   // the same ops' forward and backward times apart (their split of compute_s)
   double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
   double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
   double optimizer_s = 0;        // the optimizer step, per mini-batch (optimizer_step_time)

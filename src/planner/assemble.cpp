@@ -16,15 +16,7 @@ namespace {
 std::string ms(double s) { return fmt::format("{:.4g} ms", s * 1e3); }
 
 // The share of the stage's compute that is backward (the simulator splits it the same way).
-double backward_share(const cost::CostModel& cm, const std::vector<OpId>& ops, int64_t b) {
-  double f = 0, bw = 0;
-  for (OpId o : ops) {
-    cost::OpTime t = cm.op_time(o, b);
-    f += t.fwd_s;
-    bw += t.bwd_s;
-  }
-  return f + bw > 0 ? bw / (f + bw) : 0;
-}
+double backward_share(const cost::StageCost& c) { return c.fwd_s + c.bwd_s > 0 ? c.bwd_s / (c.fwd_s + c.bwd_s) : 0; }
 
 // Bytes per sample on each stage edge (per stage, in outputs_to order), as sim_costs counts them.
 std::vector<std::vector<double>> edge_bytes_per_sample(const cost::CostModel& cm, const plan::Plan& p,
@@ -173,7 +165,7 @@ class Placer {
     s.tps_s = c.tps_s;
     s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch_ / mb));
     for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
-    const double bwd = c.compute_s * backward_share(cm_, ops, c.per_device_batch);
+    const double bwd = c.compute_s * backward_share(c);
     st.fwd_s.push_back(c.compute_s - bwd);
     st.bwd_s.push_back(bwd);
     st.tail_s.push_back((dp > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s);

@@ -69,14 +69,8 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     cost::StageCost sc = cost::stage_cost(cm, ops[st.id], in_stage, dp, st.micro_batch_size,
                                           p.mini_batch_size, same_node);
     // Split the planner's compute time into forward and backward as the ops' own times do.
-    double f = 0, b = 0;
-    for (OpId op : ops[st.id]) {
-      cost::OpTime t = cm.op_time(op, sc.per_device_batch);
-      f += t.fwd_s;
-      b += t.bwd_s;
-    }
     StageTimes t;
-    t.fwd_s = f + b > 0 ? sc.compute_s * f / (f + b) : 0;
+    t.fwd_s = sc.fwd_s + sc.bwd_s > 0 ? sc.compute_s * sc.fwd_s / (sc.fwd_s + sc.bwd_s) : 0;
     t.bwd_s = sc.compute_s - t.fwd_s;
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
