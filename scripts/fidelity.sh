@@ -28,7 +28,8 @@ else "$GP" calibrate --show 2>/dev/null | sed -n 1,3p || "$GP" calibrate | sed -
 echo "-- profiling $MODEL (batches 1..$BATCH, links)"
 batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
 PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
-"$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --warmup 3 --repeats "${FID_REPEATS:-15}" --out "$PROF" 2>/dev/null | sed -n 1,2p
+"$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --warmup 3 --repeats "${FID_REPEATS:-15}" --out "$PROF" 2>&1 |
+  grep -E '^(wrote|links:|\[model\]|\[optimizer\])'
 echo "-- the calibrated preset against the profile, per op kind (graphpipe calibrate --compare)"
 "$GP" calibrate --compare "$PROF" --model "$MODEL" | grep -E "b=($BATCH|1) " || true
 
