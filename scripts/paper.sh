@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make paper: regenerate the paper's Figure 6 (mmt, dlrm, candle-uno at 4-32 devices on summit:
 # GraphPipe vs PipeDream vs Piper), the same near the memory limit (mini-batch swept per device
-# count, fp32 and mixed precision) and Figure 7 (candle-uno branch sweep) with our planners and
-# simulator; writes docs/paper-results.md. Usage: scripts/paper.sh [BUILD_DIR]
+# count, fp32 and mixed precision), Figure 7 (candle-uno branch sweep) and Figure 8 (the two-branch
+# case study across the hidden size) with our planners and simulator; writes docs/paper-results.md. Usage: scripts/paper.sh [BUILD_DIR]
 set -uo pipefail
 BUILD=${1:-build}
 GP=$BUILD/graphpipe
@@ -10,7 +10,7 @@ OUT=${PAPER_OUT:-docs/paper-results.md}
 PIPER_LIMIT=${PIPER_LIMIT:-30}         # seconds before Piper's search is reported as "timeout"
 PER_DEVICE_BATCH=${PER_DEVICE_BATCH:-32} # mini-batch = 32 x devices (weak scaling)
 DEVICES=${DEVICES:-"4 8 16 32"}
-PARTS=${PARTS:-"fig6 memory fig7"}    # which sections to run (a subset for a quick check)
+PARTS=${PARTS:-"fig6 memory fig7 fig8"}    # which sections to run (a subset for a quick check)
 SWEEP_DEVICES=${SWEEP_DEVICES:-"4 8 16 32"} # the memory-limit sweep's device counts
 SWEEP_PER_DEVICE=${SWEEP_PER_DEVICE:-"32 128 512 2048"} # its per-device batch ladder
 SWEEP_NEAR=${SWEEP_NEAR:-0.8}          # stop the ladder once GraphPipe's peak reaches this share of the limit
@@ -208,6 +208,34 @@ for b in 2 4 8 16; do
     else
       echo "| $b | $n | $(cat "$TMP/uno$b.$n.graphpipe.reason" 2>/dev/null || echo -) | $(cat "$TMP/uno$b.$n.pipedream.reason" 2>/dev/null || echo -) | | | |" >>"$OUT.tmp"
     fi
+  done
+done
+}
+has fig8 && {
+{
+  echo
+  echo "## Figure 8: the case study (two branches of 4 layers on 8 devices) across the hidden size"
+  echo
+  echo "mmt:branches=2,layers=4,hidden=H, mini-batch 128, micro-batch searched. While a whole replica fits a"
+  echo "16 GB V100 with Adam, data parallelism can win outright; near the limit the paper's two mechanisms can"
+  echo "show: a shallower pipeline, and the memory it saves spent on a larger micro-batch (the 4096 row is"
+  echo "pinned by the test Planner.ShallowerPipelineAndLargerMicroBatchAtTheMemoryLimit)."
+  echo
+  echo "| hidden | planner | samples/s | vs PipeDream | stages / depth | micro-batch sizes | peak memory (bytes) |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+} >>"$OUT.tmp"
+for h in ${CASE_HIDDEN:-1024 2048 3072 4096}; do
+  for planner in pipedream graphpipe; do
+    echo "[$(( $(date +%s) - START ))s] case study hidden=$h: $planner" >&2
+    run_one "mmt:branches=2,layers=4,hidden=$h" 8 "$planner" "case$h.$planner" 128
+  done
+  for planner in graphpipe pipedream; do
+    f="$TMP/case$h.$planner.sim.json" base="$TMP/case$h.pipedream.sim.json"
+    if [ ! -f "$f" ]; then echo "| $h | $planner | $(cat "$TMP/case$h.$planner.reason" 2>/dev/null || echo -) | | | | |" >>"$OUT.tmp"; continue; fi
+    tp=$(field throughput_samples_per_s "$f")
+    sp=$(awk -v a="$tp" -v b="$(field throughput_samples_per_s "$base")" 'BEGIN { printf("%.2fx", a / b) }')
+    mbs=$(python3 -c "import json,sys; print(', '.join(str(m) for m in sorted({s['micro_batch_size'] for s in json.load(open(sys.argv[1]))['stages']})))" "$TMP/case$h.$planner.plan.json")
+    echo "| $h | $planner | $(fmt "$tp" "%.1f") | $sp | $(field num_stages "$f") / $(field pipeline_depth "$f") | $mbs | $(fmt "$(field peak_memory_max_bytes "$f")" "%.2e") |" >>"$OUT.tmp"
   done
 done
 }
