@@ -105,6 +105,12 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
     allreduce_intra_ = intra_;
     link_source_ = Source::measured;
   }
+  if (profile_ && profile_->optimizer.count(opt_ == Optimizer::adam ? "adam" : "sgd")) {
+    const OptimizerStep& m = profile_->optimizer.at(opt_ == Optimizer::adam ? "adam" : "sgd");
+    // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
+    const double bytes_per_param = 4.0 * (opt_ == Optimizer::adam ? 4 : 3);
+    optimizer_s_per_byte_ = m.step_s / (static_cast<double>(m.params) * bytes_per_param) * over;
+  }
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
     allreduce_intra_ = {profile_->allreduce->bandwidth_Bps / over, profile_->allreduce->latency_s / 2 * over};
@@ -450,15 +456,7 @@ StageMemory stage_memory_parts(const StageCost& s, int in_flight) {
 double stage_memory(const StageCost& s, int in_flight) { return stage_memory_parts(s, in_flight).total(); }
 
 double optimizer_step_time(const CostModel& cm, double state_bytes) {
-  const Profile* p = cm.profile();
-  const std::string name = cm.optimizer() == Optimizer::adam ? "adam" : "sgd";
-  if (p && p->optimizer.count(name)) {
-    const OptimizerStep& m = p->optimizer.at(name);
-    // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
-    const double bytes_per_param = 4.0 * (cm.optimizer() == Optimizer::adam ? 4 : 3);
-    return m.step_s / (static_cast<double>(m.params) * bytes_per_param) * state_bytes *
-           cpu_oversubscription(cm.cluster());
-  }
+  if (cm.measured_optimizer_s_per_byte() > 0) return cm.measured_optimizer_s_per_byte() * state_bytes;
   const Cluster& c = cm.cluster();
   return c.device.mem_bandwidth_Bps > 0 ? 2 * state_bytes / c.device.mem_bandwidth_Bps : 0;
 }

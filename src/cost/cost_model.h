@@ -118,8 +118,9 @@ class CostModel {
   const ir::Graph& graph() const { return *g_; }
   const Cluster& cluster() const { return cluster_; }
   Optimizer optimizer() const { return opt_; }
-  /// The measured profile behind op times, links and the optimizer step (null: the cluster's rates).
-  const Profile* profile() const { return profile_.get(); }
+  /// The profile's optimizer step for this optimizer per byte of state (stretched when workers share
+  /// cores), or 0 when it has none (optimizer_step_time then uses the memory bandwidth).
+  double measured_optimizer_s_per_byte() const { return optimizer_s_per_byte_; }
 
   /// Forward/backward time of one op at per-device batch b (b >= 1).
   OpTime op_time(OpId op, int64_t b) const;
@@ -182,6 +183,7 @@ class CostModel {
   Optimizer opt_;
   std::shared_ptr<const Profile> profile_;
   LinkSpec intra_;                 // cluster intra link, or the profile's p2p fit
+  double optimizer_s_per_byte_ = 0;  // measured_optimizer_s_per_byte()
   LinkSpec allreduce_intra_;       // per-step ring link inside a node (profile's all-reduce fit)
   Source link_source_ = Source::formula;
   struct Tables;

@@ -60,7 +60,7 @@ torch::Device timing_device(const std::string& device, bool cpu_clock, int warmu
 }
 
 /// Median forward and backward time of `m` at each batch: `forward` runs the module and returns the
-/// tensor to backpropagate with `grad_like` (a random gradient of its shape, or ones for a scalar).
+/// tensor to backpropagate (with a random gradient of its shape, or ones for a scalar).
 template <class Forward>
 std::vector<OpTiming> time_passes(StageModule& m, const std::vector<int64_t>& batches, int warmup, int repeats,
                                   const std::function<double()>& clock, Forward forward) {
