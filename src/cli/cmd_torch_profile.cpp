@@ -73,7 +73,8 @@ void run(const ProfileArgs& a) {
       double whole = 0;
       for (OpId id : g.op_ids()) {
         const ir::OpCosts& c = g.costs(id);
-        whole += 4.0 * static_cast<double>(c.param_bytes) + static_cast<double>(max_batch) * (c.output_bytes + c.saved_bytes);
+        whole += 4.0 * static_cast<double>(c.param_bytes) +
+                 static_cast<double>(max_batch) * (c.output_bytes + c.saved_bytes);
       }
       if (whole > machine_memory_bytes()) {
         opt.context = false;

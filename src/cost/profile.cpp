@@ -76,9 +76,10 @@ std::map<std::string, OptimizerStep> optimizer_from_json(const JsonAt& j) {
     OptimizerStep st;
     st.params = o.at("params").i64();
     if (st.params < 1) o.at("params").fail(fmt::format("must be >= 1, found {}", st.params));
-    st.step_s = o.at("step_s").num();
+    JsonAt step = o.at("step_s");
+    st.step_s = step.num();
     if (!std::isfinite(st.step_s) || st.step_s < 0)
-      o.at("step_s").fail(fmt::format("must be a non-negative time in seconds, found {}", o.at("step_s").json().dump()));
+      step.fail(fmt::format("must be a non-negative time in seconds, found {}", step.json().dump()));
     out.emplace(name, st);
   }
   return out;

@@ -99,6 +99,92 @@ double nonneg(const JsonAt& j) {
 
 }  // namespace
 
+namespace {
+
+Stage stage_from_json(const JsonAt& sj, size_t index) {
+  sj.expect_object();
+  Stage s;
+  s.id = positive_int(sj.at("id"), 0);
+  if (s.id != static_cast<int>(index))
+    sj.at("id").fail(fmt::format("stage ids must be 0, 1, 2, ... in order; found {} at index {}", s.id, index));
+  s.ops = str_list(sj.at("ops"));
+  s.devices = int_list(sj.at("devices"), 0);
+  s.micro_batch_size = positive_int(sj.at("micro_batch_size"), 1);
+  s.in_flight = positive_int(sj.at("in_flight"), 1);
+  s.inputs_from = int_list(sj.at("inputs_from"), 0);
+  s.outputs_to = int_list(sj.at("outputs_to"), 0);
+  if (sj.has("tps_s")) s.tps_s = nonneg(sj.at("tps_s"));
+  if (sj.has("memory_bytes")) s.memory_bytes = nonneg(sj.at("memory_bytes"));
+  return s;
+}
+
+Predicted predicted_from_json(const JsonAt& pr) {
+  pr.expect_object();
+  Predicted out;
+  if (pr.has("iteration_time_s")) out.iteration_time_s = nonneg(pr.at("iteration_time_s"));
+  if (pr.has("throughput_samples_per_s")) out.throughput_samples_per_s = nonneg(pr.at("throughput_samples_per_s"));
+  if (pr.has("bottleneck_tps_s")) out.bottleneck_tps_s = nonneg(pr.at("bottleneck_tps_s"));
+  if (pr.has("peak_memory_bytes")) {
+    JsonAt m = pr.at("peak_memory_bytes");
+    for (size_t i = 0; i < m.size(); ++i) out.peak_memory_bytes.push_back(nonneg(m.at(i)));
+  }
+  return out;
+}
+
+SearchCandidate candidate_from_json(const JsonAt& c, const std::string& name) {
+  c.expect_object();
+  SearchCandidate sc;
+  sc.name = name;
+  sc.micro_batch_size = static_cast<int>(c.i64_or("micro_batch_size", 0));
+  sc.num_stages = static_cast<int>(c.i64_or("num_stages", 0));
+  sc.depth = static_cast<int>(c.i64_or("depth", 0));
+  if (c.has("iteration_time_s")) sc.iteration_time_s = nonneg(c.at("iteration_time_s"));
+  if (c.has("throughput_samples_per_s")) sc.throughput_samples_per_s = nonneg(c.at("throughput_samples_per_s"));
+  if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
+  if (c.has("simulated_iteration_time_s")) sc.simulated_iteration_time_s = nonneg(c.at("simulated_iteration_time_s"));
+  return sc;
+}
+
+Search search_from_json(const JsonAt& sr) {
+  sr.expect_object();
+  Search out;
+  out.winner = sr.at("winner").str();
+  JsonAt cs = sr.at("candidates");
+  cs.expect_object();
+  for (const auto& [name, _] : cs.json().items())
+    out.candidates.push_back(candidate_from_json(cs.at(name.c_str()), name));
+  // JSON objects are unordered: list "sp" first, as the planner does.
+  std::stable_sort(out.candidates.begin(), out.candidates.end(),
+                   [](const SearchCandidate& a, const SearchCandidate& b) {
+                     return (a.name == "sp") > (b.name == "sp");
+                   });
+  bool known = false;
+  for (const auto& c : out.candidates) known = known || c.name == out.winner;
+  if (!known) sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", out.winner));
+  return out;
+}
+
+PiperCoarsening piper_from_json(const JsonAt& pc) {
+  pc.expect_object();
+  auto count = [&](const char* key) {
+    const int64_t v = pc.i64_or(key, 0);
+    if (v < 0) pc.at(key).fail(fmt::format("must be >= 0, got {}", v));
+    return v;
+  };
+  PiperCoarsening out;
+  out.ops = static_cast<int>(count("ops"));
+  out.nodes = static_cast<int>(count("nodes"));
+  out.max_ops_per_node = static_cast<int>(count("max_ops_per_node"));
+  out.branch_groups = static_cast<int>(count("branch_groups"));
+  out.downsets = count("downsets");
+  out.splits = count("splits");
+  out.split_budget = count("split_budget");
+  if (pc.has("graph")) out.graph = pc.at("graph").str();
+  return out;
+}
+
+}  // namespace
+
 Plan plan_from_json(const Json& j, const std::string& file) {
   JsonAt doc(j, file);
   doc.expect_object();
@@ -122,86 +208,11 @@ Plan plan_from_json(const Json& j, const std::string& file) {
   }
   JsonAt stages = doc.at("stages");
   if (stages.size() == 0) stages.fail("a plan needs at least one stage");
-  for (size_t i = 0; i < stages.size(); ++i) {
-    JsonAt sj = stages.at(i);
-    sj.expect_object();
-    Stage s;
-    s.id = positive_int(sj.at("id"), 0);
-    if (s.id != static_cast<int>(i))
-      sj.at("id").fail(fmt::format("stage ids must be 0, 1, 2, ... in order; found {} at index {}",
-                                   s.id, i));
-    s.ops = str_list(sj.at("ops"));
-    s.devices = int_list(sj.at("devices"), 0);
-    s.micro_batch_size = positive_int(sj.at("micro_batch_size"), 1);
-    s.in_flight = positive_int(sj.at("in_flight"), 1);
-    s.inputs_from = int_list(sj.at("inputs_from"), 0);
-    s.outputs_to = int_list(sj.at("outputs_to"), 0);
-    if (sj.has("tps_s")) s.tps_s = nonneg(sj.at("tps_s"));
-    if (sj.has("memory_bytes")) s.memory_bytes = nonneg(sj.at("memory_bytes"));
-    p.stages.push_back(std::move(s));
-  }
-  if (doc.has("predicted")) {
-    JsonAt pr = doc.at("predicted");
-    pr.expect_object();
-    if (pr.has("iteration_time_s")) p.predicted.iteration_time_s = nonneg(pr.at("iteration_time_s"));
-    if (pr.has("throughput_samples_per_s"))
-      p.predicted.throughput_samples_per_s = nonneg(pr.at("throughput_samples_per_s"));
-    if (pr.has("bottleneck_tps_s")) p.predicted.bottleneck_tps_s = nonneg(pr.at("bottleneck_tps_s"));
-    if (pr.has("peak_memory_bytes")) {
-      JsonAt m = pr.at("peak_memory_bytes");
-      for (size_t i = 0; i < m.size(); ++i) p.predicted.peak_memory_bytes.push_back(nonneg(m.at(i)));
-    }
-  }
+  for (size_t i = 0; i < stages.size(); ++i) p.stages.push_back(stage_from_json(stages.at(i), i));
+  if (doc.has("predicted")) p.predicted = predicted_from_json(doc.at("predicted"));
   if (doc.has("search_time_s")) p.search_time_s = nonneg(doc.at("search_time_s"));
-  if (doc.has("search")) {
-    JsonAt sr = doc.at("search");
-    sr.expect_object();
-    p.search.winner = sr.at("winner").str();
-    JsonAt cs = sr.at("candidates");
-    cs.expect_object();
-    for (const auto& [name, _] : cs.json().items()) {
-      JsonAt c = cs.at(name.c_str());
-      c.expect_object();
-      SearchCandidate sc;
-      sc.name = name;
-      sc.micro_batch_size = static_cast<int>(c.i64_or("micro_batch_size", 0));
-      sc.num_stages = static_cast<int>(c.i64_or("num_stages", 0));
-      sc.depth = static_cast<int>(c.i64_or("depth", 0));
-      if (c.has("iteration_time_s")) sc.iteration_time_s = nonneg(c.at("iteration_time_s"));
-      if (c.has("throughput_samples_per_s"))
-        sc.throughput_samples_per_s = nonneg(c.at("throughput_samples_per_s"));
-      if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
-      if (c.has("simulated_iteration_time_s"))
-        sc.simulated_iteration_time_s = nonneg(c.at("simulated_iteration_time_s"));
-      p.search.candidates.push_back(std::move(sc));
-    }
-    // JSON objects are unordered: list "sp" first, as the planner does.
-    std::stable_sort(p.search.candidates.begin(), p.search.candidates.end(),
-                     [](const SearchCandidate& a, const SearchCandidate& b) {
-                       return (a.name == "sp") > (b.name == "sp");
-                     });
-    bool known = false;
-    for (const auto& c : p.search.candidates) known = known || c.name == p.search.winner;
-    if (!known)
-      sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", p.search.winner));
-  }
-  if (doc.has("piper")) {
-    JsonAt pc = doc.at("piper");
-    pc.expect_object();
-    auto count = [&](const char* key) {
-      const int64_t v = pc.i64_or(key, 0);
-      if (v < 0) pc.at(key).fail(fmt::format("must be >= 0, got {}", v));
-      return v;
-    };
-    p.piper.ops = static_cast<int>(count("ops"));
-    p.piper.nodes = static_cast<int>(count("nodes"));
-    p.piper.max_ops_per_node = static_cast<int>(count("max_ops_per_node"));
-    p.piper.branch_groups = static_cast<int>(count("branch_groups"));
-    p.piper.downsets = count("downsets");
-    p.piper.splits = count("splits");
-    p.piper.split_budget = count("split_budget");
-    if (pc.has("graph")) p.piper.graph = pc.at("graph").str();
-  }
+  if (doc.has("search")) p.search = search_from_json(doc.at("search"));
+  if (doc.has("piper")) p.piper = piper_from_json(doc.at("piper"));
   if (doc.has("costs")) p.costs = costs_from_json(doc.at("costs"), p.num_devices);
   return p;
 }

@@ -113,7 +113,8 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   }
   p.context = c;
   auto [ff, bf] = c.factor(c.batches.back());
-  if (progress) *progress << fmt::format(" in sequence / alone at b={}: fwd {:.2f}, bwd {:.2f}\n", c.batches.back(), ff, bf);
+  if (progress)
+    *progress << fmt::format(" in sequence / alone at b={}: fwd {:.2f}, bwd {:.2f}\n", c.batches.back(), ff, bf);
   for (const char* name : {"sgd", "adam"}) {
     runtime::OptimizerTiming t = runtime::time_optimizer(g, name, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
     if (t.params == 0) continue;  // nothing to step

@@ -107,7 +107,9 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
   StageModule m(g, {op}, kSeed, {}, dev);
   const std::string& out_name = g.op(op).name;
   return time_passes(m, batches, warmup, repeats, span_clock(dev, cpu_clock),
-                     [&](const TensorMap& ext, const MicroBatchInfo& info) { return m.forward(ext, info).at(out_name); });
+                     [&](const TensorMap& ext, const MicroBatchInfo& info) {
+                       return m.forward(ext, info).at(out_name);
+                     });
 }
 
 std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>& batches, int warmup, int repeats,

@@ -200,7 +200,8 @@ TEST(Profile, InSequenceFactorScalesMeasuredOpsOnlyAndInterpolatesOverBatches) {
 
   auto prof = std::make_shared<Profile>(p);
   CostModel cm(g, made_up_cluster(), Optimizer::adam, prof);
-  CostModel alone(g, made_up_cluster(), Optimizer::adam, std::make_shared<Profile>(sample_profile(op_signature(g, fc1))));
+  CostModel alone(g, made_up_cluster(), Optimizer::adam,
+                  std::make_shared<Profile>(sample_profile(op_signature(g, fc1))));
   EXPECT_DOUBLE_EQ(cm.op_time(fc1, 2).fwd_s, 1.0 * 1.5);
   EXPECT_DOUBLE_EQ(cm.op_time(fc1, 2).bwd_s, 2.0 * 1.2);
   EXPECT_DOUBLE_EQ(cm.op_time(fc1, 8).fwd_s, 7.0 * 1.1);
