@@ -70,9 +70,7 @@ double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimiz
   return loss_v;
 }
 
-}  // namespace
-
-int run_single(const TrainOptions& opt) {
+void check_single_options(const TrainOptions& opt) {
   GP_CHECK(!opt.model_spec.empty(), "train --single needs --model SPEC");
   GP_CHECK(opt.batch >= 1, "--batch must be >= 1, found {}", opt.batch);
   GP_CHECK(opt.steps >= 1, "--steps must be >= 1, found {}", opt.steps);
@@ -83,6 +81,27 @@ int run_single(const TrainOptions& opt) {
            opt.threads);
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   if (const char* f = std::getenv("GP_FAULT"); f && *f) parse_fault(f);  // bad specs fail before training
+}
+
+/// The run's memory figure for the report: the meter's peak against the single-process prediction.
+RankMemory single_memory(const detail::MemoryMeter& meter, const ir::Graph& g, int64_t batch,
+                         const std::string& optimizer) {
+  RankMemory mem;
+  mem.rank = mem.stage = 0;
+  mem.peak_bytes = meter.peak_bytes();
+  mem.peak_step = meter.peak_step();
+  mem.measured = meter.at_peak();
+  mem.in_flight = 1;
+  mem.predicted = predicted_single_memory(g, batch, optimizer);
+  mem.predicted_bytes = mem.predicted.total();
+  mem.resident_peak_bytes = detail::resident_memory().peak_bytes;
+  return mem;
+}
+
+}  // namespace
+
+int run_single(const TrainOptions& opt) {
+  check_single_options(opt);
   const torch::Device device = detail::select_device(opt.device, 0);
   set_torch_threads(opt.threads);
   detail::install_counting_allocator();  // before the parameters exist
@@ -149,15 +168,7 @@ int run_single(const TrainOptions& opt) {
     if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_checkpoint(ckpt, m, *optim, step + 1, identity);
   }
-  RankMemory mem;
-  mem.rank = mem.stage = 0;
-  mem.peak_bytes = meter.peak_bytes();
-  mem.peak_step = meter.peak_step();
-  mem.measured = meter.at_peak();
-  mem.in_flight = 1;
-  mem.predicted = predicted_single_memory(g, b, opt.optimizer);
-  mem.predicted_bytes = mem.predicted.total();
-  mem.resident_peak_bytes = detail::resident_memory().peak_bytes;
+  const RankMemory mem = single_memory(meter, g, b, opt.optimizer);
   if (opt.json) {
     if (times.size() > 1) times.erase(times.begin());  // the first step pays one-time costs
     std::sort(times.begin(), times.end());
