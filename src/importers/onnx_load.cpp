@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "graph/dag.h"
@@ -197,114 +198,165 @@ bool is_weight_slot(const onnx::NodeProto& n, int slot) {
   return false;
 }
 
+// Folding shape computations: each rule computes an op's integer values and their shape from
+// known integer inputs, or returns false when it cannot.
+struct Folded {
+  std::vector<int64_t> vals, vshape;
+};
+using FoldRule = bool (*)(const onnx::NodeProto& n, Net& net, Folded& f);
+
+// The known integer values of input k, or null.
+const std::vector<int64_t>* ints_of(const onnx::NodeProto& n, Net& net, int k) {
+  if (k >= n.input_size() || n.input(k).empty()) return nullptr;
+  const TensorInfo& ti = net.t[n.input(k)];
+  return ti.ints ? &*ti.ints : nullptr;
+}
+
+int64_t length(const std::vector<int64_t>& v) { return static_cast<int64_t>(v.size()); }
+
+bool fold_shape(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const TensorInfo& x = net.t[n.input(0)];
+  if (!x.shape) return false;
+  int64_t r = length(*x.shape);
+  int64_t s = attr_i(n, "start", 0), e = attr_i(n, "end", r);
+  s = std::clamp(s < 0 ? s + r : s, int64_t{0}, r);
+  e = std::clamp(e < 0 ? e + r : e, int64_t{0}, r);
+  for (int64_t i = s; i < e; ++i) f.vals.push_back((*x.shape)[i]);
+  f.vshape = {length(f.vals)};
+  return true;
+}
+
+bool fold_gather(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const auto *d = ints_of(n, net, 0), *idx = ints_of(n, net, 1);
+  if (!d || !idx || net.t[n.input(0)].value_shape.size() != 1) return false;
+  for (int64_t i : *idx) {
+    int64_t j = i < 0 ? i + length(*d) : i;
+    if (j < 0 || j >= length(*d)) return false;
+    f.vals.push_back((*d)[j]);
+  }
+  f.vshape = net.t[n.input(1)].value_shape;
+  return true;
+}
+
+// Unsqueeze, Squeeze, Identity, Cast (to an integer type) and Reshape pass the values through.
+bool fold_passthrough(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const std::string& op = n.op_type();
+  const auto* d = ints_of(n, net, 0);
+  if (!d) return false;
+  if (op == "Cast") {
+    int64_t to = attr_i(n, "to", 0);
+    if (to != onnx::TensorProto::INT64 && to != onnx::TensorProto::INT32) return false;
+  }
+  f.vals = *d;
+  f.vshape = net.t[n.input(0)].value_shape;
+  if (op == "Unsqueeze" && f.vshape.empty()) f.vshape = {1};
+  if (op == "Squeeze" && f.vals.size() == 1) f.vshape = {};
+  if (op == "Reshape") f.vshape = {length(f.vals)};
+  return true;
+}
+
+bool fold_concat(const onnx::NodeProto& n, Net& net, Folded& f) {
+  for (int k = 0; k < n.input_size(); ++k) {
+    const auto* d = ints_of(n, net, k);
+    if (!d) return false;
+    f.vals.insert(f.vals.end(), d->begin(), d->end());
+  }
+  f.vshape = {length(f.vals)};
+  return true;
+}
+
+// expand(n, -1, -1) (ViT's class token): Where(Equal(s, -1), 1s, s).
+bool fold_constant_of_shape(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const auto* d = ints_of(n, net, 0);
+  const auto* v = find_attr(n, "value");
+  if (!d || !v || (v->t().data_type() != onnx::TensorProto::INT64) || d->size() > 8) return false;
+  int64_t count = 1;
+  for (int64_t x : *d) count = x < 0 || x > 1024 ? -1 : count * x;
+  if (count < 0 || count > 1024) return false;
+  const auto& t = v->t();
+  int64_t value = t.int64_data_size() ? t.int64_data(0) : 0;
+  if (!t.int64_data_size() && t.raw_data().size() == sizeof(int64_t))
+    std::memcpy(&value, t.raw_data().data(), sizeof value);
+  f.vals.assign(static_cast<size_t>(count), value);
+  f.vshape = *d;
+  return true;
+}
+
+// Equal and Where on integer shape vectors (1-element operands broadcast).
+bool fold_equal_where(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const bool equal = n.op_type() == "Equal";
+  std::vector<const std::vector<int64_t>*> in;
+  size_t len = 1;
+  for (int k = 0; k < n.input_size(); ++k) {
+    in.push_back(ints_of(n, net, k));
+    if (!in.back()) return false;
+    if (in.back()->size() != 1 && len != 1 && in.back()->size() != len) return false;
+    len = std::max(len, in.back()->size());
+  }
+  if (in.size() != (equal ? 2u : 3u)) return false;
+  auto at = [&](size_t k, size_t i) { return (*in[k])[in[k]->size() == 1 ? 0 : i]; };
+  for (size_t i = 0; i < len; ++i) f.vals.push_back(equal ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
+  f.vshape = {static_cast<int64_t>(len)};
+  return true;
+}
+
+// Add, Sub, Mul, Div on integer vectors (a 1-element operand broadcasts).
+bool fold_arithmetic(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const std::string& op = n.op_type();
+  const auto *a = ints_of(n, net, 0), *b = ints_of(n, net, 1);
+  if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return false;
+  size_t len = std::max(a->size(), b->size());
+  for (size_t i = 0; i < len; ++i) {
+    int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
+    if (op == "Div" && y == 0) return false;
+    f.vals.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
+  }
+  const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
+  f.vshape = sa.size() >= sb.size() ? sa : sb;
+  return true;
+}
+
+// torch.arange(seq) for position ids.
+bool fold_range(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const auto *st = ints_of(n, net, 0), *lim = ints_of(n, net, 1), *dt = ints_of(n, net, 2);
+  if (!st || !lim || !dt || st->size() != 1 || lim->size() != 1 || dt->size() != 1 || (*dt)[0] == 0) return false;
+  const int64_t s = (*st)[0], l = (*lim)[0], d = (*dt)[0];
+  if (std::abs(s) > ir::kMaxExtent || std::abs(l) > ir::kMaxExtent || std::abs(d) > ir::kMaxExtent) return false;
+  const int64_t count = std::max<int64_t>((l - s + d + (d > 0 ? -1 : 1)) / d, 0);
+  if (count > (int64_t{1} << 20)) return false;  // not a shape computation; leave it to the mapper
+  for (int64_t i = 0; i < count; ++i) f.vals.push_back(s + i * d);
+  f.vshape = {count};
+  return true;
+}
+
+bool fold_slice(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const auto *d = ints_of(n, net, 0), *st = ints_of(n, net, 1), *en = ints_of(n, net, 2);
+  if (!d || !st || !en || st->size() != 1 || en->size() != 1) return false;
+  int64_t len = length(*d);
+  int64_t s = (*st)[0] < 0 ? (*st)[0] + len : (*st)[0], e = (*en)[0] < 0 ? (*en)[0] + len : (*en)[0];
+  s = std::clamp(s, int64_t{0}, len);
+  e = std::clamp(e, int64_t{0}, len);
+  for (int64_t i = s; i < e; ++i) f.vals.push_back((*d)[i]);
+  f.vshape = {length(f.vals)};
+  return true;
+}
+
 // Values of a shape computation, when its inputs are known. Returns false when it cannot be folded.
 bool fold_node(const onnx::NodeProto& n, Net& net) {
-  const std::string& op = n.op_type();
-  auto ints_of = [&](int k) -> const std::vector<int64_t>* {
-    if (k >= n.input_size() || n.input(k).empty()) return nullptr;
-    const TensorInfo& ti = net.t[n.input(k)];
-    return ti.ints ? &*ti.ints : nullptr;
-  };
-  std::vector<int64_t> vals, vshape;
-  if (op == "Shape") {
-    const TensorInfo& x = net.t[n.input(0)];
-    if (!x.shape) return false;
-    int64_t r = static_cast<int64_t>(x.shape->size());
-    int64_t s = attr_i(n, "start", 0), e = attr_i(n, "end", r);
-    s = std::clamp(s < 0 ? s + r : s, int64_t{0}, r);
-    e = std::clamp(e < 0 ? e + r : e, int64_t{0}, r);
-    for (int64_t i = s; i < e; ++i) vals.push_back((*x.shape)[i]);
-    vshape = {static_cast<int64_t>(vals.size())};
-  } else if (op == "Gather") {
-    const auto *d = ints_of(0), *idx = ints_of(1);
-    if (!d || !idx || net.t[n.input(0)].value_shape.size() != 1) return false;
-    for (int64_t i : *idx) {
-      int64_t j = i < 0 ? i + static_cast<int64_t>(d->size()) : i;
-      if (j < 0 || j >= static_cast<int64_t>(d->size())) return false;
-      vals.push_back((*d)[j]);
-    }
-    vshape = net.t[n.input(1)].value_shape;
-  } else if (op == "Unsqueeze" || op == "Squeeze" || op == "Identity" || op == "Cast" || op == "Reshape") {
-    const auto* d = ints_of(0);
-    if (!d) return false;
-    if (op == "Cast") {
-      int64_t to = attr_i(n, "to", 0);
-      if (to != onnx::TensorProto::INT64 && to != onnx::TensorProto::INT32) return false;
-    }
-    vals = *d;
-    vshape = net.t[n.input(0)].value_shape;
-    if (op == "Unsqueeze" && vshape.empty()) vshape = {1};
-    if (op == "Squeeze" && vals.size() == 1) vshape = {};
-    if (op == "Reshape") vshape = {static_cast<int64_t>(vals.size())};
-  } else if (op == "Concat") {
-    for (int k = 0; k < n.input_size(); ++k) {
-      const auto* d = ints_of(k);
-      if (!d) return false;
-      vals.insert(vals.end(), d->begin(), d->end());
-    }
-    vshape = {static_cast<int64_t>(vals.size())};
-  } else if (op == "ConstantOfShape") {  // expand(n, -1, -1) (ViT's class token): Where(Equal(s, -1), 1s, s)
-    const auto* d = ints_of(0);
-    const auto* v = find_attr(n, "value");
-    if (!d || !v || (v->t().data_type() != onnx::TensorProto::INT64) || d->size() > 8) return false;
-    int64_t count = 1;
-    for (int64_t x : *d) count = x < 0 || x > 1024 ? -1 : count * x;
-    if (count < 0 || count > 1024) return false;
-    const auto& t = v->t();
-    int64_t value = t.int64_data_size() ? t.int64_data(0) : 0;
-    if (!t.int64_data_size() && t.raw_data().size() == sizeof(int64_t)) std::memcpy(&value, t.raw_data().data(), sizeof value);
-    vals.assign(static_cast<size_t>(count), value);
-    vshape = *d;
-  } else if (op == "Equal" || op == "Where") {  // on integer shape vectors (1-element operands broadcast)
-    std::vector<const std::vector<int64_t>*> in;
-    size_t len = 1;
-    for (int k = 0; k < n.input_size(); ++k) {
-      in.push_back(ints_of(k));
-      if (!in.back()) return false;
-      if (in.back()->size() != 1 && len != 1 && in.back()->size() != len) return false;
-      len = std::max(len, in.back()->size());
-    }
-    if (in.size() != (op == "Equal" ? 2u : 3u)) return false;
-    auto at = [&](size_t k, size_t i) { return (*in[k])[in[k]->size() == 1 ? 0 : i]; };
-    for (size_t i = 0; i < len; ++i)
-      vals.push_back(op == "Equal" ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
-    vshape = {static_cast<int64_t>(len)};
-  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
-    const auto *a = ints_of(0), *b = ints_of(1);
-    if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return false;
-    size_t len = std::max(a->size(), b->size());
-    for (size_t i = 0; i < len; ++i) {
-      int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
-      if (op == "Div" && y == 0) return false;
-      vals.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
-    }
-    const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
-    vshape = sa.size() >= sb.size() ? sa : sb;
-  } else if (op == "Range") {  // torch.arange(seq) for position ids
-    const auto *st = ints_of(0), *lim = ints_of(1), *dt = ints_of(2);
-    if (!st || !lim || !dt || st->size() != 1 || lim->size() != 1 || dt->size() != 1 || (*dt)[0] == 0) return false;
-    const int64_t s = (*st)[0], l = (*lim)[0], d = (*dt)[0];
-    if (std::abs(s) > ir::kMaxExtent || std::abs(l) > ir::kMaxExtent || std::abs(d) > ir::kMaxExtent) return false;
-    const int64_t count = std::max<int64_t>((l - s + d + (d > 0 ? -1 : 1)) / d, 0);
-    if (count > (int64_t{1} << 20)) return false;  // not a shape computation; leave it to the mapper
-    for (int64_t i = 0; i < count; ++i) vals.push_back(s + i * d);
-    vshape = {count};
-  } else if (op == "Slice") {
-    const auto *d = ints_of(0), *st = ints_of(1), *en = ints_of(2);
-    if (!d || !st || !en || st->size() != 1 || en->size() != 1) return false;
-    int64_t len = static_cast<int64_t>(d->size());
-    int64_t s = (*st)[0] < 0 ? (*st)[0] + len : (*st)[0], e = (*en)[0] < 0 ? (*en)[0] + len : (*en)[0];
-    s = std::clamp(s, int64_t{0}, len);
-    e = std::clamp(e, int64_t{0}, len);
-    for (int64_t i = s; i < e; ++i) vals.push_back((*d)[i]);
-    vshape = {static_cast<int64_t>(vals.size())};
-  } else {
-    return false;
-  }
+  static const std::unordered_map<std::string, FoldRule> rules = {
+      {"Shape", fold_shape},          {"Gather", fold_gather},           {"Unsqueeze", fold_passthrough},
+      {"Squeeze", fold_passthrough},  {"Identity", fold_passthrough},    {"Cast", fold_passthrough},
+      {"Reshape", fold_passthrough},  {"Concat", fold_concat},           {"ConstantOfShape", fold_constant_of_shape},
+      {"Equal", fold_equal_where},    {"Where", fold_equal_where},       {"Add", fold_arithmetic},
+      {"Sub", fold_arithmetic},       {"Mul", fold_arithmetic},          {"Div", fold_arithmetic},
+      {"Range", fold_range},          {"Slice", fold_slice}};
+  auto rule = rules.find(n.op_type());
+  Folded f;
+  if (rule == rules.end() || !rule->second(n, net, f)) return false;
   TensorInfo& out = net.t[n.output(0)];
-  out.ints = vals;
-  out.value_shape = vshape;
-  out.shape = vshape;
+  out.ints = f.vals;
+  out.value_shape = f.vshape;
+  out.shape = f.vshape;
   out.elem_type = onnx::TensorProto::INT64;
   return true;
 }
