@@ -52,15 +52,22 @@ std::vector<int> some_cycle(const std::vector<std::vector<int>>& op_preds, const
 
 }  // namespace
 
-std::vector<int> validate(const Model& m, const std::string& where) {
-  std::unordered_map<std::string, int> input_index, op_index;
+namespace {
+
+/// Where each graph input and op name lives in the model.
+struct Names {
+  std::unordered_map<std::string, int> input, op;
+};
+
+Names check_names(const Model& m, const std::string& where) {
+  Names n;
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     const Input& in = m.inputs[i];
     GP_CHECK(!in.name.empty(), "{}: inputs[{}]: empty name", where, i);
-    GP_CHECK(input_index.emplace(in.name, static_cast<int>(i)).second, "{}: duplicate name \"{}\" (inputs)", where,
+    GP_CHECK(n.input.emplace(in.name, static_cast<int>(i)).second, "{}: duplicate name \"{}\" (inputs)", where,
              in.name);
-    GP_CHECK(!in.shape.empty() && in.shape[0] == kBatch, "{}: input \"{}\": shape {} must start with the batch dimension -1",
-             where, in.name, shape_str(in.shape));
+    GP_CHECK(!in.shape.empty() && in.shape[0] == kBatch,
+             "{}: input \"{}\": shape {} must start with the batch dimension -1", where, in.name, shape_str(in.shape));
     for (size_t d = 1; d < in.shape.size(); ++d)
       GP_CHECK(in.shape[d] > 0, "{}: input \"{}\": shape {} has a non-positive dimension", where, in.name,
                shape_str(in.shape));
@@ -70,69 +77,81 @@ std::vector<int> validate(const Model& m, const std::string& where) {
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const std::string& name = m.ops[i].name;
     GP_CHECK(!name.empty(), "{}: ops[{}]: empty name", where, i);
-    auto [it, fresh] = op_index.emplace(name, static_cast<int>(i));
+    auto [it, fresh] = n.op.emplace(name, static_cast<int>(i));
     GP_CHECK(fresh, "{}: duplicate op name \"{}\" (ops[{}] and ops[{}])", where, name, it->second, i);
-    GP_CHECK(!input_index.count(name), "{}: op \"{}\" has the same name as a graph input", where, name);
+    GP_CHECK(!n.input.count(name), "{}: op \"{}\" has the same name as a graph input", where, name);
   }
-  std::vector<std::vector<int>> op_preds(m.ops.size());
+  return n;
+}
+
+/// Each op's producing ops (graph inputs left out); every input must name an op or a graph input.
+std::vector<std::vector<int>> op_predecessors(const Model& m, const Names& n, const std::string& where) {
+  std::vector<std::vector<int>> preds(m.ops.size());
   for (size_t i = 0; i < m.ops.size(); ++i) {
     const Op& op = m.ops[i];
     GP_CHECK(!op.inputs.empty(), "{}: op \"{}\" has no inputs", where, op.name);
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const std::string& src = op.inputs[k];
-      if (auto it = op_index.find(src); it != op_index.end())
-        op_preds[i].push_back(it->second);
+      if (auto it = n.op.find(src); it != n.op.end())
+        preds[i].push_back(it->second);
       else
-        GP_CHECK(input_index.count(src), "{}: op \"{}\": inputs[{}]: unknown input \"{}\"", where, op.name, k, src);
+        GP_CHECK(n.input.count(src), "{}: op \"{}\": inputs[{}]: unknown input \"{}\"", where, op.name, k, src);
     }
   }
-  std::vector<int> order = kahn(op_preds);
-  if (order.size() != m.ops.size()) {
-    std::vector<char> placed(m.ops.size(), 0);
-    for (int v : order) placed[v] = 1;
-    std::vector<int> cyc = some_cycle(op_preds, placed);
-    std::string names;
-    for (int v : cyc) names += "\"" + m.ops[v].name + "\" -> ";
-    names += "\"" + m.ops[cyc.front()].name + "\"";
-    throw UserError(fmt::format("{}: the graph has a cycle: {}", where, names));
-  }
+  return preds;
+}
 
-  // Shapes and dtypes in topological order.
-  for (int i : order) {
-    const Op& op = m.ops[i];
-    std::vector<Shape> shapes;
-    std::vector<DType> dts;
-    for (const std::string& src : op.inputs) {
-      if (auto it = op_index.find(src); it != op_index.end()) {
-        shapes.push_back(m.ops[it->second].output_shape);
-        dts.push_back(m.ops[it->second].dtype);
-      } else {
-        shapes.push_back(m.inputs[input_index.at(src)].shape);
-        dts.push_back(m.inputs[input_index.at(src)].dtype);
-      }
-    }
-    for (size_t k = 0; k < dts.size(); ++k) {
-      bool want_int = ((op.kind == OpKind::embedding_bag || op.kind == OpKind::embedding) && k == 0) ||
-                      (op.kind == OpKind::cross_entropy && k == 1);
-      bool is_int = dts[k] == DType::i64;
-      GP_CHECK(want_int == is_int, "{}: op \"{}\" ({}): input {} (\"{}\") is {}, expected {}", where, op.name,
-               to_string(op.kind), k, op.inputs[k], to_string(dts[k]), want_int ? "i64" : "a floating type");
-    }
-    GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
-    Shape inferred = infer_shape(op, shapes, where);
-    GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample",
-             where, op.name, to_string(op.kind), shape_str(inferred));
-    GP_CHECK(inferred == op.output_shape, "{}: op \"{}\" ({}): shape mismatch: declared output shape {} but its inputs give {}",
-             where, op.name, to_string(op.kind), shape_str(op.output_shape), shape_str(inferred));
-  }
+/// A topological order of the ops, or a UserError naming one cycle.
+std::vector<int> acyclic_order(const Model& m, const std::vector<std::vector<int>>& preds, const std::string& where) {
+  std::vector<int> order = kahn(preds);
+  if (order.size() == m.ops.size()) return order;
+  std::vector<char> placed(m.ops.size(), 0);
+  for (int v : order) placed[v] = 1;
+  std::vector<int> cyc = some_cycle(preds, placed);
+  std::string names;
+  for (int v : cyc) names += "\"" + m.ops[v].name + "\" -> ";
+  names += "\"" + m.ops[cyc.front()].name + "\"";
+  throw UserError(fmt::format("{}: the graph has a cycle: {}", where, names));
+}
 
-  // Outputs exist, and every op reaches one.
+/// One op's input dtypes against its kind, and its declared output shape against the inferred one.
+void check_op_types(const Model& m, const Names& n, const Op& op, const std::string& where) {
+  std::vector<Shape> shapes;
+  std::vector<DType> dts;
+  for (const std::string& src : op.inputs) {
+    if (auto it = n.op.find(src); it != n.op.end()) {
+      shapes.push_back(m.ops[it->second].output_shape);
+      dts.push_back(m.ops[it->second].dtype);
+    } else {
+      shapes.push_back(m.inputs[n.input.at(src)].shape);
+      dts.push_back(m.inputs[n.input.at(src)].dtype);
+    }
+  }
+  for (size_t k = 0; k < dts.size(); ++k) {
+    bool want_int = ((op.kind == OpKind::embedding_bag || op.kind == OpKind::embedding) && k == 0) ||
+                    (op.kind == OpKind::cross_entropy && k == 1);
+    bool is_int = dts[k] == DType::i64;
+    GP_CHECK(want_int == is_int, "{}: op \"{}\" ({}): input {} (\"{}\") is {}, expected {}", where, op.name,
+             to_string(op.kind), k, op.inputs[k], to_string(dts[k]), want_int ? "i64" : "a floating type");
+  }
+  GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
+  Shape inferred = infer_shape(op, shapes, where);
+  GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample",
+           where, op.name, to_string(op.kind), shape_str(inferred));
+  GP_CHECK(inferred == op.output_shape,
+           "{}: op \"{}\" ({}): shape mismatch: declared output shape {} but its inputs give {}", where, op.name,
+           to_string(op.kind), shape_str(op.output_shape), shape_str(inferred));
+}
+
+/// Outputs name ops, and every op reaches one.
+void check_outputs(const Model& m, const Names& n, const std::vector<std::vector<int>>& preds,
+                   const std::string& where) {
   GP_CHECK(!m.outputs.empty(), "{}: no outputs (name the loss op in \"outputs\")", where);
   std::vector<char> live(m.ops.size(), 0);
   std::vector<int> stack;
   for (const std::string& out : m.outputs) {
-    auto it = op_index.find(out);
-    GP_CHECK(it != op_index.end(), "{}: outputs: unknown op \"{}\"", where, out);
+    auto it = n.op.find(out);
+    GP_CHECK(it != n.op.end(), "{}: outputs: unknown op \"{}\"", where, out);
     if (!live[it->second]) {
       live[it->second] = 1;
       stack.push_back(it->second);
@@ -141,7 +160,7 @@ std::vector<int> validate(const Model& m, const std::string& where) {
   while (!stack.empty()) {
     int v = stack.back();
     stack.pop_back();
-    for (int u : op_preds[v])
+    for (int u : preds[v])
       if (!live[u]) {
         live[u] = 1;
         stack.push_back(u);
@@ -149,6 +168,16 @@ std::vector<int> validate(const Model& m, const std::string& where) {
   }
   for (size_t i = 0; i < m.ops.size(); ++i)
     GP_CHECK(live[i], "{}: op \"{}\" has no path to an output ({})", where, m.ops[i].name, m.outputs.front());
+}
+
+}  // namespace
+
+std::vector<int> validate(const Model& m, const std::string& where) {
+  const Names names = check_names(m, where);
+  const std::vector<std::vector<int>> preds = op_predecessors(m, names, where);
+  std::vector<int> order = acyclic_order(m, preds, where);
+  for (int i : order) check_op_types(m, names, m.ops[i], where);  // shapes and dtypes in topological order
+  check_outputs(m, names, preds, where);
   validate_shared_params(m, where);
   return order;
 }
