@@ -97,6 +97,11 @@ double nonneg(const JsonAt& j) {
   return v;
 }
 
+/// Sets `out` from the optional member `key` of `j` (a number >= 0) when it is there.
+void optional_nonneg(const JsonAt& j, const char* key, double& out) {
+  if (j.has(key)) out = nonneg(j.at(key));
+}
+
 }  // namespace
 
 namespace {
@@ -113,17 +118,17 @@ Stage stage_from_json(const JsonAt& sj, size_t index) {
   s.in_flight = positive_int(sj.at("in_flight"), 1);
   s.inputs_from = int_list(sj.at("inputs_from"), 0);
   s.outputs_to = int_list(sj.at("outputs_to"), 0);
-  if (sj.has("tps_s")) s.tps_s = nonneg(sj.at("tps_s"));
-  if (sj.has("memory_bytes")) s.memory_bytes = nonneg(sj.at("memory_bytes"));
+  optional_nonneg(sj, "tps_s", s.tps_s);
+  optional_nonneg(sj, "memory_bytes", s.memory_bytes);
   return s;
 }
 
 Predicted predicted_from_json(const JsonAt& pr) {
   pr.expect_object();
   Predicted out;
-  if (pr.has("iteration_time_s")) out.iteration_time_s = nonneg(pr.at("iteration_time_s"));
-  if (pr.has("throughput_samples_per_s")) out.throughput_samples_per_s = nonneg(pr.at("throughput_samples_per_s"));
-  if (pr.has("bottleneck_tps_s")) out.bottleneck_tps_s = nonneg(pr.at("bottleneck_tps_s"));
+  optional_nonneg(pr, "iteration_time_s", out.iteration_time_s);
+  optional_nonneg(pr, "throughput_samples_per_s", out.throughput_samples_per_s);
+  optional_nonneg(pr, "bottleneck_tps_s", out.bottleneck_tps_s);
   if (pr.has("peak_memory_bytes")) {
     JsonAt m = pr.at("peak_memory_bytes");
     for (size_t i = 0; i < m.size(); ++i) out.peak_memory_bytes.push_back(nonneg(m.at(i)));
@@ -138,10 +143,10 @@ SearchCandidate candidate_from_json(const JsonAt& c, const std::string& name) {
   sc.micro_batch_size = static_cast<int>(c.i64_or("micro_batch_size", 0));
   sc.num_stages = static_cast<int>(c.i64_or("num_stages", 0));
   sc.depth = static_cast<int>(c.i64_or("depth", 0));
-  if (c.has("iteration_time_s")) sc.iteration_time_s = nonneg(c.at("iteration_time_s"));
-  if (c.has("throughput_samples_per_s")) sc.throughput_samples_per_s = nonneg(c.at("throughput_samples_per_s"));
-  if (c.has("bottleneck_tps_s")) sc.bottleneck_tps_s = nonneg(c.at("bottleneck_tps_s"));
-  if (c.has("simulated_iteration_time_s")) sc.simulated_iteration_time_s = nonneg(c.at("simulated_iteration_time_s"));
+  optional_nonneg(c, "iteration_time_s", sc.iteration_time_s);
+  optional_nonneg(c, "throughput_samples_per_s", sc.throughput_samples_per_s);
+  optional_nonneg(c, "bottleneck_tps_s", sc.bottleneck_tps_s);
+  optional_nonneg(c, "simulated_iteration_time_s", sc.simulated_iteration_time_s);
   return sc;
 }
 
@@ -210,7 +215,7 @@ Plan plan_from_json(const Json& j, const std::string& file) {
   if (stages.size() == 0) stages.fail("a plan needs at least one stage");
   for (size_t i = 0; i < stages.size(); ++i) p.stages.push_back(stage_from_json(stages.at(i), i));
   if (doc.has("predicted")) p.predicted = predicted_from_json(doc.at("predicted"));
-  if (doc.has("search_time_s")) p.search_time_s = nonneg(doc.at("search_time_s"));
+  optional_nonneg(doc, "search_time_s", p.search_time_s);
   if (doc.has("search")) p.search = search_from_json(doc.at("search"));
   if (doc.has("piper")) p.piper = piper_from_json(doc.at("piper"));
   if (doc.has("costs")) p.costs = costs_from_json(doc.at("costs"), p.num_devices);
