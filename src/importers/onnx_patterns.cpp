@@ -2,11 +2,14 @@
 // batch leaves dim 0), decomposed LayerNorm, the erf form of GELU, MatMul + bias, GlobalAveragePool +
 // Flatten. Each match claims its nodes; whatever is left is mapped node by node.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <variant>
 
 #include "importers/onnx_mapper.h"
 #include "support/error.h"
@@ -76,103 +79,145 @@ void param_roots(const Net& net, const std::string& t, std::set<std::string>& ou
 
 }  // namespace
 
+namespace {
+
+/// One projection of an attention region: weight, bias, output tensor, layout.
+struct Proj {
+  std::string w, b, out;
+  bool transpose = false;
+  int64_t rows = 0;
+  bool after_softmax = false;
+};
+
+/// What scan_attention finds in an attention region.
+struct AttentionScan {
+  std::vector<Proj> projs;
+  std::set<std::string> after;  // tensors computed from the Softmax's result
+  int score_mm = -1, ctx_mm = -1;
+  std::string any_param;
+};
+
+// MatMul(x, W) [+ Add b] or Gemm(x, W, b) with a parameter W at node `i`, or nothing.
+std::optional<Proj> projection_at(const Net& net, int i, const std::set<int>& inside) {
+  const auto& nd = net.nodes[i];
+  auto act = [&](const std::string& t) { return !t.empty() && net.at(t).activation; };
+  auto is_param = [&](const std::string& t) { return !t.empty() && !net.at(t).activation && net.at(t).param; };
+  Proj p;
+  if (nd.op_type() == "MatMul" && act(nd.input(0)) && is_param(nd.input(1)) && net.shape(nd.input(1)).size() == 2) {
+    p.w = nd.input(1);
+    p.transpose = true;
+    p.rows = net.shape(p.w)[1];
+    p.out = nd.output(0);
+    for (int c : net.at(p.out).consumers) {
+      const auto& cn = net.nodes[c];
+      if (!inside.count(c) || cn.op_type() != "Add" || cn.input_size() != 2) continue;
+      const std::string& o = cn.input(0) == p.out ? cn.input(1) : cn.input(0);
+      if (is_param(o)) p.b = o;
+    }
+    return p;
+  }
+  if (nd.op_type() == "Gemm" && act(nd.input(0)) && is_param(nd.input(1))) {
+    p.w = nd.input(1);
+    p.transpose = attr_i(nd, "transB", 0) == 0;
+    p.rows = net.shape(p.w)[p.transpose ? 1 : 0];
+    if (nd.input_size() > 2 && is_param(nd.input(2))) p.b = nd.input(2);
+    p.out = nd.output(0);
+    return p;
+  }
+  return std::nullopt;
+}
+
+// The region's projections, which tensors follow the Softmax, and its two activation MatMuls.
+AttentionScan scan_attention(const Net& net, const std::vector<int>& nodes) {
+  std::set<int> inside(nodes.begin(), nodes.end());
+  auto act = [&](const std::string& t) { return !t.empty() && net.at(t).activation; };
+  AttentionScan a;
+  for (int i : nodes) {
+    const auto& nd = net.nodes[i];
+    bool downstream = nd.op_type() == "Softmax";
+    for (const auto& in : nd.input()) downstream = downstream || a.after.count(in);
+    if (downstream)
+      for (const auto& o : nd.output()) a.after.insert(o);
+    if (nd.op_type() == "MatMul" && act(nd.input(0)) && act(nd.input(1)))
+      (a.after.count(nd.input(0)) || a.after.count(nd.input(1)) ? a.ctx_mm : a.score_mm) = i;
+    std::optional<Proj> p = projection_at(net, i, inside);
+    if (!p) continue;
+    p->after_softmax = a.after.count(nd.input(0)) > 0;
+    a.any_param = p->w;
+    a.projs.push_back(*p);
+  }
+  return a;
+}
+
+// Whether tensor `to` is computed from `from` inside the region (forward through its nodes).
+bool reaches(const Net& net, const std::vector<int>& nodes, const std::string& from, const std::string& to) {
+  std::set<std::string> r{from};
+  for (int i : nodes) {
+    const auto& nd = net.nodes[i];
+    bool hit = false;
+    for (const auto& in : nd.input()) hit = hit || r.count(in);
+    if (hit)
+      for (const auto& o : nd.output()) r.insert(o);
+  }
+  return r.count(to) > 0;
+}
+
+// Q, K and V's projections among the input projections (one packed [3h, h] serves all three), or
+// the reason they cannot be told apart.
+std::variant<std::array<const Proj*, 3>, std::string> assign_qkv(const Net& net, const std::vector<int>& nodes,
+                                                                 const AttentionScan& a,
+                                                                 const std::vector<const Proj*>& in_projs, int64_t h) {
+  std::array<const Proj*, 3> qkv{nullptr, nullptr, nullptr};
+  if (in_projs.size() == 1 && in_projs[0]->rows == 3 * h) {
+    qkv.fill(in_projs[0]);
+    return qkv;
+  }
+  if (in_projs.size() != 3 || a.score_mm < 0 || a.ctx_mm < 0)
+    return fmt::format("{} input projection(s), expected one packed [{}, {}] or three [{}, {}]", in_projs.size(), 3 * h,
+                       h, h, h);
+  const auto &sn = net.nodes[a.score_mm], &cn = net.nodes[a.ctx_mm];
+  const std::string& v_in = a.after.count(cn.input(0)) ? cn.input(1) : cn.input(0);
+  for (const auto* p : in_projs) {
+    int k = reaches(net, nodes, p->out, sn.input(0))   ? 0
+            : reaches(net, nodes, p->out, sn.input(1)) ? 1
+            : reaches(net, nodes, p->out, v_in)        ? 2
+                                                       : -1;
+    if (k < 0 || qkv[k] || p->rows != h) return std::string("an input projection feeds none or several of Q, K, V");
+    qkv[k] = p;
+  }
+  return qkv;
+}
+
+}  // namespace
+
 // The projections of an attention region: MatMul(x, W) [+ Add b] or Gemm(x, W, b) with a parameter W.
 // Those reading the Softmax's result are the output projection; the others are the input projections:
 // one packed [3h, h] (torch's in_proj_weight: rows Q, K, V) or three [h, h] told apart by where they go
 // (Q: left operand of the score MatMul, K: its right operand, V: the right operand of the context MatMul).
 void Mapper::attention_params(const std::string& op, const std::vector<int>& nodes, int64_t h) {
-  struct Proj {
-    std::string w, b, out;
-    bool transpose = false;
-    int64_t rows = 0;
-    bool after_softmax = false;
-  };
-  std::set<int> inside(nodes.begin(), nodes.end());
-  auto act = [&](const std::string& t) { return !t.empty() && net.at(t).activation; };
-  auto is_param = [&](const std::string& t) { return !t.empty() && !net.at(t).activation && net.at(t).param; };
-  std::set<std::string> after;  // tensors computed from the Softmax's result
-  int score_mm = -1, ctx_mm = -1;
-  std::vector<Proj> projs;
-  std::string any_param;
-  for (int i : nodes) {
-    const auto& nd = net.nodes[i];
-    bool downstream = nd.op_type() == "Softmax";
-    for (const auto& in : nd.input()) downstream = downstream || after.count(in);
-    if (downstream)
-      for (const auto& o : nd.output()) after.insert(o);
-    if (nd.op_type() == "MatMul" && act(nd.input(0)) && act(nd.input(1)))
-      (after.count(nd.input(0)) || after.count(nd.input(1)) ? ctx_mm : score_mm) = i;
-    Proj p;
-    if (nd.op_type() == "MatMul" && act(nd.input(0)) && is_param(nd.input(1)) && net.shape(nd.input(1)).size() == 2) {
-      p.w = nd.input(1);
-      p.transpose = true;
-      p.rows = net.shape(p.w)[1];
-      p.out = nd.output(0);
-      for (int c : net.at(p.out).consumers) {
-        const auto& cn = net.nodes[c];
-        if (!inside.count(c) || cn.op_type() != "Add" || cn.input_size() != 2) continue;
-        const std::string& o = cn.input(0) == p.out ? cn.input(1) : cn.input(0);
-        if (is_param(o)) p.b = o;
-      }
-    } else if (nd.op_type() == "Gemm" && act(nd.input(0)) && is_param(nd.input(1))) {
-      p.w = nd.input(1);
-      p.transpose = attr_i(nd, "transB", 0) == 0;
-      p.rows = net.shape(p.w)[p.transpose ? 1 : 0];
-      if (nd.input_size() > 2 && is_param(nd.input(2))) p.b = nd.input(2);
-      p.out = nd.output(0);
-    } else {
-      continue;
-    }
-    p.after_softmax = after.count(nd.input(0)) > 0;
-    any_param = p.w;
-    projs.push_back(p);
-  }
-  // Which projection reaches which tensor (forward through the region).
-  auto reaches = [&](const std::string& from, const std::string& to) {
-    std::set<std::string> r{from};
-    for (int i : nodes) {
-      const auto& nd = net.nodes[i];
-      bool hit = false;
-      for (const auto& in : nd.input()) hit = hit || r.count(in);
-      if (hit)
-        for (const auto& o : nd.output()) r.insert(o);
-    }
-    return r.count(to) > 0;
-  };
+  const AttentionScan a = scan_attention(net, nodes);
   std::vector<const Proj*> in_projs, out_projs;
-  for (const auto& p : projs) (p.after_softmax ? out_projs : in_projs).push_back(&p);
+  for (const auto& p : a.projs) (p.after_softmax ? out_projs : in_projs).push_back(&p);
   auto fail = [&](const std::string& why) {
     ParamSource ps;
     ps.op = op;
-    ps.tensor = any_param;
+    ps.tensor = a.any_param;
     ps.error = fmt::format("{}: cannot tell which initializers are the projections of attention op \"{}\": {}",
                            net.path, op, why);
     param_sources.push_back(std::move(ps));
   };
-  for (const auto& p : projs)
+  for (const auto& p : a.projs)
     if (p.b.empty()) return fail(fmt::format("the projection with weight \"{}\" has no bias", p.w));
   if (out_projs.size() != 1 || out_projs[0]->rows != h)
     return fail(fmt::format("{} output projection(s) after the Softmax, expected one [{}, {}]", out_projs.size(), h, h));
-  const Proj* qkv[3] = {nullptr, nullptr, nullptr};
-  if (in_projs.size() == 1 && in_projs[0]->rows == 3 * h) {
-    qkv[0] = qkv[1] = qkv[2] = in_projs[0];
-  } else if (in_projs.size() == 3 && score_mm >= 0 && ctx_mm >= 0) {
-    const auto &sn = net.nodes[score_mm], &cn = net.nodes[ctx_mm];
-    const std::string& v_in = after.count(cn.input(0)) ? cn.input(1) : cn.input(0);
-    for (const auto* p : in_projs) {
-      int k = reaches(p->out, sn.input(0)) ? 0 : reaches(p->out, sn.input(1)) ? 1 : reaches(p->out, v_in) ? 2 : -1;
-      if (k < 0 || qkv[k] || p->rows != h) return fail("an input projection feeds none or several of Q, K, V");
-      qkv[k] = p;
-    }
-  } else {
-    return fail(fmt::format("{} input projection(s), expected one packed [{}, {}] or three [{}, {}]", in_projs.size(),
-                            3 * h, h, h, h));
-  }
+  auto qkv = assign_qkv(net, nodes, a, in_projs, h);
+  if (auto* why = std::get_if<std::string>(&qkv)) return fail(*why);
+  const auto& proj = std::get<std::array<const Proj*, 3>>(qkv);
   const char* names[3][2] = {{"wq", "bq"}, {"wk", "bk"}, {"wv", "bv"}};
   for (int k = 0; k < 3; ++k) {
-    const bool packed = qkv[k]->rows == 3 * h;
-    add_param(op, names[k][0], qkv[k]->w, {h, h}, qkv[k]->transpose, packed ? k : 0, packed ? 3 : 1);
-    add_param(op, names[k][1], qkv[k]->b, {h}, false, packed ? k : 0, packed ? 3 : 1);
+    const bool packed = proj[k]->rows == 3 * h;
+    add_param(op, names[k][0], proj[k]->w, {h, h}, proj[k]->transpose, packed ? k : 0, packed ? 3 : 1);
+    add_param(op, names[k][1], proj[k]->b, {h}, false, packed ? k : 0, packed ? 3 : 1);
   }
   add_param(op, "wo", out_projs[0]->w, {h, h}, out_projs[0]->transpose);
   add_param(op, "bo", out_projs[0]->b, {h});
