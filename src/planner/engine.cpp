@@ -486,8 +486,8 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       // needed, and the answer holds at that target only (the memory probe's solve).
       range_.accept(tmax_);
     } else {
-      full(z, &c);
-      if (!within(c.tps)) continue;
+      // `full` may decline a size without a time test (a memory floor that only holds here).
+      if (!full(z, &c) || !within(c.tps)) continue;
     }
     // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
     const auto [own, val] = depth(z, c);
@@ -538,12 +538,15 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       // memory only grow with the stage).
       if (m < k && alive && !q.parallel) {
         if (best->val != beat_for) beat_for = best->val, beat_from = first_rest_beating(s, i + 1, down, best->val);
-        m = std::max(m, beat_from);
+        m = std::max({m, beat_from, first_rest_fitting(s, m, d - p, down)});
       }
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
       if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
       const bool two_stages = !q.parallel && m < k;
+      // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
+      const int rest_units = two_stages && !chain_stage_[s].empty() && mem_bound_
+                                 ? std::min(down + chain_stage_[s][m], num_micro_) : 0;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
@@ -552,7 +555,14 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       const SizePick pick = pick_size(
           &alive, plog, q.parallel ? down_of(q, i, m, down) : two_stages ? after(0, down) : down, best->val,
           [&](int z) { return stage_head(s, i, m, plog, z); },
-          [&](int z, StageCostLite* c) { complete(s, i, m, plog, z, c); },
+          [&](int z, StageCostLite* c) {
+            // In a chain the rest needs at least its greedy stage count: a size that cannot hold
+            // that much in flight fails the memory test below whatever the rest's depth (its full
+            // cost and the rest are not needed).
+            if (rest_units > 0 && !fits(*c, after(z, rest_units), z)) return false;
+            complete(s, i, m, plog, z, c);
+            return true;
+          },
           [&](int z, const StageCostLite& c) -> std::pair<int, int> {
             if (q.parallel) {  // parallel: a group of branches as one stage beside the rest
               const int self = after(z, down_of(q, i, m, down));
@@ -675,7 +685,7 @@ void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best
             return StageCostLite{-1, group.compute_tps + head.compute_tps, group.state + head.state,
                                  group.act + head.act};
           },
-          [&](int z, StageCostLite* cst) { *cst = merge_stage(s, i, x, plog, z); },
+          [&](int z, StageCostLite* cst) { return *cst = merge_stage(s, i, x, plog, z), true; },
           [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
             if (rest == -3) rest = go(c, x, floor_cand(d - p), own_down);
             if (rest < 0) return kRestInfeasible;
@@ -731,7 +741,7 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
         int rest = -3;
         const SizePick pick = pick_size(
             &alive, plog, others, best.val, [&](int z) { return stage_head(fo.ext, 0, m, plog, z); },
-            [&](int z, StageCostLite* cst) { complete(fo.ext, 0, m, plog, z, cst); },
+            [&](int z, StageCostLite* cst) { return complete(fo.ext, 0, m, plog, z, cst), true; },
             [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
               if (rest == -3) rest = m < len ? go(fo.ext, m, floor_cand(d1 - p), down) : down;
               if (rest < 0) return kRestInfeasible;
@@ -1030,10 +1040,24 @@ void SeqDp::chain_devices(int s) {
     }
   std::vector<double>& out = chain_dev_[s];
   out.assign(k + 1, 0);
-  for (int i = 0; i < k; ++i) {
+  for (int i = k - 1; i >= 0; --i) {
     out[i] = inf;
     for (int c = 0; c <= top; ++c) out[i] = std::min(out[i], q[c][i]);
+    // A suffix needs at least what a shorter one does (drop its first op: no stage grows), so the
+    // array is non-increasing in i even where rounding says otherwise (first_rest_fitting bisects it).
+    out[i] = std::max(out[i], out[i + 1]);
   }
+}
+
+int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
+  if (down != 0 || !mem_bound_ || chain_stage_[s].empty()) return j;
+  if (chain_dev_[s].empty()) chain_devices(s);
+  const std::vector<double>& need = chain_dev_[s];  // non-increasing: a shorter suffix needs no more
+  const double have = floor_cand(d) * (1 + 1e-9);
+  const int m = static_cast<int>(
+      std::partition_point(need.begin() + j, need.end() - 1, [&](double x) { return x > have; }) - need.begin());
+  rest_pruned_ += m > j;
+  return m;
 }
 
 bool SeqDp::memory_rules_out(int s, int i, int d, int down) {

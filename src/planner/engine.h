@@ -293,6 +293,9 @@ class SeqDp {
   // The first m >= j at which rest_may_beat holds (k when none): the bound only weakens as m grows.
   int first_rest_beating(int s, int j, int down, int best);
   void prepare_memory(int s);  // fills mem_state_, mem_act_ and spine_ of sequence s
+  // The first m >= j at which a chain's rest [m, end) may fit d devices (chain_dev_; down = 0 only),
+  // k when none: a stage [i, m) before it has no plan, and the bound only weakens as m grows.
+  int first_rest_fitting(int s, int j, int d, int down);
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
