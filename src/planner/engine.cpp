@@ -525,6 +525,9 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const int k = static_cast<int>(q.items.size());
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
   int beat_for = -2, beat_from = i + 1;  // the first m whose rest may beat best->val == beat_for
+  // A chain whose rest may need more than one stage (the greedy count only falls with m): the
+  // memory test below at the rest's least in-flight can decline sizes early.
+  const bool chain_floor = mem_bound_ && !q.parallel && i + 1 < k && !chain_stage_[s].empty() && chain_stage_[s][i + 1] > 1;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
@@ -532,20 +535,22 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
     // to the end, whose floor is `down`.
     uint32_t alive = sizes_for(plog), parked = 0;
+    // A chain's rest needs some devices: the stage ends whose rest cannot fit the d - p left.
+    const int fit_from = !q.parallel && d - p >= 1 ? first_rest_fitting(s, i + 1, d - p, down) : i + 1;
     for (int m = d - p < 1 ? k : i + 1; m <= k && (alive || parked); ++m) {
       // A stage whose rest cannot be shallow enough to beat best is skipped (the rest's bound only
       // weakens as m grows; a skipped m's size tests fail the same way at the next m: compute and
       // memory only grow with the stage).
       if (m < k && alive && !q.parallel) {
         if (best->val != beat_for) beat_for = best->val, beat_from = first_rest_beating(s, i + 1, down, best->val);
-        m = std::max({m, beat_from, first_rest_fitting(s, m, d - p, down)});
+        m = std::max({m, beat_from, fit_from});
       }
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
       if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
       const bool two_stages = !q.parallel && m < k;
       // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
-      const int rest_units = two_stages && !chain_stage_[s].empty() && mem_bound_
+      const int rest_units = two_stages && chain_floor && chain_stage_[s][m] > 1
                                  ? std::min(down + chain_stage_[s][m], num_micro_) : 0;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
@@ -1065,8 +1070,11 @@ bool SeqDp::memory_rules_out(int s, int i, int d, int down) {
   if (mem_state_[s].empty()) prepare_memory(s);
   const std::vector<double>& state = mem_state_[s];
   const std::vector<double>& act = mem_act_[s];
+  const double have = d * mem_limit_ * (1 + 1e-9);
   double need = state.back() - state[i] + after(0, down) * (act.back() - act[i]);
-  if (const std::vector<int>& stage = chain_stage_[s]; !stage.empty()) {
+  // Every unit count is at most M: when even that fits, the finer chain count is not needed.
+  const bool may_bind = state.back() - state[i] + num_micro_ * (act.back() - act[i]) > have;
+  if (const std::vector<int>& stage = chain_stage_[s]; may_bind && !stage.empty()) {
     // Items [i, b) sit in stages at least M - down from the end (in-flight capped at M), the rest
     // in their greedy stage's: min(down + stage, M) units each.
     const int b = std::max(i, static_cast<int>(std::partition_point(stage.begin(), stage.end(), [&](int c) {
@@ -1076,7 +1084,7 @@ bool SeqDp::memory_rules_out(int s, int i, int d, int down) {
     need = state.back() - state[i] + num_micro_ * (act[b] - act[i]) + (ca.back() - ca[b]) +
            down * (act.back() - act[b]);
   }
-  bool out = need > d * mem_limit_ * (1 + 1e-9);
+  bool out = need > have;
   if (!out && down == 0 && !chain_stage_[s].empty()) {
     if (chain_dev_[s].empty()) chain_devices(s);
     out = chain_dev_[s][i] > d * (1 + 1e-9);
