@@ -524,10 +524,12 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const Seq& q = st_.seqs[s];
   const int k = static_cast<int>(q.items.size());
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
-  int beat_for = -2, beat_from = i + 1;  // the first m whose rest may beat best->val == beat_for
   // A chain whose rest may need more than one stage (the greedy count only falls with m): the
   // memory test below at the rest's least in-flight can decline sizes early.
   const bool chain_floor = mem_bound_ && !q.parallel && i + 1 < k && !chain_stage_[s].empty() && chain_stage_[s][i + 1] > 1;
+  // Whether a rest here may need more than one part (else rest_may_beat is the two-stage floor).
+  const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
+                                       spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
@@ -537,13 +539,18 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     uint32_t alive = sizes_for(plog), parked = 0;
     // A chain's rest needs some devices: the stage ends whose rest cannot fit the d - p left.
     const int fit_from = !q.parallel && d - p >= 1 ? first_rest_fitting(s, i + 1, d - p, down) : i + 1;
+    int beat_for = -2, skip_to = fit_from;  // skip_to: for best->val == beat_for
     for (int m = d - p < 1 ? k : i + 1; m <= k && (alive || parked); ++m) {
       // A stage whose rest cannot be shallow enough to beat best is skipped (the rest's bound only
       // weakens as m grows; a skipped m's size tests fail the same way at the next m: compute and
       // memory only grow with the stage).
       if (m < k && alive && !q.parallel) {
-        if (best->val != beat_for) beat_for = best->val, beat_from = first_rest_beating(s, i + 1, down, best->val);
-        m = std::max({m, beat_from, fit_from});
+        if (best->val != beat_for) {  // the first stage end whose rest may fit and beat best
+          beat_for = best->val;
+          skip_to = std::max(fit_from, !rest_lb ? (best->val >= 0 && best->val <= after(0, after(0, down)) ? k : i + 1)
+                                                : first_rest_beating(s, i + 1, down, best->val));
+        }
+        if (m < skip_to) m = skip_to;
       }
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
       if (m < k && !alive) m = k;  // only the stage to the end
@@ -1059,6 +1066,7 @@ int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
   if (chain_dev_[s].empty()) chain_devices(s);
   const std::vector<double>& need = chain_dev_[s];  // non-increasing: a shorter suffix needs no more
   const double have = floor_cand(d) * (1 + 1e-9);
+  if (need[j] <= have) return j;  // the common case: no stage end is ruled out
   const int m = static_cast<int>(
       std::partition_point(need.begin() + j, need.end() - 1, [&](double x) { return x > have; }) - need.begin());
   rest_pruned_ += m > j;
