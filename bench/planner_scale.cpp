@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   planner::detail::Structure sp = planner::detail::sp_structure(cm, nullptr);
   planner::detail::Structure chain = planner::detail::chain_structure(cm);
   std::printf("%s on %d summit devices, mini-batch %d, %zu ops\n", argv[1], n, batch, g.num_ops());
-  std::printf("%6s  %-5s  %14s  %12s  %7s  %12s  %8s\n", "mbs", "dp", "bottleneck ms", "states", "solves",
-              "evals", "cpu s");
+  std::printf("%6s  %-5s  %14s  %12s  %7s  %12s  %12s  %8s\n", "mbs", "dp", "bottleneck ms", "states", "solves",
+              "evals", "mem-pruned", "cpu s");
   double total = 0;
   for (int mbs : sizes) {
     for (int which = 0; which < 2; ++which) {
@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
           [](const std::vector<planner::detail::StageChoice>&) {}, &stats);
       const double c = cpu_s() - c0;
       total += c;
-      std::printf("%6d  %-5s  %14.6f  %12zu  %7zu  %12zu  %8.2f\n", mbs, which == 0 ? "sp" : "chain",
-                  ok ? tps * 1e3 : -1.0, stats.states, stats.solves, stats.evals, c);
+      std::printf("%6d  %-5s  %14.6f  %12zu  %7zu  %12zu  %12zu  %8.2f\n", mbs, which == 0 ? "sp" : "chain",
+                  ok ? tps * 1e3 : -1.0, stats.states, stats.solves, stats.evals, stats.memory_pruned, c);
       std::fflush(stdout);
     }
   }

@@ -286,6 +286,21 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
     total += st.seqs[q].items.size() * static_cast<size_t>(ncounts_);
   }
   slots_.resize(total);
+  act_unit_.assign(cm.graph().num_ops(), std::numeric_limits<double>::infinity());
+  act_dev_.assign(cm.graph().num_ops(), std::numeric_limits<double>::infinity());
+  for (size_t o = 0; o < act_unit_.size(); ++o)
+    for (size_t z = 0; z < sizes_.size(); ++z)
+      for (int p = 1; p <= std::min(n_, sizes_[z]); p *= 2) {
+        const double a = cm.saved_bytes(OpId(static_cast<int32_t>(o)), sizes_[z] / p);
+        act_unit_[o] = std::min(act_unit_[o], p * a / (1 << wlog_[z]));
+        act_dev_[o] = std::min(act_dev_[o], a);
+      }
+  mem_state_.resize(st.seqs.size());
+  mem_act_.resize(st.seqs.size());
+  spine_.resize(st.seqs.size());
+  chain_stage_.resize(st.seqs.size());
+  chain_act_.resize(st.seqs.size());
+  chain_dev_.resize(st.seqs.size());
 }
 
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
@@ -396,6 +411,8 @@ int SeqDp::go(int s, int i, int d, int down) {
       return c->e.val;
     }
   }
+  // Memory alone rules the state out at every target (the range is untouched: no time test).
+  if (memory_rules_out(s, i, d, down)) return -1;
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
   // memoised: the same answer every time at this target).
   double work = std::numeric_limits<double>::infinity();
@@ -469,8 +486,8 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       // needed, and the answer holds at that target only (the memory probe's solve).
       range_.accept(tmax_);
     } else {
-      full(z, &c);
-      if (!within(c.tps)) continue;
+      // `full` may decline a size without a time test (a memory floor that only holds here).
+      if (!full(z, &c) || !within(c.tps)) continue;
     }
     // A larger size only deepens the stage (after() grows with the size): the first that fits wins.
     const auto [own, val] = depth(z, c);
@@ -489,13 +506,14 @@ uint32_t SeqDp::sizes_for(int plog) const {
   return mask;
 }
 
-// In a series sequence, a choice that leaves a rest of the sequence after its part is at least
-// two stages deep before `down` (the part, then at least one stage; after() only grows with the
-// size and with what follows), so it improves on `best` only
-// while best is deeper than that. Skipping such choices changes no result: keep() takes only
-// strictly better ones. (Parallel sequences put the rest beside, not after: always true.)
-bool SeqDp::beats_two_stages(const Seq& q, const Entry* best, int down) const {
-  return q.parallel || best->val < 0 || best->val > after(0, after(0, down));
+// In a series sequence, a choice that leaves a rest of the sequence (from item j) after its part is
+// at least one unit deeper than the rest, and the rest at least one unit per part deeper than
+// `down` (after() only grows with the size and with what follows), so it improves on `best` only
+// while best is deeper than that (rest_may_beat; with one part per rest: the part, then at least
+// one stage). Skipping such choices changes no result: keep() takes only strictly better ones.
+// (Parallel sequences put the rest beside, not after: always true.)
+bool SeqDp::beats_with_rest(const Seq& q, int s, int j, const Entry* best, int down) {
+  return q.parallel || rest_may_beat(s, j, down, best->val);
 }
 
 // Base case: items [i, m) form one stage on p = 2^plog devices at the smallest size that meets
@@ -506,6 +524,12 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const Seq& q = st_.seqs[s];
   const int k = static_cast<int>(q.items.size());
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(d, mbs_))) - 1;
+  // A chain whose rest may need more than one stage (the greedy count only falls with m): the
+  // memory test below at the rest's least in-flight can decline sizes early.
+  const bool chain_floor = mem_bound_ && !q.parallel && i + 1 < k && !chain_stage_[s].empty() && chain_stage_[s][i + 1] > 1;
+  // Whether a rest here may need more than one part (else rest_may_beat is the two-stage floor).
+  const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
+                                       spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
@@ -513,11 +537,28 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
     // to the end, whose floor is `down`.
     uint32_t alive = sizes_for(plog), parked = 0;
+    // A chain's rest needs some devices: the stage ends whose rest cannot fit the d - p left.
+    const int fit_from = !q.parallel && d - p >= 1 ? first_rest_fitting(s, i + 1, d - p, down) : i + 1;
+    int beat_for = -2, skip_to = fit_from;  // skip_to: for best->val == beat_for
     for (int m = d - p < 1 ? k : i + 1; m <= k && (alive || parked); ++m) {
+      // A stage whose rest cannot be shallow enough to beat best is skipped (the rest's bound only
+      // weakens as m grows; a skipped m's size tests fail the same way at the next m: compute and
+      // memory only grow with the stage).
+      if (m < k && alive && !q.parallel) {
+        if (best->val != beat_for) {  // the first stage end whose rest may fit and beat best
+          beat_for = best->val;
+          skip_to = std::max(fit_from, !rest_lb ? (best->val >= 0 && best->val <= after(0, after(0, down)) ? k : i + 1)
+                                                : first_rest_beating(s, i + 1, down, best->val));
+        }
+        if (m < skip_to) m = skip_to;
+      }
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
-      if (m < k && (!alive || !beats_two_stages(q, best, down))) m = k;  // only the stage to the end
+      if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
       const bool two_stages = !q.parallel && m < k;
+      // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
+      const int rest_units = two_stages && chain_floor && chain_stage_[s][m] > 1
+                                 ? std::min(down + chain_stage_[s][m], num_micro_) : 0;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
@@ -526,7 +567,14 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       const SizePick pick = pick_size(
           &alive, plog, q.parallel ? down_of(q, i, m, down) : two_stages ? after(0, down) : down, best->val,
           [&](int z) { return stage_head(s, i, m, plog, z); },
-          [&](int z, StageCostLite* c) { complete(s, i, m, plog, z, c); },
+          [&](int z, StageCostLite* c) {
+            // In a chain the rest needs at least its greedy stage count: a size that cannot hold
+            // that much in flight fails the memory test below whatever the rest's depth (its full
+            // cost and the rest are not needed).
+            if (rest_units > 0 && !fits(*c, after(z, rest_units), z)) return false;
+            complete(s, i, m, plog, z, c);
+            return true;
+          },
           [&](int z, const StageCostLite& c) -> std::pair<int, int> {
             if (q.parallel) {  // parallel: a group of branches as one stage beside the rest
               const int self = after(z, down_of(q, i, m, down));
@@ -557,7 +605,7 @@ void SeqDp::nested_case(int s, int i, int d, int down, int floor_val, Entry* bes
   if (c < 0) return;
   const int own_down = q.parallel ? down_of(q, i, i + 1, down) : down;
   if (i + 1 == k) return keep(best, go(c, 0, d, own_down), Case::nested, 0, d);
-  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(q, best, down); ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_with_rest(q, s, i + 1, best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, i + 1, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -574,7 +622,7 @@ template <class Part>
 void SeqDp::part_then_rest(int s, int after, int d, int down, int floor_val, Case how, int opt, Entry* best,
                            Part part) {
   if (after == static_cast<int>(st_.seqs[s].items.size())) return keep(best, part(d, down), how, 0, d, opt);
-  for (int d1 = 1; d1 < d && best->val != floor_val && beats_two_stages(st_.seqs[s], best, down); ++d1) {
+  for (int d1 = 1; d1 < d && best->val != floor_val && beats_with_rest(st_.seqs[s], s, after, best, down); ++d1) {
     if (floor_cand(d1) != d1) continue;
     const int rest = go(s, after, floor_cand(d - d1), down);
     if (rest < 0) continue;
@@ -649,7 +697,7 @@ void SeqDp::merge_case(int s, int i, int d, int down, int floor_val, Entry* best
             return StageCostLite{-1, group.compute_tps + head.compute_tps, group.state + head.state,
                                  group.act + head.act};
           },
-          [&](int z, StageCostLite* cst) { *cst = merge_stage(s, i, x, plog, z); },
+          [&](int z, StageCostLite* cst) { return *cst = merge_stage(s, i, x, plog, z), true; },
           [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
             if (rest == -3) rest = go(c, x, floor_cand(d - p), own_down);
             if (rest < 0) return kRestInfeasible;
@@ -705,7 +753,7 @@ const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) 
         int rest = -3;
         const SizePick pick = pick_size(
             &alive, plog, others, best.val, [&](int z) { return stage_head(fo.ext, 0, m, plog, z); },
-            [&](int z, StageCostLite* cst) { complete(fo.ext, 0, m, plog, z, cst); },
+            [&](int z, StageCostLite* cst) { return complete(fo.ext, 0, m, plog, z, cst), true; },
             [&](int z, const StageCostLite& cst) -> std::pair<int, int> {
               if (rest == -3) rest = m < len ? go(fo.ext, m, floor_cand(d1 - p), down) : down;
               if (rest < 0) return kRestInfeasible;
@@ -907,6 +955,152 @@ bool SeqDp::memory_never_fits() const {
   return need > n_ * mem_limit_ * (1 + 1e-9);
 }
 
+void SeqDp::prepare_memory(int s) {
+  std::vector<double>& state = mem_state_[s];
+  std::vector<double>& act = mem_act_[s];
+  std::vector<double>& spine = spine_[s];
+  const auto& items = st_.seqs[s].items;
+  state.assign(items.size() + 1, 0);
+  act.assign(items.size() + 1, 0);
+  spine.assign(items.size() + 1, 0);
+  for (size_t j = 0; j < items.size(); ++j) {
+    double st = 0, a = 0;
+    for (OpId op : items[j].ops) st += cm_.state_bytes(op), a += act_unit_[op.v];
+    state[j + 1] = state[j] + st;
+    act[j + 1] = act[j] + a;
+    // A nested item's ops may spread over several stages: only single ops count.
+    spine[j + 1] = spine[j] + (mem_bound_ && items[j].seq < 0 ? st + act_dev_[items[j].ops.front().v] : 0);
+  }
+  const Seq& q = st_.seqs[s];
+  if (q.parallel || !std::all_of(items.begin(), items.end(), [](const Item& it) { return it.seq < 0; })) return;
+  // A chain: pack it from its end into stages whose ops fit one device (greedy: no plan puts an op
+  // in a stage nearer the end).
+  const int k = static_cast<int>(items.size());
+  std::vector<int>& stage = chain_stage_[s];
+  stage.assign(k, 1);
+  const double cap = mem_limit_ * (1 + 1e-9);
+  double fill = 0;
+  for (int j = k - 1, c = 1; j >= 0; --j) {
+    const double x = spine[j + 1] - spine[j];
+    if (fill > 0 && fill + x > cap) ++c, fill = 0;
+    fill += x;
+    stage[j] = c;
+  }
+  std::vector<double>& ca = chain_act_[s];
+  ca.assign(k + 1, 0);
+  for (int j = 0; j < k; ++j) ca[j + 1] = ca[j] + stage[j] * (act[j + 1] - act[j]);
+}
+
+bool SeqDp::rest_may_beat(int s, int j, int down, int best) {
+  if (best < 0) return true;
+  const int r = best - down - 2;  // the most parts a rest shallower than best - 1 can have
+  if (r < 1) return false;
+  if (spine_[s].empty()) prepare_memory(s);
+  const std::vector<double>& sp = spine_[s];
+  // A chain: the fewest stages exactly (greedy); otherwise the single ops' need over the limit.
+  const bool may = !chain_stage_[s].empty() ? chain_stage_[s][j] <= r : sp.back() - sp[j] <= r * mem_limit_ * (1 + 1e-9);
+  rest_pruned_ += !may;
+  return may;
+}
+
+int SeqDp::first_rest_beating(int s, int j, int down, int best) {
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  if (best < 0) return j;
+  const int r = best - down - 2;
+  if (r < 1) return k;
+  if (spine_[s].empty()) prepare_memory(s);
+  int m = 0;
+  if (const std::vector<int>& stage = chain_stage_[s]; !stage.empty()) {
+    m = static_cast<int>(std::partition_point(stage.begin() + j, stage.end(), [&](int c) { return c > r; }) -
+                         stage.begin());
+  } else {
+    const std::vector<double>& sp = spine_[s];
+    const double from = sp.back() - r * mem_limit_ * (1 + 1e-9);  // the rest [m, k) must need at most r parts
+    m = static_cast<int>(std::lower_bound(sp.begin() + j, sp.begin() + k, from) - sp.begin());
+  }
+  rest_pruned_ += m > j;
+  return m;
+}
+
+void SeqDp::chain_devices(int s) {
+  const int k = static_cast<int>(st_.seqs[s].items.size());
+  const std::vector<double>& state = mem_state_[s];
+  const std::vector<double>& act = mem_act_[s];
+  const double cap = mem_limit_ * (1 + 1e-9), inf = std::numeric_limits<double>::infinity();
+  const int top = std::clamp(num_micro_ - 1, 0, 16);  // c = top stands for "top or more stages after"
+  // q[c][i]: the fewest devices for [i, k) whose first stage has c stages after it.
+  std::vector<std::vector<double>> q(top + 1, std::vector<double>(k + 1, inf));
+  for (int i = k - 1; i >= 0; --i)
+    for (int m = i + 1; m <= k; ++m) {
+      const double st = state[m] - state[i];
+      if (st >= cap) break;
+      const double a = act[m] - act[i];
+      for (int c = 0; c <= top; ++c) {
+        double rest = 0;
+        if (m == k) {
+          if (c > 0) break;  // the stage to the end has nothing after it
+        } else if (c < top) {
+          if (c == 0) continue;
+          rest = q[c - 1][m];
+        } else {
+          rest = top == 0 ? q[0][m] : std::min(q[top - 1][m], q[top][m]);
+        }
+        if (rest == inf) continue;
+        const double f = std::min(c + 1, num_micro_);
+        q[c][i] = std::min(q[c][i], std::max(1.0, f * a / (cap - st)) + rest);
+      }
+    }
+  std::vector<double>& out = chain_dev_[s];
+  out.assign(k + 1, 0);
+  for (int i = k - 1; i >= 0; --i) {
+    out[i] = inf;
+    for (int c = 0; c <= top; ++c) out[i] = std::min(out[i], q[c][i]);
+    // A suffix needs at least what a shorter one does (drop its first op: no stage grows), so the
+    // array is non-increasing in i even where rounding says otherwise (first_rest_fitting bisects it).
+    out[i] = std::max(out[i], out[i + 1]);
+  }
+}
+
+int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
+  if (down != 0 || !mem_bound_ || chain_stage_[s].empty()) return j;
+  if (chain_dev_[s].empty()) chain_devices(s);
+  const std::vector<double>& need = chain_dev_[s];  // non-increasing: a shorter suffix needs no more
+  const double have = floor_cand(d) * (1 + 1e-9);
+  if (need[j] <= have) return j;  // the common case: no stage end is ruled out
+  const int m = static_cast<int>(
+      std::partition_point(need.begin() + j, need.end() - 1, [&](double x) { return x > have; }) - need.begin());
+  rest_pruned_ += m > j;
+  return m;
+}
+
+bool SeqDp::memory_rules_out(int s, int i, int d, int down) {
+  if (!mem_bound_) return false;
+  if (mem_state_[s].empty()) prepare_memory(s);
+  const std::vector<double>& state = mem_state_[s];
+  const std::vector<double>& act = mem_act_[s];
+  const double have = d * mem_limit_ * (1 + 1e-9);
+  double need = state.back() - state[i] + after(0, down) * (act.back() - act[i]);
+  // Every unit count is at most M: when even that fits, the finer chain count is not needed.
+  const bool may_bind = state.back() - state[i] + num_micro_ * (act.back() - act[i]) > have;
+  if (const std::vector<int>& stage = chain_stage_[s]; may_bind && !stage.empty()) {
+    // Items [i, b) sit in stages at least M - down from the end (in-flight capped at M), the rest
+    // in their greedy stage's: min(down + stage, M) units each.
+    const int b = std::max(i, static_cast<int>(std::partition_point(stage.begin(), stage.end(), [&](int c) {
+                                                return c >= num_micro_ - down;
+                                              }) - stage.begin()));
+    const std::vector<double>& ca = chain_act_[s];
+    need = state.back() - state[i] + num_micro_ * (act[b] - act[i]) + (ca.back() - ca[b]) +
+           down * (act.back() - act[b]);
+  }
+  bool out = need > have;
+  if (!out && down == 0 && !chain_stage_[s].empty()) {
+    if (chain_dev_[s].empty()) chain_devices(s);
+    out = chain_dev_[s][i] > d * (1 + 1e-9);
+  }
+  mem_pruned_ += out;
+  return out;
+}
+
 bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<StageChoice>* best,
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan, bool shallower) {
   if (memory_never_fits()) return false;
@@ -958,6 +1152,7 @@ void add_stats(const SeqDp& dp, SearchStats* stats) {
   stats->states += dp.states_explored();
   stats->solves += dp.solves();
   stats->evals += dp.evals();
+  stats->memory_pruned += dp.memory_pruned();
 }
 
 }  // namespace

@@ -211,8 +211,22 @@ class SeqDp {
   /// so the n devices together hold at least, per op, the least over the stage sizes z and degrees p
   /// of state + p x activations at z / p; more than n x the limit rules every plan out.
   bool memory_never_fits() const;
+  /// The same proof for one state (s, i, d, down), in O(log items) after a pass per sequence: a
+  /// plan's stages' p devices together hold, per op, its state and at least `units` of its
+  /// activations at its cheapest size and degree (`act_unit_`), where `units` is the in-flight of
+  /// the op's stage: at least after(0, down) = min(down + 1, M) (its successors hold at least
+  /// `down`), and in a chain (a series sequence of single ops) at least min(down + j, M) for the
+  /// j-th stage from the end. There, since each stage's ops (state + one micro-batch of activations)
+  /// must fit one device, packing the chain greedily from its end into stages that fit gives every
+  /// op the smallest j any plan can give it. More than d x the limit in all rules out every plan of
+  /// the state at every target.
+  bool memory_rules_out(int s, int i, int d, int down);
 
   size_t states_explored() const { return states_; }
+  /// States memory_rules_out answered (all solves).
+  size_t memory_pruned() const { return mem_pruned_; }
+  /// Times the rest bound (rest_may_beat, first_rest_beating) cut more than the two-stage floor.
+  size_t rest_pruned() const { return rest_pruned_; }
   size_t solves() const { return solves_; }
   size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
@@ -221,6 +235,8 @@ class SeqDp {
   /// For tests that must cover a probe running out of budget.
   void set_probe_budget(size_t evals) { probe_budget_ = evals; }
   size_t probes_aborted() const { return probes_aborted_; }
+  /// Switches memory_rules_out off (tests: the search must be the same without it).
+  void set_memory_bound(bool on) { mem_bound_ = on; }
 
  private:
   struct StageCostLite {
@@ -268,7 +284,18 @@ class SeqDp {
   // Records a state's answer at the current target.
   void store(int s, int i, int d, int down, const Entry& e);
   bool fits(const StageCostLite& c, int depth, int z) const;
-  bool beats_two_stages(const Seq& q, const Entry* best, int down) const;
+  bool beats_with_rest(const Seq& q, int s, int j, const Entry* best, int down);
+  // rest_may_beat: in series sequence s, can a choice whose rest starts at item j (the part before
+  // it, then the rest with `down` after it) be shallower than `best`? Every part of a series plan
+  // adds at least one unit of depth, and each part holds its single-op items in one stage, which
+  // must fit one device: a rest needing r parts is at least min(down + r, M) deep.
+  bool rest_may_beat(int s, int j, int down, int best);
+  // The first m >= j at which rest_may_beat holds (k when none): the bound only weakens as m grows.
+  int first_rest_beating(int s, int j, int down, int best);
+  void prepare_memory(int s);  // fills mem_state_, mem_act_ and spine_ of sequence s
+  // The first m >= j at which a chain's rest [m, end) may fit d devices (chain_dev_; down = 0 only),
+  // k when none: a stage [i, m) before it has no plan, and the bound only weakens as m grows.
+  int first_rest_fitting(int s, int j, int d, int down);
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -319,6 +346,31 @@ class SeqDp {
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
+  // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
+  // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
+  // per micro-batch of size z); per sequence (filled on first use), prefix sums over its items of
+  // the ops' state bytes and of act_unit_.
+  std::vector<double> act_unit_;
+  std::vector<std::vector<double>> mem_state_, mem_act_;
+  // rest_may_beat's data: per op, the least activation bytes per device of one micro-batch (min over
+  // sizes and degrees); per sequence, prefix sums over its single-op items of state + that.
+  std::vector<double> act_dev_;
+  std::vector<std::vector<double>> spine_;
+  // Chains only (empty otherwise): per item its greedy stage index from the end (non-increasing),
+  // and prefix sums of index x act_unit_.
+  std::vector<std::vector<int>> chain_stage_;
+  std::vector<std::vector<double>> chain_act_;
+  // Chains only, with nothing after them (down = 0): per item i the fewest devices any plan of the
+  // suffix [i, end) needs for memory (chain_devices).
+  std::vector<std::vector<double>> chain_dev_;
+  // A relaxed DP over the chain s (down = 0): a stage [i, m) whose first stage has c stages after it
+  // holds at least f = min(c + 1, M) units in flight, so its p devices satisfy p x (limit - state) >=
+  // f x its ops' act_unit_ (each device holds the whole state and its share of the activations),
+  // and p >= 1; the least sum of p over the stages (p continuous, in-flight counts past 16 stages
+  // taken as 16's) is a lower bound on the devices of every plan of the suffix.
+  void chain_devices(int s);
+  size_t mem_pruned_ = 0, rest_pruned_ = 0;
+  bool mem_bound_ = true;
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
@@ -351,6 +403,7 @@ struct SizeSearch {
 /// What a size's search cost (bench/planner_scale).
 struct SearchStats {
   size_t states = 0, solves = 0, evals = 0;
+  size_t memory_pruned = 0;  // states SeqDp::memory_rules_out answered
 };
 /// The one-size DP's binary search at m; with size_spread > 0 and m > 1 also the per-stage-size DP
 /// over the window (see docs/planner.md, "Per-stage micro-batch sizes"), which is not binary

@@ -186,8 +186,10 @@ double brute_force(const cost::CostModel& cm, int n, int mini, int spread = 0) {
 // (its degree dividing it); in-flight counts follow plan::assign_min_in_flight from the last stage
 // back (in samples: m_k x (1 + ceil(successor's samples / m_k))), memory holds min(in-flight, B / m_k)
 // micro-batches.
+// `first`, `succ0`: only the ops from `first` on, with `succ0` samples in flight after the last
+// stage (a suffix state of the DP).
 double chain_brute_force_with_memory(const cost::CostModel& cm, int n, const std::vector<int>& sizes, int mini,
-                                     double limit) {
+                                     double limit, int first = 0, int64_t succ0 = 0) {
   const int ops = static_cast<int>(cm.graph().num_ops());
   double best = std::numeric_limits<double>::infinity();
   std::vector<int> cuts;  // stage starts
@@ -224,7 +226,7 @@ double chain_brute_force_with_memory(const cost::CostModel& cm, int n, const std
           assign(k - 1, left - o.p, int64_t{in_flight} * o.b, std::max(worst, o.tps));
         }
       };
-      assign(S - 1, n, 0, 0);
+      assign(S - 1, n, succ0, 0);
       return;
     }
     for (int z = start + 1; z <= ops; ++z) {
@@ -233,7 +235,7 @@ double chain_brute_force_with_memory(const cost::CostModel& cm, int n, const std
       cuts.pop_back();
     }
   };
-  part(0);
+  part(first);
   return best;
 }
 
@@ -312,6 +314,8 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
         for (size_t budget : {size_t{0}, size_t{50}}) {
         detail::SeqDp with(cm, chain, mbs, 64, limit, n, true);
         with.set_probe_budget(budget);
+        // The per-state memory bound proves these infeasible before any probe: off, to cover the probe.
+        with.set_memory_bound(false);
         double t1 = 0;
         std::vector<detail::StageChoice> s1;
         const bool ok1 = with.minimise(1e-3, 0, &t1, &s1);
@@ -425,6 +429,88 @@ TEST(BruteForce, MemoryBoundOnlyRulesOutInfeasibleSizes) {
     }
   }
   EXPECT_GT(fired, 5);
+}
+
+// The per-state memory bound (SeqDp::memory_rules_out) only rules out states that have no plan:
+// for every chain suffix [i, end) on d devices with `down` units in flight after it where it fires,
+// the exhaustive search over that suffix's partitions x degrees x sizes finds nothing that fits.
+TEST(BruteForce, StateMemoryBoundOnlyRulesOutInfeasibleStates) {
+  int fired = 0, checked = 0;
+  for (uint32_t seed = 1; seed <= 24; ++seed) {
+    ir::Graph g = random_sp_model(seed, 3 + seed % 5);
+    if (g.num_ops() > 7) continue;
+    const int ops = static_cast<int>(g.num_ops());
+    for (int n : {2, 4}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure chain = detail::chain_structure(cm);
+      for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(4), detail::StageSizes::window(4, 2)}) {
+        const double limit = binding_limit(cm, 4, 0.1 + 0.2 * (seed % 4)).first;
+        detail::SeqDp dp(cm, chain, sizes, 16, limit, n, true);
+        const int units = 16 / sizes.sizes.front();
+        for (int i = 0; i < ops; ++i)
+          for (int d = 1; d <= n; ++d)
+            for (int down = 0; down <= units; down += std::max(1, units / 4)) {
+              ++checked;
+              if (!dp.memory_rules_out(0, i, d, down)) continue;
+              ++fired;
+              EXPECT_FALSE(std::isfinite(chain_brute_force_with_memory(
+                  cm, d, sizes.sizes, 16, limit, i, int64_t{down} * sizes.sizes.front())))
+                  << "seed " << seed << " n " << n << " sizes " << sizes.sizes.size() << " suffix " << i << " d " << d
+                  << " down " << down;
+            }
+      }
+    }
+  }
+  EXPECT_GT(fired, 20) << "of " << checked << " states";
+  EXPECT_LT(fired, checked / 2);
+}
+
+// The searches with and without the per-state memory bound offer the same plans, in the same order,
+// and reach the same optimum: SP and chain structures, one size and per-stage sizes, binding and
+// free memory.
+TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
+  size_t pruned = 0, rest_pruned = 0;
+  int feasible = 0, infeasible = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    ir::Graph g = random_sp_model(seed, 6 + seed % 13);
+    for (int n : {2, 4, 8}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure sp = detail::sp_structure(cm, nullptr), chain = detail::chain_structure(cm);
+      const double limit = seed % 4 == 0 ? 1e18 : binding_limit(cm, 2, 0.05 + 0.1 * (seed % 5)).first;
+      for (const detail::Structure* st : {&sp, &chain})
+        for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(8), detail::StageSizes::window(8, 2)}) {
+          SCOPED_TRACE(fmt::format("seed {} n {} sizes {} limit {:.4g}", seed, n, sizes.sizes.size(), limit));
+          std::vector<std::vector<detail::StageChoice>> plans[2];
+          double tps[2] = {0, 0};
+          bool ok[2];
+          for (int on : {0, 1}) {
+            detail::SeqDp dp(cm, *st, sizes, 32, limit, n, true);
+            dp.set_memory_bound(on == 1);
+            std::vector<detail::StageChoice> best;
+            ok[on] = dp.minimise(1e-3, 0, &tps[on], &best,
+                                 [&](const std::vector<detail::StageChoice>& p) { plans[on].push_back(p); });
+            if (on) pruned += dp.memory_pruned(), rest_pruned += dp.rest_pruned();
+          }
+          ASSERT_EQ(ok[0], ok[1]);
+          (ok[1] ? feasible : infeasible) += 1;
+          EXPECT_EQ(tps[0], tps[1]);
+          ASSERT_EQ(plans[0].size(), plans[1].size());
+          for (size_t x = 0; x < plans[0].size(); ++x) {
+            ASSERT_EQ(plans[0][x].size(), plans[1][x].size());
+            for (size_t k = 0; k < plans[0][x].size(); ++k) {
+              EXPECT_EQ(plans[0][x][k].ops, plans[1][x][k].ops);
+              EXPECT_EQ(plans[0][x][k].dp, plans[1][x][k].dp);
+              EXPECT_EQ(plans[0][x][k].mbs, plans[1][x][k].mbs);
+              EXPECT_EQ(plans[0][x][k].tps_s, plans[1][x][k].tps_s);
+            }
+          }
+        }
+    }
+  }
+  EXPECT_GT(pruned, 100u) << "the memory bound never fired: the test does not exercise it";
+  EXPECT_GT(rest_pruned, 100u) << "the rest bound never cut more than the two-stage floor";
+  EXPECT_GT(feasible, 50);
+  EXPECT_GT(infeasible, 5);
 }
 
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
