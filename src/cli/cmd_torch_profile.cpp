@@ -70,12 +70,7 @@ void run(const ProfileArgs& a) {
              a.threads);
     opt.context = !a.no_context;
     if (opt.context) {  // the whole model at the largest batch: weights, gradients, Adam state, activations
-      double whole = 0;
-      for (OpId id : g.op_ids()) {
-        const ir::OpCosts& c = g.costs(id);
-        whole += 4.0 * static_cast<double>(c.param_bytes) +
-                 static_cast<double>(max_batch) * (c.output_bytes + c.saved_bytes);
-      }
+      const double whole = runtime::training_bytes_estimate(g, g.op_ids(), static_cast<double>(max_batch), "adam");
       if (whole > machine_memory_bytes()) {
         opt.context = false;
         std::cerr << fmt::format(

@@ -65,7 +65,7 @@ struct ContextTiming {
   bool operator==(const ContextTiming&) const = default;
 };
 
-/// One measured optimizer step over `params` parameters (runtime::time_optimizer).
+/// One measured optimizer step over `params` parameters (runtime::time_optimizers).
 struct OptimizerStep {
   int64_t params = 0;
   double step_s = 0;

@@ -85,24 +85,28 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
                                m.bwd_s.back() * 1e3, batches.back());
     p.ops.emplace(sig, std::move(m));
   }
-  if (opt.context) profile_context(g, opt, p, progress);
+  if (opt.context) {
+    ProfileOptions sorted = opt;
+    sorted.batches = batches;
+    profile_context(g, sorted, p, progress);
+  }
   return p;
 }
 
 void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress) {
   cost::ContextTiming c;
   c.batches = opt.batches;
-  std::sort(c.batches.begin(), c.batches.end());
-  c.batches.erase(std::unique(c.batches.begin(), c.batches.end()), c.batches.end());
   const int repeats = std::min(opt.repeats, kContextRepeats);
   if (progress) *progress << fmt::format("[model] {} ops in sequence, b={} ...", g.num_ops(), fmt::join(c.batches, ","))
                           << std::flush;
   std::vector<runtime::OpTiming> whole = runtime::time_model(g, c.batches, 1, repeats, opt.cpu_clock, opt.device);
+  std::vector<std::string> sigs;
+  for (OpId id : g.op_ids()) sigs.push_back(cost::op_signature(g, id));
   for (size_t k = 0; k < c.batches.size(); ++k) {
     double fwd = 0, bwd = 0;
-    for (OpId id : g.op_ids()) {
-      auto t = p.lookup(cost::op_signature(g, id), c.batches[k]);
-      GP_ASSERT(t.has_value(), "op {} was not profiled", g.op(id).name);
+    for (size_t i = 0; i < sigs.size(); ++i) {
+      auto t = p.lookup(sigs[i], c.batches[k]);
+      GP_ASSERT(t.has_value(), "op {} was not profiled", g.op(OpId(static_cast<int32_t>(i))).name);
       fwd += t->first;
       bwd += t->second;
     }
@@ -115,12 +119,16 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   auto [ff, bf] = c.factor(c.batches.back());
   if (progress)
     *progress << fmt::format(" in sequence / alone at b={}: fwd {:.2f}, bwd {:.2f}\n", c.batches.back(), ff, bf);
-  for (const char* name : {"sgd", "adam"}) {
-    runtime::OptimizerTiming t = runtime::time_optimizer(g, name, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
+  const std::vector<std::string> names{"sgd", "adam"};
+  const std::vector<runtime::OptimizerTiming> steps =
+      runtime::time_optimizers(g, names, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
+  for (size_t k = 0; k < names.size(); ++k) {
+    const runtime::OptimizerTiming& t = steps[k];
     if (t.params == 0) continue;  // nothing to step
-    p.optimizer[name] = {t.params, t.step_s};
+    p.optimizer[names[k]] = {t.params, t.step_s};
     if (progress)
-      *progress << fmt::format("[optimizer] {} step over {} parameters: {:.3g} ms\n", name, t.params, t.step_s * 1e3);
+      *progress << fmt::format("[optimizer] {} step over {} parameters: {:.3g} ms\n", names[k], t.params,
+                               t.step_s * 1e3);
   }
 }
 

@@ -37,9 +37,10 @@ std::string describe_device(int threads, const std::string& device = "cpu");
 /// Writes "[k/n] <op> b=<b> fwd .. bwd .." progress lines to `progress` when it is not null.
 cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress);
 
-/// Sets p.context (the whole model at every batch, forward and backward, against the sum of its
-/// ops' times in `p`, which must hold every op's signature at those batches) and p.optimizer (one
-/// SGD and one Adam step over every parameter). "[model]" and "[optimizer]" progress lines.
+/// Sets p.context (the whole model at every batch of opt.batches, which must be ascending and
+/// unique as profile_graph leaves them, forward and backward, against the sum of its ops' times in
+/// `p`, which must hold every op's signature at those batches) and p.optimizer (one SGD and one Adam
+/// step over every parameter). "[model]" and "[optimizer]" progress lines.
 void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress);
 
 /// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) points, on

@@ -125,27 +125,30 @@ std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>&
                      });
 }
 
-OptimizerTiming time_optimizer(const ir::Graph& g, const std::string& name, int warmup, int repeats, bool cpu_clock,
-                               const std::string& device) {
+std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vector<std::string>& names, int warmup,
+                                             int repeats, bool cpu_clock, const std::string& device) {
   const torch::Device dev = timing_device(device, cpu_clock, warmup, repeats);
   constexpr uint64_t kSeed = 1;
-  StageModule m(g, g.op_ids(), kSeed, {}, dev);
+  StageModule m(g, g.op_ids(), kSeed, {}, dev);  // built once: the parameters of a large model take time
   std::vector<torch::Tensor> params = m.parameters();
-  OptimizerTiming out;
+  int64_t count = 0;
   for (const auto& p : params) {
-    out.params += p.numel();
+    count += p.numel();
     p.mutable_grad() = torch::randn_like(p) * 1e-3;
   }
-  auto opt = make_optimizer(name, params, 1e-3, 0.9);
   auto clock = span_clock(dev, cpu_clock);
-  std::vector<double> t;
-  for (int i = 0; i < warmup + repeats; ++i) {
-    double t0 = clock();
-    opt->step();
-    double t1 = clock();
-    if (i >= warmup) t.push_back(t1 - t0);
+  std::vector<OptimizerTiming> out;
+  for (const std::string& name : names) {
+    auto opt = make_optimizer(name, params, 1e-3, 0.9);
+    std::vector<double> t;
+    for (int i = 0; i < warmup + repeats; ++i) {
+      double t0 = clock();
+      opt->step();
+      double t1 = clock();
+      if (i >= warmup) t.push_back(t1 - t0);
+    }
+    out.push_back({count, median(t)});
   }
-  out.step_s = median(t);
   return out;
 }
 

@@ -42,10 +42,11 @@ struct OptimizerTiming {
   double step_s = 0;   // median time of one optimizer step over all of them
 };
 
-/// One step of the runtime's optimizer `name` ("sgd" or "adam", make_optimizer) over every parameter
-/// of `g` with random gradients: `warmup` untimed, the median of `repeats`.
-OptimizerTiming time_optimizer(const ir::Graph& g, const std::string& name, int warmup, int repeats,
-                               bool cpu_clock = false, const std::string& device = "cpu");
+/// One step of each of the runtime's optimizers `names` ("sgd", "adam": make_optimizer) over every
+/// parameter of `g` with random gradients, on one copy of the model: `warmup` untimed, the median of
+/// `repeats`; one entry per name, in order.
+std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vector<std::string>& names, int warmup,
+                                             int repeats, bool cpu_clock = false, const std::string& device = "cpu");
 
 /// "cuda: <GPU model> (device 0, LibTorch V)" for --device cuda (UserError where CUDA is not
 /// available); "" for "cpu".
