@@ -136,8 +136,10 @@ Registrar reg(70, [](CLI::App& root) {
   c->add_flag("--json", a->json, "Print a machine-readable summary");
   c->add_flag("--links", a->links,
               "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "
-              "fitted latency + bandwidth (p2p, allreduce); each size keeps its fastest of max(--repeats, 3) "
-              "repeats");
+              "fitted latency + bandwidth (p2p, allreduce); each size keeps its median of max(--repeats, 3) "
+              "repeats. Also measures the lockstep factor: two cores running the same GEMMs round by "
+              "round, the slower one's median over one core's (the cost model stretches profiled op "
+              "times of plans with 2 or more workers by it)");
   c->add_flag("--no-context", a->no_context,
               "Skip timing the whole model in sequence (the cost model's in-sequence factor over ops timed "
               "alone) and the optimizer step; for a model too large to run whole here");
@@ -152,6 +154,7 @@ Registrar reg(70, [](CLI::App& root) {
   w->add_option("--sizes", *sizes)->required();
   w->add_option("--warmup", lo->warmup);
   w->add_option("--repeats", lo->repeats);
+  w->add_option("--lockstep-rounds", lo->lockstep_rounds);
   w->add_option("--timeout", lo->timeout_s);
   w->callback([lo, sizes] {
     lo->sizes_bytes = profiler::parse_batches(*sizes, "--sizes");

@@ -91,6 +91,14 @@ double cpu_oversubscription(const Cluster& c) {
   static const double cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1.0, c.devices_per_node / cores);
 }
+
+/// How much slower profiled compute runs when the plan has 2+ workers on the `cpu` preset: the
+/// profile's measured lockstep factor (two cores computing round by round wait for the slower one;
+/// docs/cost-model.md, "Profiles"), never below 1; 1 without it or with one worker.
+double lockstep_stretch(const Cluster& c, const Profile* p) {
+  if (c.name != "cpu" || !p || !p->lockstep || c.num_devices() < 2) return 1;
+  return std::max(1.0, *p->lockstep);
+}
 }  // namespace
 
 CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
@@ -100,6 +108,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
   intra_ = cluster_.intra;
   allreduce_intra_ = cluster_.intra;
   const double over = cpu_oversubscription(cluster_);
+  compute_stretch_ = over * lockstep_stretch(cluster_, profile_.get());
   if (profile_ && profile_->p2p) {
     intra_ = {profile_->p2p->bandwidth_Bps / over, profile_->p2p->latency_s * over};
     allreduce_intra_ = intra_;
@@ -109,7 +118,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
     const OptimizerStep& m = profile_->optimizer.at(opt_ == Optimizer::adam ? "adam" : "sgd");
     // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
     const double bytes_per_param = 4.0 * (opt_ == Optimizer::adam ? 4 : 3);
-    optimizer_s_per_byte_ = m.step_s / (static_cast<double>(m.params) * bytes_per_param) * over;
+    optimizer_s_per_byte_ = m.step_s / (static_cast<double>(m.params) * bytes_per_param) * compute_stretch_;
   }
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
@@ -158,9 +167,8 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   if (tables_ready_ && row >= 0) return t.time[row * t.n + op.v];
   if (profile_) {
     if (auto m = profile_->estimate(t.signature[op.v], b)) {
-      double over = cpu_oversubscription(cluster_);
       auto [in_seq_fwd, in_seq_bwd] = profile_->context ? profile_->context->factor(b) : std::make_pair(1.0, 1.0);
-      return {m->fwd_s * over * in_seq_fwd, m->bwd_s * over * in_seq_bwd,
+      return {m->fwd_s * compute_stretch_ * in_seq_fwd, m->bwd_s * compute_stretch_ * in_seq_bwd,
               m->extrapolated ? Source::extrapolated : Source::measured};
     }
   }

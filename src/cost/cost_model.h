@@ -184,6 +184,7 @@ class CostModel {
   std::shared_ptr<const Profile> profile_;
   LinkSpec intra_;                 // cluster intra link, or the profile's p2p fit
   double optimizer_s_per_byte_ = 0;  // measured_optimizer_s_per_byte()
+  double compute_stretch_ = 1;       // profiled compute: workers per core x the lockstep factor
   LinkSpec allreduce_intra_;       // per-step ring link inside a node (profile's all-reduce fit)
   Source link_source_ = Source::formula;
   struct Tables;

@@ -85,6 +85,15 @@ std::map<std::string, OptimizerStep> optimizer_from_json(const JsonAt& j) {
   return out;
 }
 
+double lockstep_from_json(const JsonAt& j) {
+  j.expect_object();
+  if (j.at("ranks").i64() != 2) j.at("ranks").fail("only 2-rank lockstep factors are measured");
+  JsonAt f = j.at("factor");
+  double v = f.num();
+  if (!std::isfinite(v) || v <= 0) f.fail(fmt::format("must be a positive ratio, found {}", f.json().dump()));
+  return v;
+}
+
 }  // namespace
 
 std::pair<double, double> ContextTiming::factor(int64_t b) const {
@@ -200,6 +209,7 @@ Json profile_to_json(const Profile& p) {
   Json j = {{"format", kFormat}, {"device", p.device}, {"ops", ops}};
   if (p.p2p) j["p2p"] = link_fit_to_json(*p.p2p);
   if (p.allreduce) j["allreduce"] = link_fit_to_json(*p.allreduce);
+  if (p.lockstep) j["lockstep"] = {{"ranks", 2}, {"factor", *p.lockstep}};
   if (p.context) j["context"] = context_to_json(*p.context);
   for (const auto& [name, st] : p.optimizer) j["optimizer"][name] = {{"params", st.params}, {"step_s", st.step_s}};
   return j;
@@ -243,6 +253,7 @@ Profile profile_from_json(const JsonAt& j) {
   }
   if (j.has("p2p")) p.p2p = link_fit_from_json(j.at("p2p"));
   if (j.has("allreduce")) p.allreduce = link_fit_from_json(j.at("allreduce"));
+  if (j.has("lockstep")) p.lockstep = lockstep_from_json(j.at("lockstep"));
   if (j.has("context")) p.context = context_from_json(j.at("context"));
   if (j.has("optimizer")) p.optimizer = optimizer_from_json(j.at("optimizer"));
   return p;

@@ -132,6 +132,11 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   }
 }
 
+void cap_by_larger_sizes(std::vector<std::pair<double, double>>& pts) {
+  std::sort(pts.begin(), pts.end());
+  for (size_t i = pts.size(); i-- > 1;) pts[i - 1].second = std::min(pts[i - 1].second, pts[i].second);
+}
+
 cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& pts, const std::string& what) {
   std::set<double> sizes;
   for (auto& [x, y] : pts) sizes.insert(x);
@@ -162,12 +167,15 @@ void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progres
   bo.warmup = o.warmup;
   bo.repeats = o.repeats;
   bo.timeout_s = o.timeout_s;
-  std::vector<runtime::LinkSample> samples = runtime::run_link_bench(bo, progress);
+  runtime::LinkBenchResult r = runtime::run_link_bench(bo, progress);
   std::vector<std::pair<double, double>> p2p, ar;
-  for (const auto& s : samples) {
+  for (const auto& s : r.samples) {
     p2p.emplace_back(static_cast<double>(s.bytes), s.p2p_s);
     ar.emplace_back(static_cast<double>(s.bytes), s.allreduce_s);
   }
+  cap_by_larger_sizes(p2p);
+  cap_by_larger_sizes(ar);
+  if (r.lockstep_factor > 0) p.lockstep = r.lockstep_factor;
   p.p2p = fit_link(p2p, "profile --links (p2p)");
   p.allreduce = fit_link(ar, "profile --links (all-reduce)");
   if (progress)

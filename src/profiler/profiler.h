@@ -50,6 +50,10 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
 /// positive (time does not grow with size: the measurement is useless).
 cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& bytes_seconds, const std::string& what);
 
+/// Sorts (bytes, seconds) by size and caps each size's time at the next larger size's: a smaller
+/// message is never slower, so a size whose median met a burst of other jobs takes the larger one's.
+void cap_by_larger_sizes(std::vector<std::pair<double, double>>& bytes_seconds);
+
 struct LinkOptions {
   std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};
   int warmup = 2;

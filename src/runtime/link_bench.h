@@ -11,22 +11,30 @@ namespace gp::runtime {
 struct LinkBenchOptions {
   std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};  // multiples of 4
   int warmup = 2;
-  int repeats = 7;         // per size; the fastest is kept
+  int repeats = 7;         // per size; the median is kept
+  int lockstep_rounds = 150;  // rounds of the lockstep measurement (0: skip it)
   double timeout_s = 60;   // a worker that does not answer within this fails the measurement
 };
 
-/// One measured message size: one-way p2p time (half the fastest round trip) and the fastest
-/// 2-rank all-reduce time (the uncontended cost; interference from other jobs only adds time).
+/// One measured message size: one-way p2p time (half the median round trip) and the median 2-rank
+/// all-reduce time (what a training step meets; the prediction is of the median iteration).
 struct LinkSample {
   int64_t bytes = 0;
   double p2p_s = 0;
   double allreduce_s = 0;
 };
 
+struct LinkBenchResult {
+  std::vector<LinkSample> samples;  // in the order of LinkBenchOptions::sizes_bytes
+  /// Two cores computing in lockstep: the median of the slower core's time per round over one
+  /// core's median (>= 1 where cores slow down independently); 0 when not measured.
+  double lockstep_factor = 0;
+};
+
 /// Spawns two hidden `graphpipe link-worker` processes (posix_spawn of this executable, a TCPStore
-/// rendezvous on 127.0.0.1) and returns their measurements in the order of o.sizes_bytes. Writes
-/// one progress line per size to `progress` when not null. RuntimeFailure when a worker fails.
-std::vector<LinkSample> run_link_bench(const LinkBenchOptions& o, std::ostream* progress);
+/// rendezvous on 127.0.0.1) and returns their measurements. Writes one progress line per size to
+/// `progress` when not null. RuntimeFailure when a worker fails.
+LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress);
 
 /// The hidden subcommand's body: rank and store address from the environment the launcher sets.
 int run_link_worker(const LinkBenchOptions& o);

@@ -146,3 +146,33 @@ TEST(Calibration, ProfiledTimesStretchWhenWorkersShareCores) {
   CostModel summit(g, load_cluster("summit", 4 * cores()), Optimizer::adam, prof);
   EXPECT_DOUBLE_EQ(summit.op_time(fc, 2).fwd_s, 2e-4);
 }
+
+TEST(Calibration, ProfiledComputeStretchesByTheLockstepFactorWithTwoOrMoreWorkers) {
+  // Two cores computing in lockstep wait for the slower one: a profile measured that as 1.25, so
+  // plans of 2+ workers on the cpu preset run every profiled op and the optimizer step 1.25x as long;
+  // one worker, and other clusters, do not.
+  ir::ModelBuilder b("g");
+  std::string y = b.linear("fc", b.unary("pre", ir::OpKind::relu, b.input("x", {64})), 64);
+  b.output(y);
+  ir::Graph g = ir::Graph::build(b.build());
+  OpId fc = g.find("fc");
+  auto prof = std::make_shared<Profile>();
+  std::string sig = op_signature(g, fc);
+  prof->ops.emplace(sig, OpMeasurement{sig, "linear", {1, 2}, {1e-4, 2e-4}, {3e-4, 6e-4}});
+  prof->optimizer["adam"] = {1000, 0.016};
+  prof->lockstep = 1.25;
+  const double over2 = std::max(1.0, 2.0 / cores());  // 2 workers on a 1-core machine share it
+  CostModel one(g, take_devices(cpu_preset(1, nullptr), 1, "test"), Optimizer::adam, prof);
+  CostModel two(g, take_devices(cpu_preset(2, nullptr), 2, "test"), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(one.op_time(fc, 2).fwd_s, 2e-4);
+  EXPECT_DOUBLE_EQ(two.op_time(fc, 2).fwd_s, 2e-4 * over2 * 1.25);
+  EXPECT_DOUBLE_EQ(two.op_time(fc, 2).bwd_s, 6e-4 * over2 * 1.25);
+  EXPECT_DOUBLE_EQ(two.measured_optimizer_s_per_byte(), one.measured_optimizer_s_per_byte() * over2 * 1.25);
+  // A factor below 1 (noise) never speeds ops up; summit never stretches.
+  prof->lockstep = 0.9;
+  CostModel below(g, take_devices(cpu_preset(2, nullptr), 2, "test"), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(below.op_time(fc, 2).fwd_s, 2e-4 * over2);
+  prof->lockstep = 1.25;
+  CostModel summit(g, load_cluster("summit", 2), Optimizer::adam, prof);
+  EXPECT_DOUBLE_EQ(summit.op_time(fc, 2).fwd_s, 2e-4);
+}

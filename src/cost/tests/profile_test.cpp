@@ -237,6 +237,7 @@ TEST(Profile, ContextAndOptimizerRoundTripAndNameBadFields) {
   Profile p = sample_profile("s");
   p.context = ContextTiming{{1, 4}, {1.0, 2.0}, {2.0, 4.0}, {0.5, 1.5}, {1.5, 3.5}};
   p.optimizer["adam"] = {10, 1e-3};
+  p.lockstep = 1.2;
   Json j = profile_to_json(p);
   EXPECT_EQ(profile_from_json(j, "p.json"), p);
   Json bad = j;
@@ -254,4 +255,10 @@ TEST(Profile, ContextAndOptimizerRoundTripAndNameBadFields) {
   bad = j;
   bad["optimizer"]["adam"]["step_s"] = -2.0;
   EXPECT_THAT(parse_error(bad), HasSubstr("optimizer.adam.step_s: must be a non-negative time in seconds, found -2"));
+  bad = j;
+  bad["lockstep"]["ranks"] = 4;
+  EXPECT_THAT(parse_error(bad), HasSubstr("p.json: lockstep.ranks: only 2-rank lockstep factors are measured"));
+  bad = j;
+  bad["lockstep"]["factor"] = 0;
+  EXPECT_THAT(parse_error(bad), HasSubstr("lockstep.factor: must be a positive ratio, found 0"));
 }

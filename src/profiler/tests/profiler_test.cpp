@@ -45,6 +45,13 @@ TEST(Profiler, FitLinkRecoversExactLineAndRejectsUselessData) {
   EXPECT_THROW(fit_link({{4096, 2e-3}, {65536, 1e-3}}, "test"), UserError);  // shrinking time
 }
 
+TEST(Profiler, LinkTimesAreCappedByLargerSizes) {
+  // Medians of a burst-hit small size come down to the next larger size's; sorted by size.
+  std::vector<std::pair<double, double>> pts{{1048576, 3e-3}, {4096, 4e-4}, {65536, 5e-3}, {262144, 2e-3}};
+  cap_by_larger_sizes(pts);
+  EXPECT_EQ(pts, (std::vector<std::pair<double, double>>{{4096, 4e-4}, {65536, 2e-3}, {262144, 2e-3}, {1048576, 3e-3}}));
+}
+
 TEST(Profiler, ParseBatches) {
   EXPECT_EQ(parse_batches("1,2,4,8", "--batches"), (std::vector<int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(parse_batches("16", "--batches"), (std::vector<int64_t>{16}));
