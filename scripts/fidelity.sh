@@ -29,7 +29,7 @@ echo "-- profiling $MODEL (batches 1..$BATCH, links)"
 batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
 PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
 "$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --warmup 3 --repeats "${FID_REPEATS:-15}" --out "$PROF" 2>&1 |
-  grep -E '^(wrote|links:|\[model\]|\[optimizer\])'
+  grep -E '^(wrote|links:|\[links\] lockstep|\[model\]|\[optimizer\])'
 echo "-- the calibrated preset against the profile, per op kind (graphpipe calibrate --compare)"
 "$GP" calibrate --compare "$PROF" --model "$MODEL" | grep -E "b=($BATCH|1) " || true
 

@@ -161,6 +161,19 @@ cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& pts, const 
   return {intercept, 1.0 / slope};
 }
 
+cost::LinkFit fit_link_medians(std::vector<std::pair<double, double>> medians,
+                               std::vector<std::pair<double, double>> fastest, const std::string& what,
+                               std::ostream* progress) {
+  cap_by_larger_sizes(medians);
+  try {
+    return fit_link(medians, what);
+  } catch (const UserError& e) {
+    if (progress) *progress << fmt::format("[links] {}: fitting the fastest repeats instead\n", e.what());
+    cap_by_larger_sizes(fastest);
+    return fit_link(fastest, what);
+  }
+}
+
 void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progress) {
   runtime::LinkBenchOptions bo;
   bo.sizes_bytes = o.sizes_bytes;
@@ -168,16 +181,18 @@ void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progres
   bo.repeats = o.repeats;
   bo.timeout_s = o.timeout_s;
   runtime::LinkBenchResult r = runtime::run_link_bench(bo, progress);
-  std::vector<std::pair<double, double>> p2p, ar;
+  using Points = std::vector<std::pair<double, double>>;
+  Points p2p, ar, p2p_fastest, ar_fastest;
   for (const auto& s : r.samples) {
-    p2p.emplace_back(static_cast<double>(s.bytes), s.p2p_s);
-    ar.emplace_back(static_cast<double>(s.bytes), s.allreduce_s);
+    const double x = static_cast<double>(s.bytes);
+    p2p.emplace_back(x, s.p2p_s);
+    ar.emplace_back(x, s.allreduce_s);
+    p2p_fastest.emplace_back(x, s.p2p_fastest_s);
+    ar_fastest.emplace_back(x, s.allreduce_fastest_s);
   }
-  cap_by_larger_sizes(p2p);
-  cap_by_larger_sizes(ar);
+  p.p2p = fit_link_medians(p2p, p2p_fastest, "profile --links (p2p)", progress);
+  p.allreduce = fit_link_medians(ar, ar_fastest, "profile --links (all-reduce)", progress);
   if (r.lockstep_factor > 0) p.lockstep = r.lockstep_factor;
-  p.p2p = fit_link(p2p, "profile --links (p2p)");
-  p.allreduce = fit_link(ar, "profile --links (all-reduce)");
   if (progress)
     *progress << fmt::format("[links] fit: p2p latency {:.1f} us, bandwidth {:.2f} GB/s; all-reduce (2 ranks) "
                              "latency {:.1f} us, bandwidth {:.2f} GB/s\n",

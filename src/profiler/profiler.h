@@ -54,6 +54,13 @@ cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& bytes_secon
 /// message is never slower, so a size whose median met a burst of other jobs takes the larger one's.
 void cap_by_larger_sizes(std::vector<std::pair<double, double>>& bytes_seconds);
 
+/// The link fit `profile --links` stores: fit_link of the per-size medians (what a training step
+/// meets), each capped by the larger sizes; when even those do not grow with the size (other jobs
+/// hit every small size), of the fastest repeats, which interference cannot raise, with a note.
+cost::LinkFit fit_link_medians(std::vector<std::pair<double, double>> medians,
+                               std::vector<std::pair<double, double>> fastest, const std::string& what,
+                               std::ostream* progress);
+
 struct LinkOptions {
   std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};
   int warmup = 2;

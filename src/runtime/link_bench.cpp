@@ -70,7 +70,8 @@ LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOption
     c.all_reduce(v, detail::Reduce::sum).wait();
     if (keep) ar.push_back(seconds_since(t0));
   }
-  return {bytes, median(rtt) / 2, median(ar)};
+  return {bytes, median(rtt) / 2, median(ar), *std::min_element(rtt.begin(), rtt.end()) / 2,
+          *std::min_element(ar.begin(), ar.end())};
 }
 
 /// Both ranks run the same GEMMs (~10 ms a round on one core), each round started together (a
@@ -134,7 +135,7 @@ int run_link_worker(const LinkBenchOptions& o) {
     if (rank == 0) {
       std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
                    s.p2p_s * 1e3, s.allreduce_s * 1e3);
-      out.push_back({s.bytes, s.p2p_s, s.allreduce_s});
+      out.push_back({s.bytes, s.p2p_s, s.allreduce_s, s.p2p_fastest_s, s.allreduce_fastest_s});
     }
   }
   double lockstep = o.lockstep_rounds > 0 ? lockstep_factor(*comm, o.lockstep_rounds, &tag) : 0;
@@ -203,7 +204,9 @@ LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress
   auto raw = store->get(kResultKey);
   Json j = Json::parse(std::string(raw.begin(), raw.end()));
   LinkBenchResult out;
-  for (const auto& e : j["sizes"]) out.samples.push_back({e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>()});
+  for (const auto& e : j["sizes"])
+    out.samples.push_back({e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(),
+                           e[4].get<double>()});
   GP_ASSERT(out.samples.size() == o.sizes_bytes.size(), "link bench returned {} of {} sizes", out.samples.size(),
             o.sizes_bytes.size());
   out.lockstep_factor = j["lockstep"].get<double>();

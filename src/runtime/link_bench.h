@@ -22,6 +22,8 @@ struct LinkSample {
   int64_t bytes = 0;
   double p2p_s = 0;
   double allreduce_s = 0;
+  double p2p_fastest_s = 0;        // the fastest repeats: the fallback when the medians do not grow
+  double allreduce_fastest_s = 0;  // with the size (a burst of other jobs at the small sizes)
 };
 
 struct LinkBenchResult {

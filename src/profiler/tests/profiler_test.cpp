@@ -52,6 +52,24 @@ TEST(Profiler, LinkTimesAreCappedByLargerSizes) {
   EXPECT_EQ(pts, (std::vector<std::pair<double, double>>{{4096, 4e-4}, {65536, 2e-3}, {262144, 2e-3}, {1048576, 3e-3}}));
 }
 
+TEST(Profiler, LinkFitUsesTheMediansUnlessTheyDoNotGrow) {
+  // Medians on the line t = 100 us + bytes / 1 GB/s: they are fitted.
+  std::vector<std::pair<double, double>> med, fast;
+  for (double b : {4096.0, 1048576.0, 4194304.0}) {
+    med.emplace_back(b, 100e-6 + b / 1e9);
+    fast.emplace_back(b, 50e-6 + b / 2e9);
+  }
+  std::ostringstream notes;
+  EXPECT_NEAR(fit_link_medians(med, fast, "t", &notes).bandwidth_Bps, 1e9, 1);
+  EXPECT_EQ(notes.str(), "");
+  // Every size but the largest hit by a burst: capped, the medians are flat; the fastest are fitted.
+  for (auto& [b, t] : med) t = 5e-3;
+  cost::LinkFit f = fit_link_medians(med, fast, "t", &notes);
+  EXPECT_NEAR(f.bandwidth_Bps, 2e9, 1);
+  EXPECT_NEAR(f.latency_s, 50e-6, 1e-9);
+  EXPECT_NE(notes.str().find("fitting the fastest repeats instead"), std::string::npos) << notes.str();
+}
+
 TEST(Profiler, ParseBatches) {
   EXPECT_EQ(parse_batches("1,2,4,8", "--batches"), (std::vector<int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(parse_batches("16", "--batches"), (std::vector<int64_t>{16}));
