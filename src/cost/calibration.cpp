@@ -68,7 +68,8 @@ Json calibration_to_json(const CpuCalibration& c) {
           {"attention_efficiency", c.attention_efficiency},
           {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
           {"kernel_overhead_s", c.kernel_overhead_s},
-          {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}}};
+          {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
+          {"lockstep", c.lockstep}};
 }
 
 CpuCalibration calibration_from_json(const Json& json, const std::string& file) {
@@ -95,6 +96,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   link.expect_object();
   c.link_bandwidth_Bps = positive(link.at("bandwidth_Bps"));
   c.link_latency_s = non_negative(link.at("latency_s"));
+  c.lockstep = j.has("lockstep") ? positive(j.at("lockstep")) : 1;
   return c;
 }
 

@@ -29,6 +29,7 @@ struct CpuCalibration {
   double kernel_overhead_s = 0; // per op call, forward or backward (dispatch + autograd)
   double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
+  double lockstep = 1;          // two cores computing in lockstep: the slower's pace / one core's
   bool operator==(const CpuCalibration&) const = default;
 };
 
@@ -39,7 +40,7 @@ struct CpuCalibration {
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k);
 
 /// The `cpu` preset for `devices` workers (0: one per core) on this machine with calibration `k`
-/// (nullptr: the fixed figures). load_cluster("cpu") passes active_calibration().
+/// (nullptr: the fixed figures); with 2+ workers the rates are also divided by k's lockstep factor. load_cluster("cpu") passes active_calibration().
 Cluster cpu_preset(int devices, const CpuCalibration* k);
 
 Json calibration_to_json(const CpuCalibration& c);

@@ -134,12 +134,15 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 kCpuCoreFlops * share, kCpuCoreMemBw * share, kCpuKernelOverhead};
     c.intra = {kCpuLinkBw, kCpuLinkLatency};
   } else {
+    // 2+ workers wait for each other's cores: they compute at the measured lockstep pace.
+    const int workers = devices > 0 ? devices : cores;
+    const double pace = share / (workers >= 2 ? std::max(1.0, k->lockstep) : 1.0);
     c.device = {fmt::format("cpu core ({} cores; {}, calibrated {})", cores, k->cpu_model, k->measured_at),
                 ram / n,
-                k->gemm_flops * share,
-                k->gemm_flops * share,
-                k->mem_bandwidth_Bps * share,
-                k->kernel_overhead_s / share,
+                k->gemm_flops * pace,
+                k->gemm_flops * pace,
+                k->mem_bandwidth_Bps * pace,
+                k->kernel_overhead_s / pace,
                 calibrated_efficiency(*k)};
     c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
   }

@@ -197,10 +197,11 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     cost::Profile p;
     LinkOptions lo;
     lo.sizes_bytes = {4096, 65536, 262144, 1 << 20, 4 << 20};
-    lo.repeats = 7;  // the fastest of these per size: other jobs only add time
+    lo.repeats = 7;  // the median of these per size (profile_links)
     profile_links(p, lo, progress);
     k.link_latency_s = p.p2p->latency_s;
     k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
+    k.lockstep = p.lockstep.value_or(1);
   }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

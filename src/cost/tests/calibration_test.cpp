@@ -52,6 +52,12 @@ TEST(Calibration, JsonRoundTripAndStrictErrors) {
   EXPECT_THAT(error_with("mem_bandwidth_Bps", 0), HasSubstr("mem_bandwidth_Bps: must be a positive number"));
   EXPECT_THAT(error_with("kernel_overhead_s", -2e-6), HasSubstr("kernel_overhead_s: must be a non-negative"));
   EXPECT_THAT(error_with("link.latency_s", "x"), HasSubstr("k.json: link.latency_s"));
+  EXPECT_THAT(error_with("lockstep", 0), HasSubstr("k.json: lockstep: must be a positive number"));
+  k.lockstep = 1.25;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json old = calibration_to_json(k);  // caches written before the field: no lockstep stretch
+  old.erase("lockstep");
+  EXPECT_EQ(calibration_from_json(old, "k.json").lockstep, 1);
   EXPECT_THAT(error_with("attention_efficiency", 1.5), HasSubstr("attention_efficiency: must be in (0, 1], found 1.5"));
   EXPECT_THAT(error_with("cores", 0), HasSubstr("k.json: cores: must be in [1, 1000000], found 0"));
   EXPECT_THAT(error_with("format", "graphpipe.profile/1"), HasSubstr("graphpipe.calibration/1"));
@@ -93,6 +99,13 @@ TEST(Calibration, PresetUsesTheMeasuredRatesAndSharesCores) {
   EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::gemm, false).at(12, 1 << 20), 0.5);
   EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::attention, false).at(36, 1 << 10), 0.5 * 0.75);
   EXPECT_DOUBLE_EQ(c.device.efficiency.curve(WorkClass::other, false).at(1, 0), 0.25);
+  // Two cores computing in lockstep measured 1.25x one core's pace: 2+ workers get the slower pace.
+  CpuCalibration slow = k;
+  slow.lockstep = 1.25;
+  const double share2 = std::min(1.0, cores() / 2.0);
+  EXPECT_DOUBLE_EQ(cpu_preset(1, &slow).device.peak_flops_f32, 40e9);
+  EXPECT_DOUBLE_EQ(cpu_preset(2, &slow).device.peak_flops_f32, 40e9 * share2 / 1.25);
+  EXPECT_DOUBLE_EQ(cpu_preset(2, &slow).device.kernel_overhead_s, 20e-6 / share2 * 1.25);
   // Four times as many workers as cores: each gets a quarter of a core; CPU-time costs stretch 4x.
   Cluster over = cpu_preset(4 * cores(), &k);
   EXPECT_DOUBLE_EQ(over.device.peak_flops_f32, 10e9);
