@@ -413,6 +413,7 @@ int SeqDp::go(int s, int i, int d, int down) {
   }
   // Memory alone rules the state out at every target (the range is untouched: no time test).
   if (memory_rules_out(s, i, d, down)) return -1;
+  if (over_cap(s, i, d)) return -1;  // so does the compute cap (fixed for this DP)
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
   // memoised: the same answer every time at this target).
   double work = std::numeric_limits<double>::infinity();
@@ -473,6 +474,10 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       return {};
     }
     StageCostLite c = head(z);
+    if (c.compute_tps > cap_) {  // above the DP's fixed cap: so is every larger stage of this shape
+      *alive &= ~(1u << z);
+      continue;
+    }
     if (!within(c.compute_tps)) {  // so is every larger stage of this shape at this size
       *alive &= ~(1u << z);
       continue;
@@ -1073,6 +1078,34 @@ int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
   return m;
 }
 
+void SeqDp::set_compute_cap(double cap) {
+  cap_ = cap;
+  op_work_.assign(cm_.graph().num_ops(), std::numeric_limits<double>::infinity());
+  for (size_t o = 0; o < op_work_.size(); ++o)
+    for (int z : sizes_)
+      for (int p = 1; p <= std::min(n_, z); p *= 2)
+        op_work_[o] = std::min(op_work_[o], p * cm_.op_step_time(OpId(static_cast<int32_t>(o)), z / p) / z);
+  cap_work_.assign(st_.seqs.size(), {});
+}
+
+// A stage on p devices computes sum over its ops of op_step_time(op, z / p) / z per sample, at
+// least sum(op_work_) / p, so a plan of the suffix on d devices (sum of p <= d) has a stage
+// computing at least sum(op_work_) / d per sample.
+bool SeqDp::over_cap(int s, int i, int d) {
+  if (cap_ == std::numeric_limits<double>::infinity()) return false;
+  std::vector<double>& w = cap_work_[s];
+  if (w.empty()) {
+    const auto& items = st_.seqs[s].items;
+    w.assign(items.size() + 1, 0);
+    for (size_t j = 0; j < items.size(); ++j) {
+      double x = 0;
+      for (OpId op : items[j].ops) x += op_work_[op.v];
+      w[j + 1] = w[j] + x;
+    }
+  }
+  return w.back() - w[i] > d * cap_ * (1 + 1e-9);
+}
+
 bool SeqDp::memory_rules_out(int s, int i, int d, int down) {
   if (!mem_bound_) return false;
   if (mem_state_[s].empty()) prepare_memory(s);
@@ -1156,6 +1189,18 @@ void add_stats(const SeqDp& dp, SearchStats* stats) {
 }
 
 }  // namespace
+
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap,
+                   SearchStats* stats) {
+  const StageSizes sizes = ss.size_spread > 0 && ss.micro_batch > 1 ? StageSizes::window(ss.micro_batch, ss.size_spread)
+                                                                    : StageSizes::uniform(ss.micro_batch);
+  SeqDp dp(cm, st, sizes, ss.mini_batch, ss.memory_limit, ss.num_devices, ss.same_node);
+  if (dp.memory_never_fits()) return false;
+  dp.set_compute_cap(cap);
+  const bool some = dp.solve(std::numeric_limits<double>::infinity(), nullptr) >= 0;
+  add_stats(dp, stats);
+  return some;
+}
 
 bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
                  const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats) {

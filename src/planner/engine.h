@@ -237,6 +237,11 @@ class SeqDp {
   size_t probes_aborted() const { return probes_aborted_; }
   /// Switches memory_rules_out off (tests: the search must be the same without it).
   void set_memory_bound(bool on) { mem_bound_ = on; }
+  /// A cap on every stage's compute per sample (`compute_tps`), for the whole life of this DP:
+  /// stages above it are never taken (a target-independent test, so memo entries stay valid).
+  /// With it, solve(inf) answers "is there a plan whose every stage computes at most `cap` per
+  /// sample?" (see beats_bound). Not meant for DPs that also search targets.
+  void set_compute_cap(double cap);
 
  private:
   struct StageCostLite {
@@ -371,6 +376,13 @@ class SeqDp {
   void chain_devices(int s);
   size_t mem_pruned_ = 0, rest_pruned_ = 0;
   bool mem_bound_ = true;
+  // set_compute_cap: the cap, and per sequence (on first use) prefix sums over its items of each
+  // op's least compute per sample per device over the sizes and degrees (a suffix on d devices
+  // whose sum exceeds d x cap has a stage above the cap).
+  double cap_ = std::numeric_limits<double>::infinity();
+  std::vector<double> op_work_;
+  std::vector<std::vector<double>> cap_work_;
+  bool over_cap(int s, int i, int d);
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
@@ -413,5 +425,14 @@ struct SearchStats {
 /// bottleneck. False when no plan fits memory.
 bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
                  const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats = nullptr);
+
+/// Whether search_size's space at this size (the one-size plans and, with size_spread, the
+/// per-stage-size ones) holds a plan, fitting memory, whose every stage computes at most `cap`
+/// seconds per sample. Every plan's predicted iteration time is at least mini-batch x each stage's
+/// compute per sample (a stage runs its micro-batches one after another: timeline.h), so when this
+/// is false no plan of the size predicts below mini-batch x cap. One DP solve with the cap and no
+/// target (SeqDp::set_compute_cap); `stats` (optional) gets its cost.
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap,
+                   SearchStats* stats = nullptr);
 
 }  // namespace gp::planner::detail
