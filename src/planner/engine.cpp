@@ -66,6 +66,7 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
     st.root = root.seq;
   }
   add_boundary_options(st, cm, kMaxJoinTail);
+  st.same_as = mirror_sequences(st, cm);
   return st;
 }
 
@@ -74,16 +75,21 @@ namespace {
 // A key equal for two branches exactly when one is a relabelling of the other for the cost model:
 // the same op signatures and costs in the same order, the same edges among them, the same outside
 // producers. Join options of such branches are mirror images; one of them is enough.
+// What the cost model knows of one op (its signature, hence its times, and its byte counts).
+std::string op_cost_key(const cost::CostModel& cm, OpId op) {
+  const ir::OpCosts& c = cm.graph().costs(op);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", cm.signature(op), cm.state_bytes(op), c.params,
+                     c.param_bytes, c.fwd_flops, c.bwd_flops, c.input_bytes, c.weight_read_bytes, c.output_bytes,
+                     c.saved_bytes, cm.graph().preds(op).size());
+}
+
 std::string branch_key(const cost::CostModel& cm, const Item& br) {
   const ir::Graph& g = cm.graph();
   std::unordered_map<int32_t, int> pos;
   for (size_t x = 0; x < br.ops.size(); ++x) pos[br.ops[x].v] = static_cast<int>(x);
   std::string key;
   for (OpId op : br.ops) {
-    const ir::OpCosts& c = g.costs(op);
-    key += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", cm.signature(op), cm.state_bytes(op), c.params,
-                       c.param_bytes, c.fwd_flops, c.bwd_flops, c.input_bytes, c.weight_read_bytes,
-                       c.output_bytes, c.saved_bytes, g.preds(op).size());
+    key += op_cost_key(cm, op);
     for (OpId p : g.preds(op)) {
       auto it = pos.find(p.v);
       key += it != pos.end() ? fmt::format(",i{}", it->second) : fmt::format(",o{}", p.v);
@@ -219,6 +225,67 @@ int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops) 
   return added;
 }
 
+namespace {
+
+// The ops under sequence s in item order, as the DP's costs see them: each op's costs, its inputs
+// (an op of s by position, an outside producer by its first appearance, with its output's size)
+// and whether an op outside s reads it. Outside producers are relabelled: two sequences reading
+// different but equal tensors cost the same (RangeCost and cost::stage_cost only tell producers
+// apart, and by their bytes).
+std::string ops_key(const cost::CostModel& cm, const Seq& q) {
+  const ir::Graph& g = cm.graph();
+  std::unordered_map<int32_t, int> pos, outside;
+  int x = 0;
+  for (const Item& it : q.items)
+    for (OpId op : it.ops) pos[op.v] = x++;
+  std::string key;
+  for (const Item& it : q.items) {
+    key += it.seq < 0 ? "o" : fmt::format("n{}", it.ops.size());
+    for (OpId op : it.ops) {
+      key += op_cost_key(cm, op);
+      for (OpId p : g.preds(op)) {
+        if (auto in = pos.find(p.v); in != pos.end()) {
+          key += fmt::format(",i{}", in->second);
+          continue;
+        }
+        auto [at, fresh] = outside.emplace(p.v, static_cast<int>(outside.size()));
+        key += fmt::format(",x{}:{}:{}", at->second, cm.output_bytes(p, 1), fresh ? cm.signature(p) : "");
+      }
+      int leaves = 0;
+      for (OpId c : g.succs(op)) leaves += pos.count(c.v) ? 0 : 1;
+      key += fmt::format(";{}\n", leaves);
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+std::vector<int> mirror_sequences(const Structure& st, const cost::CostModel& cm) {
+  // Shared parameters make a stage's cost depend on ops outside it: no sharing then.
+  if (!cm.graph().model().shared_params.empty()) return {};
+  const int n = static_cast<int>(st.seqs.size());
+  std::vector<int> same(n, -1);
+  std::unordered_map<std::string, int> first;
+  std::function<int(int)> canon = [&](int s) -> int {
+    if (same[s] >= 0) return same[s];
+    const Seq& q = st.seqs[s];
+    std::string key = fmt::format("{}|{}|{}|{}\n", q.parallel, q.join_from, q.join_item, q.fork_to);
+    for (size_t i = 0; i < q.items.size(); ++i) {
+      if (q.items[i].seq >= 0) key += fmt::format("[{}]{}", i, canon(q.items[i].seq));
+      if (const auto* js = st.joins_at(s, static_cast<int>(i)))
+        for (const JoinOption& jo : *js) key += fmt::format("j{}:{}:{}", i, jo.tail_end, canon(jo.block));
+      if (const auto* fs = st.forks_at(s, static_cast<int>(i)))
+        for (const ForkOption& fo : *fs)
+          key += fmt::format("f{}:{}:{}:{}", i, fo.block_item, canon(fo.ext), canon(fo.others));
+    }
+    key += ops_key(cm, q);
+    return same[s] = first.emplace(std::move(key), s).first->second;
+  };
+  for (int s = 0; s < n; ++s) canon(s);
+  return same;
+}
+
 Structure chain_structure(const cost::CostModel& cm) {
   Structure st;
   Seq q;
@@ -304,6 +371,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
 }
 
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
+  s = st_.canon(s);  // identical sequences share their memo (mirror_sequences)
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
   Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
   if (sl.filled && sl.down == down) return &sl.cell;
@@ -337,6 +405,7 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
 }
 
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
+  s = st_.canon(s);
   const int k = static_cast<int>(st_.seqs[s].items.size());
   if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
     const auto& tab = dense_[z][s];
@@ -352,6 +421,7 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   if (c->tps >= 0) return;
+  s = st_.canon(s);
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
   rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
@@ -359,6 +429,7 @@ void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
   // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
+  s = st_.canon(s);
   const int k = static_cast<int>(st_.seqs[s].items.size());
   StageCostLite* slot = nullptr;
   if (k <= kDenseItems) {
@@ -395,6 +466,9 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
 // entry from an earlier target is the answer here when the target lies in its TargetRange.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
+  // Identical sequences are solved once, on their representative (the answer is positional:
+  // collect() maps it onto each sequence's own items).
+  s = st_.canon(s);
   if (aborted_) {  // the memory probe ran out of budget: nothing more is solved
     range_.meet(TargetRange::none());
     return -1;
@@ -659,7 +733,7 @@ std::vector<OpId> SeqDp::merge_ops(int s, int i, int x) const {
 
 SeqDp::StageCostLite SeqDp::merge_stage(int s, int i, int x, int plog, int z) {
   const uint64_t key =
-      (uint64_t(s) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | (uint64_t(z) << 4) | uint64_t(plog);
+      (uint64_t(st_.canon(s)) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | (uint64_t(z) << 4) | uint64_t(plog);
   auto it = merge_cost_.find(key);
   if (it != merge_cost_.end()) return it->second;
   // Not a contiguous range of one sequence, so RangeCost does not apply: cost it directly.
@@ -733,7 +807,7 @@ void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best)
 // after), the other branches on d - d1: the first stage feeds both, so its depth is one more than
 // the deeper of the two.
 const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) {
-  const uint64_t key = (uint64_t(fo.ext) << 40) | (uint64_t(d) << 20) | uint64_t(down);
+  const uint64_t key = (uint64_t(st_.canon(fo.ext)) << 40) | (uint64_t(d) << 20) | uint64_t(down);
   auto it = fork_memo_.find(key);
   if (it != fork_memo_.end() && it->second.range.holds(tmax_)) {
     range_.meet(it->second.range);

@@ -71,6 +71,10 @@ struct Structure {
   std::vector<std::vector<std::vector<JoinOption>>> joins;
   // Per series sequence s and item h: the fork options whose ops start at item h.
   std::vector<std::vector<std::vector<ForkOption>>> forks;
+  // Per sequence: a sequence identical to it for the DP (mirror_sequences), whose answers it
+  // shares; empty: none shared.
+  std::vector<int> same_as;
+  int canon(int s) const { return same_as.empty() ? s : same_as[s]; }
   const std::vector<JoinOption>* joins_at(int s, int i) const {
     if (joins.empty() || joins[s].empty() || joins[s][i].empty()) return nullptr;
     return &joins[s][i];
@@ -90,6 +94,13 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note);
 /// Returns how many options were added.
 int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops);
 constexpr int kMaxJoinTail = 4;
+/// Per sequence, a representative of the sequences identical to it for the DP (Structure::same_as):
+/// the same items (nested ones identical in turn), join and fork options (likewise), op costs, and
+/// edges (inside by position, outside producers relabelled by first use, with their sizes). The
+/// DP's answer for a state depends on nothing else, so identical sequences share memo entries and
+/// stage costs, and the stages are mapped back to each sequence's own ops by position (e.g. mmt's
+/// identical branches are solved once). Empty when the graph has shared parameters.
+std::vector<int> mirror_sequences(const Structure& st, const cost::CostModel& cm);
 
 /// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
 Structure chain_structure(const cost::CostModel& cm);

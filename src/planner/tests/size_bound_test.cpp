@@ -121,5 +121,48 @@ TEST(Planner, SizeBoundsChangeNoPlan) {
   EXPECT_GT(skipped, 20) << "the bounds never skipped a size: the test does not exercise them";
 }
 
+// Identical sequences (mirror_sequences) share memo entries and stage costs: the searches with and
+// without sharing offer the same plans (ops, degrees, sizes, costs) in the same order.
+TEST(BruteForce, MirrorSequencesShareAnswersExactly) {
+  size_t shared = 0, states[2] = {0, 0};
+  for (uint32_t seed = 1; seed <= 16; ++seed) {
+    ir::Graph g = branchy_model(seed);
+    for (int n : {2, 4, 8}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      detail::Structure st[2] = {detail::sp_structure(cm, nullptr), detail::sp_structure(cm, nullptr)};
+      st[0].same_as.clear();
+      for (size_t s = 0; s < st[1].seqs.size(); ++s) shared += st[1].canon(static_cast<int>(s)) != static_cast<int>(s);
+      const double limit = seed % 3 == 0 ? 1e18 : cm.usable_memory_bytes() * 0.002 * (1 + seed % 4);
+      for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(8), detail::StageSizes::window(8, 2)}) {
+        SCOPED_TRACE(fmt::format("seed {} n {} sizes {} limit {:.4g}", seed, n, sizes.sizes.size(), limit));
+        std::vector<std::vector<detail::StageChoice>> plans[2];
+        double tps[2] = {0, 0};
+        bool ok[2];
+        for (int on : {0, 1}) {
+          detail::SeqDp dp(cm, st[on], sizes, 64, limit, n, true);
+          std::vector<detail::StageChoice> best;
+          ok[on] = dp.minimise(1e-3, 0, &tps[on], &best,
+                               [&](const std::vector<detail::StageChoice>& p) { plans[on].push_back(p); });
+          states[on] += dp.states_explored();
+        }
+        ASSERT_EQ(ok[0], ok[1]);
+        EXPECT_EQ(tps[0], tps[1]);
+        ASSERT_EQ(plans[0].size(), plans[1].size());
+        for (size_t x = 0; x < plans[0].size(); ++x) {
+          ASSERT_EQ(plans[0][x].size(), plans[1][x].size());
+          for (size_t k = 0; k < plans[0][x].size(); ++k) {
+            EXPECT_EQ(plans[0][x][k].ops, plans[1][x][k].ops);
+            EXPECT_EQ(plans[0][x][k].dp, plans[1][x][k].dp);
+            EXPECT_EQ(plans[0][x][k].mbs, plans[1][x][k].mbs);
+            EXPECT_EQ(plans[0][x][k].tps_s, plans[1][x][k].tps_s);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(shared, 50u) << "no identical sequences: the test does not exercise the sharing";
+  EXPECT_LT(states[1], states[0]) << "sharing solved no fewer states";
+}
+
 }  // namespace
 }  // namespace gp::planner
