@@ -356,9 +356,6 @@ class SizeSweep {
   Shortlist shortlist[2];
 
  private:
-  // Every plan a search finds at mbs (one per feasible target of its binary search: the smallest
-  // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
-  // predicted iteration time (bubble included) wins, per kind.
   // The order sizes are searched in (the result does not depend on it, see Shortlist): the middle
   // size first, then always the unsearched size nearest the best plan's so far (the larger of two
   // equally near), so that good plans fill the shortlists early and the bounds skip the rest.
@@ -387,6 +384,9 @@ class SizeSweep {
     return !sr.may_beat || sr.may_beat(mbs, worst);
   }
 
+  // Every plan a search finds at mbs (one per feasible target of its binary search: the smallest
+  // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
+  // predicted iteration time (bubble included) wins, per kind.
   void search_size(int mbs) {
     std::optional<Cand> here[2];
     auto seen = [&](Kind kind, detail::Order order) {
@@ -419,7 +419,10 @@ class SizeSweep {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - su_.t0).count();
     if (opt_.progress && el > 1.0)
       std::fprintf(stderr, "%s: micro-batch %d done (%zu of %zu sizes, %.1f s)%s\n", opt_.planner.c_str(), mbs,
-                   rep_.per_micro_batch.size(), su_.mbs_cands.size(), el, rep_.per_micro_batch.back().pruned ? ", skipped (no plan of it can enter the shortlists)" : top ? "" : ", no plan fits memory at this size");
+                   rep_.per_micro_batch.size(), su_.mbs_cands.size(), el,
+                   rc.pruned ? ", skipped (no plan of it can enter the shortlists)"
+                   : top     ? ""
+                             : ", no plan fits memory at this size");
   }
 
   // One plan a search found: placed and re-costed. The DP checks state + in-flight activations; the
