@@ -1226,6 +1226,13 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
   return ok;
 }
 
+int SeqDp::solve_within(double target_tps, size_t budget) {
+  budget_ = budget;
+  const int v = solve(target_tps, nullptr);
+  budget_ = 0;
+  return aborted_ ? kOutOfBudget : v;
+}
+
 bool SeqDp::memory_probe() {
   // An infinite target with a work budget of 4x the largest solve so far: without the target's
   // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
@@ -1264,16 +1271,16 @@ void add_stats(const SeqDp& dp, SearchStats* stats) {
 
 }  // namespace
 
-bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap,
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap, size_t budget,
                    SearchStats* stats) {
   const StageSizes sizes = ss.size_spread > 0 && ss.micro_batch > 1 ? StageSizes::window(ss.micro_batch, ss.size_spread)
                                                                     : StageSizes::uniform(ss.micro_batch);
   SeqDp dp(cm, st, sizes, ss.mini_batch, ss.memory_limit, ss.num_devices, ss.same_node);
   if (dp.memory_never_fits()) return false;
   dp.set_compute_cap(cap);
-  const bool some = dp.solve(std::numeric_limits<double>::infinity(), nullptr) >= 0;
+  const int v = dp.solve_within(std::numeric_limits<double>::infinity(), budget);
   add_stats(dp, stats);
-  return some;
+  return v >= 0 || v == SeqDp::kOutOfBudget;  // no proof within the budget: search the size
 }
 
 bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,

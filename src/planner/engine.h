@@ -209,6 +209,10 @@ class SeqDp {
   /// -2 when infeasible without any stage being rejected for its time (memory alone: infeasible at
   /// every target). On success `out` (if given) receives the stages.
   int solve(double target_tps, std::vector<StageChoice>* out);
+  /// solve() without the stages, within a work budget (stage evaluations; 0: none):
+  /// kOutOfBudget when it ran out before an answer.
+  int solve_within(double target_tps, size_t budget);
+  static constexpr int kOutOfBudget = -3;
   /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
   /// below it).
@@ -442,8 +446,9 @@ bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearc
 /// seconds per sample. Every plan's predicted iteration time is at least mini-batch x each stage's
 /// compute per sample (a stage runs its micro-batches one after another: timeline.h), so when this
 /// is false no plan of the size predicts below mini-batch x cap. One DP solve with the cap and no
-/// target (SeqDp::set_compute_cap); `stats` (optional) gets its cost.
-bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap,
+/// target (SeqDp::set_compute_cap), within `budget` stage evaluations (0: none; out of budget, the
+/// answer is true: no proof); `stats` (optional) gets its cost.
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap, size_t budget = 0,
                    SearchStats* stats = nullptr);
 
 }  // namespace gp::planner::detail

@@ -34,6 +34,8 @@ constexpr int kShortlist = 3;
 // Relative margin of the bounds that skip a search: the DP's costs (prefix sums) and the placed
 // plan's (cost::stage_cost) agree to ~1e-12; the shortlist compares estimates to 1e-9.
 constexpr double kBoundMargin = 1e-6;
+// The least work budget of a size-bound proof (stage evaluations; about 10 ms).
+constexpr size_t kProofMinBudget = 100000;
 
 std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
@@ -239,10 +241,11 @@ using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
 struct Search {
   Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
   detail::Order order;  // how its plans are assembled
-  std::function<bool(int mbs, double* tps, const OnPlan& on_plan)> run;
+  // `stats`: what the search cost (the DPs' stage evaluations and solves; Piper leaves it).
+  std::function<bool(int mbs, double* tps, const OnPlan& on_plan, detail::SearchStats* stats)> run;
   // Whether the search at mbs may find a plan predicted below iteration_s (false: provably none,
-  // detail::size_may_beat); empty: no such proof (Piper).
-  std::function<bool(int mbs, double iteration_s)> may_beat;
+  // detail::size_may_beat, within `budget` stage evaluations); empty: no such proof (Piper).
+  std::function<bool(int mbs, double iteration_s, size_t budget)> may_beat;
 };
 struct Searches {
   std::vector<Search> list;
@@ -262,16 +265,17 @@ Searches::Searches(const cost::CostModel& cm, const PlannerOptions& opt, const S
     return detail::SizeSearch{mbs, size_spread, opt.mini_batch, su.limit, su.n, su.same_node, kTol};
   };
   auto seq_dp = [&cm, size_search](const detail::Structure& st, int size_spread) {
-    return [&cm, size_search, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
-      return detail::search_size(cm, *st_ptr, size_search(mbs, size_spread), tps, on_plan);
+    return [&cm, size_search, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan,
+                                                         detail::SearchStats* stats) {
+      return detail::search_size(cm, *st_ptr, size_search(mbs, size_spread), tps, on_plan, stats);
     };
   };
   // A plan predicted below iteration_s has every stage's compute per sample below iteration_s / B
   // (timeline_floor_s); the margin covers the rounding between the DP's and the placed costs.
   auto bound = [&cm, &opt, size_search](const detail::Structure& st, int size_spread) {
-    return [&cm, &opt, size_search, st_ptr = &st, size_spread](int mbs, double iteration_s) {
+    return [&cm, &opt, size_search, st_ptr = &st, size_spread](int mbs, double iteration_s, size_t budget) {
       return detail::size_may_beat(cm, *st_ptr, size_search(mbs, size_spread),
-                                   iteration_s / opt.mini_batch * (1 + kBoundMargin));
+                                   iteration_s / opt.mini_batch * (1 + kBoundMargin), budget);
     };
   };
   if (su.graphpipe) {
@@ -288,7 +292,8 @@ Searches::Searches(const cost::CostModel& cm, const PlannerOptions& opt, const S
   piper_graph = detail::piper_graph(
       cm, detail::piper_split_budget(opt.time_limit_s, su.n, static_cast<int>(su.mbs_cands.size())), su.deadline,
       opt.time_limit_s);
-  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan) {
+  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan,
+                                                                              detail::SearchStats*) {
                     std::vector<StageChoice> best;
                     if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, su.limit, su.n, su.same_node,
                                              su.deadline, opt.time_limit_s, kTol, tps, &best))
@@ -381,7 +386,11 @@ class SizeSweep {
     const double worst = sl.worst_s();
     const int spread = sr.kind == kSp ? se_.spread : 0;
     if (iteration_lower_bound(cm_, opt_, su_, mbs, spread) > worst * (1 + kBoundMargin)) return false;
-    return !sr.may_beat || sr.may_beat(mbs, worst);
+    // A proof that fails costs as much as it could have saved at a size worth searching: it gets
+    // twice an average solve of the kind's searches so far.
+    const detail::SearchStats& done = spent_[sr.kind];
+    const size_t budget = std::max<size_t>(kProofMinBudget, done.solves ? 2 * done.evals / done.solves : 0);
+    return !sr.may_beat || sr.may_beat(mbs, worst, budget);
   }
 
   // Every plan a search finds at mbs (one per feasible target of its binary search: the smallest
@@ -400,7 +409,7 @@ class SizeSweep {
         continue;
       }
       double tps = 0;
-      if (sr.run(mbs, &tps, seen(sr.kind, sr.order))) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
+      if (sr.run(mbs, &tps, seen(sr.kind, sr.order), &spent_[sr.kind])) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
     }
     rc.search_tps_s = search_tps;
     rc.pruned = rc.cut.size() == se_.list.size();
@@ -449,6 +458,7 @@ class SizeSweep {
   const Searches& se_;
   PlanReport& rep_;
   const bool bound_sizes_ = opt_.bound_sizes;
+  detail::SearchStats spent_[2];  // per kind: what its searches cost (the proofs' budget)
 };
 
 // The chosen plan placed once more (with --explain's notes), and what the plan file records of the
