@@ -324,7 +324,8 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
+      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())),
+      band_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
   for (size_t z = 0; z < sizes_.size(); ++z) {
@@ -415,8 +416,25 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
     }
     return stage(s, i, m, plog, z);
   }
+  StageCostLite* slot = band_slot(s, i, m, plog, z);
+  if (slot && slot->compute_tps >= 0) return *slot;
   const RangeCost::Cost c = rcs_[z].cheap(s, i, m, plog);
-  return {-1, c.compute_tps, c.state, c.act};
+  const StageCostLite lite{-1, c.compute_tps, c.state, c.act};
+  if (slot) *slot = lite;
+  return lite;
+}
+
+// A long sequence's stage of at most kBandItems items: its cache slot (nullptr otherwise). The
+// values are those cheap() and finish() compute, kept: the same stage recurs across states and
+// targets.
+SeqDp::StageCostLite* SeqDp::band_slot(int s, int i, int m, int plog, int z) {
+  if (m - i > kBandItems) return nullptr;
+  auto& tab = band_[z][s];
+  if (tab.empty()) {
+    const size_t k = st_.seqs[s].items.size();
+    tab.assign(k * kBandItems * static_cast<size_t>(plogs_), StageCostLite{-1, -1, 0, 0});
+  }
+  return &tab[(static_cast<size_t>(plog) * st_.seqs[s].items.size() + i) * kBandItems + (m - i - 1)];
 }
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
@@ -425,6 +443,8 @@ void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
   rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
+  if (static_cast<int>(st_.seqs[s].items.size()) > kDenseItems)
+    if (StageCostLite* slot = band_slot(s, i, m, plog, z)) slot->tps = rc.tps;
 }
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {

@@ -366,6 +366,11 @@ class SeqDp {
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
+  // Long sequences (the chain): stages of up to kBandItems items, per size and sequence
+  // [plog][i][m - i - 1], the cheap part first (compute_tps < 0: empty), tps once completed.
+  static constexpr int kBandItems = 128;
+  std::vector<std::vector<std::vector<StageCostLite>>> band_;
+  StageCostLite* band_slot(int s, int i, int m, int plog, int z);
   // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
   // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
   // per micro-batch of size z); per sequence (filled on first use), prefix sums over its items of
