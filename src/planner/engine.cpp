@@ -72,9 +72,6 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
 
 namespace {
 
-// A key equal for two branches exactly when one is a relabelling of the other for the cost model:
-// the same op signatures and costs in the same order, the same edges among them, the same outside
-// producers. Join options of such branches are mirror images; one of them is enough.
 // What the cost model knows of one op (its signature, hence its times, and its byte counts).
 std::string op_cost_key(const cost::CostModel& cm, OpId op) {
   const ir::OpCosts& c = cm.graph().costs(op);
@@ -83,6 +80,9 @@ std::string op_cost_key(const cost::CostModel& cm, OpId op) {
                      c.saved_bytes, cm.graph().preds(op).size());
 }
 
+// A key equal for two branches exactly when one is a relabelling of the other for the cost model:
+// the same op signatures and costs in the same order, the same edges among them, the same outside
+// producers. Join options of such branches are mirror images; one of them is enough.
 std::string branch_key(const cost::CostModel& cm, const Item& br) {
   const ir::Graph& g = cm.graph();
   std::unordered_map<int32_t, int> pos;
