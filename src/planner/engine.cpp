@@ -66,10 +66,19 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note) {
     st.root = root.seq;
   }
   add_boundary_options(st, cm, kMaxJoinTail);
+  st.same_as = mirror_sequences(st, cm);
   return st;
 }
 
 namespace {
+
+// What the cost model knows of one op (its signature, hence its times, and its byte counts).
+std::string op_cost_key(const cost::CostModel& cm, OpId op) {
+  const ir::OpCosts& c = cm.graph().costs(op);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", cm.signature(op), cm.state_bytes(op), c.params,
+                     c.param_bytes, c.fwd_flops, c.bwd_flops, c.input_bytes, c.weight_read_bytes, c.output_bytes,
+                     c.saved_bytes, cm.graph().preds(op).size());
+}
 
 // A key equal for two branches exactly when one is a relabelling of the other for the cost model:
 // the same op signatures and costs in the same order, the same edges among them, the same outside
@@ -80,10 +89,7 @@ std::string branch_key(const cost::CostModel& cm, const Item& br) {
   for (size_t x = 0; x < br.ops.size(); ++x) pos[br.ops[x].v] = static_cast<int>(x);
   std::string key;
   for (OpId op : br.ops) {
-    const ir::OpCosts& c = g.costs(op);
-    key += fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", cm.signature(op), cm.state_bytes(op), c.params,
-                       c.param_bytes, c.fwd_flops, c.bwd_flops, c.input_bytes, c.weight_read_bytes,
-                       c.output_bytes, c.saved_bytes, g.preds(op).size());
+    key += op_cost_key(cm, op);
     for (OpId p : g.preds(op)) {
       auto it = pos.find(p.v);
       key += it != pos.end() ? fmt::format(",i{}", it->second) : fmt::format(",o{}", p.v);
@@ -219,6 +225,67 @@ int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops) 
   return added;
 }
 
+namespace {
+
+// The ops under sequence s in item order, as the DP's costs see them: each op's costs, its inputs
+// (an op of s by position, an outside producer by its first appearance, with its output's size)
+// and whether an op outside s reads it. Outside producers are relabelled: two sequences reading
+// different but equal tensors cost the same (RangeCost and cost::stage_cost only tell producers
+// apart, and by their bytes).
+std::string ops_key(const cost::CostModel& cm, const Seq& q) {
+  const ir::Graph& g = cm.graph();
+  std::unordered_map<int32_t, int> pos, outside;
+  int x = 0;
+  for (const Item& it : q.items)
+    for (OpId op : it.ops) pos[op.v] = x++;
+  std::string key;
+  for (const Item& it : q.items) {
+    key += it.seq < 0 ? "o" : fmt::format("n{}", it.ops.size());
+    for (OpId op : it.ops) {
+      key += op_cost_key(cm, op);
+      for (OpId p : g.preds(op)) {
+        if (auto in = pos.find(p.v); in != pos.end()) {
+          key += fmt::format(",i{}", in->second);
+          continue;
+        }
+        auto [at, fresh] = outside.emplace(p.v, static_cast<int>(outside.size()));
+        key += fmt::format(",x{}:{}:{}", at->second, cm.output_bytes(p, 1), fresh ? cm.signature(p) : "");
+      }
+      int leaves = 0;
+      for (OpId c : g.succs(op)) leaves += pos.count(c.v) ? 0 : 1;
+      key += fmt::format(";{}\n", leaves);
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+std::vector<int> mirror_sequences(const Structure& st, const cost::CostModel& cm) {
+  // Shared parameters make a stage's cost depend on ops outside it: no sharing then.
+  if (!cm.graph().model().shared_params.empty()) return {};
+  const int n = static_cast<int>(st.seqs.size());
+  std::vector<int> same(n, -1);
+  std::unordered_map<std::string, int> first;
+  std::function<int(int)> canon = [&](int s) -> int {
+    if (same[s] >= 0) return same[s];
+    const Seq& q = st.seqs[s];
+    std::string key = fmt::format("{}|{}|{}|{}\n", q.parallel, q.join_from, q.join_item, q.fork_to);
+    for (size_t i = 0; i < q.items.size(); ++i) {
+      if (q.items[i].seq >= 0) key += fmt::format("[{}]{}", i, canon(q.items[i].seq));
+      if (const auto* js = st.joins_at(s, static_cast<int>(i)))
+        for (const JoinOption& jo : *js) key += fmt::format("j{}:{}:{}", i, jo.tail_end, canon(jo.block));
+      if (const auto* fs = st.forks_at(s, static_cast<int>(i)))
+        for (const ForkOption& fo : *fs)
+          key += fmt::format("f{}:{}:{}:{}", i, fo.block_item, canon(fo.ext), canon(fo.others));
+    }
+    key += ops_key(cm, q);
+    return same[s] = first.emplace(std::move(key), s).first->second;
+  };
+  for (int s = 0; s < n; ++s) canon(s);
+  return same;
+}
+
 Structure chain_structure(const cost::CostModel& cm) {
   Structure st;
   Seq q;
@@ -257,7 +324,8 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
+      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())),
+      band_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
   for (size_t z = 0; z < sizes_.size(); ++z) {
@@ -304,6 +372,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
 }
 
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
+  s = st_.canon(s);  // identical sequences share their memo (mirror_sequences)
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
   Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
   if (sl.filled && sl.down == down) return &sl.cell;
@@ -337,6 +406,7 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
 }
 
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
+  s = st_.canon(s);
   const int k = static_cast<int>(st_.seqs[s].items.size());
   if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
     const auto& tab = dense_[z][s];
@@ -346,19 +416,40 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
     }
     return stage(s, i, m, plog, z);
   }
+  StageCostLite* slot = band_slot(s, i, m, plog, z);
+  if (slot && slot->compute_tps >= 0) return *slot;
   const RangeCost::Cost c = rcs_[z].cheap(s, i, m, plog);
-  return {-1, c.compute_tps, c.state, c.act};
+  const StageCostLite lite{-1, c.compute_tps, c.state, c.act};
+  if (slot) *slot = lite;
+  return lite;
+}
+
+// A long sequence's stage of at most kBandItems items: its cache slot (nullptr otherwise). The
+// values are those cheap() and finish() compute, kept: the same stage recurs across states and
+// targets.
+SeqDp::StageCostLite* SeqDp::band_slot(int s, int i, int m, int plog, int z) {
+  if (m - i > kBandItems) return nullptr;
+  auto& tab = band_[z][s];
+  if (tab.empty()) {
+    const size_t k = st_.seqs[s].items.size();
+    tab.assign(k * kBandItems * static_cast<size_t>(plogs_), StageCostLite{-1, -1, 0, 0});
+  }
+  return &tab[(static_cast<size_t>(plog) * st_.seqs[s].items.size() + i) * kBandItems + (m - i - 1)];
 }
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   if (c->tps >= 0) return;
+  s = st_.canon(s);
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
   rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
+  if (static_cast<int>(st_.seqs[s].items.size()) > kDenseItems)
+    if (StageCostLite* slot = band_slot(s, i, m, plog, z)) slot->tps = rc.tps;
 }
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
   // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
+  s = st_.canon(s);
   const int k = static_cast<int>(st_.seqs[s].items.size());
   StageCostLite* slot = nullptr;
   if (k <= kDenseItems) {
@@ -395,6 +486,9 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
 // entry from an earlier target is the answer here when the target lies in its TargetRange.
 int SeqDp::go(int s, int i, int d, int down) {
   if (d < 1) return -1;
+  // Identical sequences are solved once, on their representative (the answer is positional:
+  // collect() maps it onto each sequence's own items).
+  s = st_.canon(s);
   if (aborted_) {  // the memory probe ran out of budget: nothing more is solved
     range_.meet(TargetRange::none());
     return -1;
@@ -413,6 +507,7 @@ int SeqDp::go(int s, int i, int d, int down) {
   }
   // Memory alone rules the state out at every target (the range is untouched: no time test).
   if (memory_rules_out(s, i, d, down)) return -1;
+  if (over_cap(s, i, d)) return -1;  // so does the compute cap (fixed for this DP)
   // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
   // memoised: the same answer every time at this target).
   double work = std::numeric_limits<double>::infinity();
@@ -473,6 +568,10 @@ SeqDp::SizePick SeqDp::pick_size(uint32_t* alive, int plog, int floor_succ, int 
       return {};
     }
     StageCostLite c = head(z);
+    if (c.compute_tps > cap_) {  // above the DP's fixed cap: so is every larger stage of this shape
+      *alive &= ~(1u << z);
+      continue;
+    }
     if (!within(c.compute_tps)) {  // so is every larger stage of this shape at this size
       *alive &= ~(1u << z);
       continue;
@@ -654,7 +753,7 @@ std::vector<OpId> SeqDp::merge_ops(int s, int i, int x) const {
 
 SeqDp::StageCostLite SeqDp::merge_stage(int s, int i, int x, int plog, int z) {
   const uint64_t key =
-      (uint64_t(s) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | (uint64_t(z) << 4) | uint64_t(plog);
+      (uint64_t(st_.canon(s)) << 44) | (uint64_t(i) << 26) | (uint64_t(x) << 8) | (uint64_t(z) << 4) | uint64_t(plog);
   auto it = merge_cost_.find(key);
   if (it != merge_cost_.end()) return it->second;
   // Not a contiguous range of one sequence, so RangeCost does not apply: cost it directly.
@@ -728,7 +827,7 @@ void SeqDp::fork_case(int s, int i, int d, int down, int floor_val, Entry* best)
 // after), the other branches on d - d1: the first stage feeds both, so its depth is one more than
 // the deeper of the two.
 const SeqDp::ForkPick& SeqDp::fork_block(const ForkOption& fo, int d, int down) {
-  const uint64_t key = (uint64_t(fo.ext) << 40) | (uint64_t(d) << 20) | uint64_t(down);
+  const uint64_t key = (uint64_t(st_.canon(fo.ext)) << 40) | (uint64_t(d) << 20) | uint64_t(down);
   auto it = fork_memo_.find(key);
   if (it != fork_memo_.end() && it->second.range.holds(tmax_)) {
     range_.meet(it->second.range);
@@ -1073,6 +1172,34 @@ int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
   return m;
 }
 
+void SeqDp::set_compute_cap(double cap) {
+  cap_ = cap;
+  op_work_.assign(cm_.graph().num_ops(), std::numeric_limits<double>::infinity());
+  for (size_t o = 0; o < op_work_.size(); ++o)
+    for (int z : sizes_)
+      for (int p = 1; p <= std::min(n_, z); p *= 2)
+        op_work_[o] = std::min(op_work_[o], p * cm_.op_step_time(OpId(static_cast<int32_t>(o)), z / p) / z);
+  cap_work_.assign(st_.seqs.size(), {});
+}
+
+// A stage on p devices computes sum over its ops of op_step_time(op, z / p) / z per sample, at
+// least sum(op_work_) / p, so a plan of the suffix on d devices (sum of p <= d) has a stage
+// computing at least sum(op_work_) / d per sample.
+bool SeqDp::over_cap(int s, int i, int d) {
+  if (cap_ == std::numeric_limits<double>::infinity()) return false;
+  std::vector<double>& w = cap_work_[s];
+  if (w.empty()) {
+    const auto& items = st_.seqs[s].items;
+    w.assign(items.size() + 1, 0);
+    for (size_t j = 0; j < items.size(); ++j) {
+      double x = 0;
+      for (OpId op : items[j].ops) x += op_work_[op.v];
+      w[j + 1] = w[j] + x;
+    }
+  }
+  return w.back() - w[i] > d * cap_ * (1 + 1e-9);
+}
+
 bool SeqDp::memory_rules_out(int s, int i, int d, int down) {
   if (!mem_bound_) return false;
   if (mem_state_[s].empty()) prepare_memory(s);
@@ -1119,6 +1246,13 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
   return ok;
 }
 
+int SeqDp::solve_within(double target_tps, size_t budget) {
+  budget_ = budget;
+  const int v = solve(target_tps, nullptr);
+  budget_ = 0;
+  return aborted_ ? kOutOfBudget : v;
+}
+
 bool SeqDp::memory_probe() {
   // An infinite target with a work budget of 4x the largest solve so far: without the target's
   // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
@@ -1156,6 +1290,18 @@ void add_stats(const SeqDp& dp, SearchStats* stats) {
 }
 
 }  // namespace
+
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap, size_t budget,
+                   SearchStats* stats) {
+  const StageSizes sizes = ss.size_spread > 0 && ss.micro_batch > 1 ? StageSizes::window(ss.micro_batch, ss.size_spread)
+                                                                    : StageSizes::uniform(ss.micro_batch);
+  SeqDp dp(cm, st, sizes, ss.mini_batch, ss.memory_limit, ss.num_devices, ss.same_node);
+  if (dp.memory_never_fits()) return false;
+  dp.set_compute_cap(cap);
+  const int v = dp.solve_within(std::numeric_limits<double>::infinity(), budget);
+  add_stats(dp, stats);
+  return v >= 0 || v == SeqDp::kOutOfBudget;  // no proof within the budget: search the size
+}
 
 bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
                  const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats) {

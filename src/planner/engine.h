@@ -71,6 +71,10 @@ struct Structure {
   std::vector<std::vector<std::vector<JoinOption>>> joins;
   // Per series sequence s and item h: the fork options whose ops start at item h.
   std::vector<std::vector<std::vector<ForkOption>>> forks;
+  // Per sequence: a sequence identical to it for the DP (mirror_sequences), whose answers it
+  // shares; empty: none shared.
+  std::vector<int> same_as;
+  int canon(int s) const { return same_as.empty() ? s : same_as[s]; }
   const std::vector<JoinOption>* joins_at(int s, int i) const {
     if (joins.empty() || joins[s].empty() || joins[s][i].empty()) return nullptr;
     return &joins[s][i];
@@ -90,6 +94,13 @@ Structure sp_structure(const cost::CostModel& cm, std::string* note);
 /// Returns how many options were added.
 int add_boundary_options(Structure& st, const cost::CostModel& cm, int max_ops);
 constexpr int kMaxJoinTail = 4;
+/// Per sequence, a representative of the sequences identical to it for the DP (Structure::same_as):
+/// the same items (nested ones identical in turn), join and fork options (likewise), op costs, and
+/// edges (inside by position, outside producers relabelled by first use, with their sizes). The
+/// DP's answer for a state depends on nothing else, so identical sequences share memo entries and
+/// stage costs, and the stages are mapped back to each sequence's own ops by position (e.g. mmt's
+/// identical branches are solved once). Empty when the graph has shared parameters.
+std::vector<int> mirror_sequences(const Structure& st, const cost::CostModel& cm);
 
 /// One series sequence of all ops in topological (OpId) order: PipeDream's linearisation.
 Structure chain_structure(const cost::CostModel& cm);
@@ -198,6 +209,10 @@ class SeqDp {
   /// -2 when infeasible without any stage being rejected for its time (memory alone: infeasible at
   /// every target). On success `out` (if given) receives the stages.
   int solve(double target_tps, std::vector<StageChoice>* out);
+  /// solve() without the stages, within a work budget (stage evaluations; 0: none):
+  /// kOutOfBudget when it ran out before an answer.
+  int solve_within(double target_tps, size_t budget);
+  static constexpr int kOutOfBudget = -3;
   /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
   /// below it).
@@ -237,6 +252,11 @@ class SeqDp {
   size_t probes_aborted() const { return probes_aborted_; }
   /// Switches memory_rules_out off (tests: the search must be the same without it).
   void set_memory_bound(bool on) { mem_bound_ = on; }
+  /// A cap on every stage's compute per sample (`compute_tps`), for the whole life of this DP:
+  /// stages above it are never taken (a target-independent test, so memo entries stay valid).
+  /// With it, solve(inf) answers "is there a plan whose every stage computes at most `cap` per
+  /// sample?" (see beats_bound). Not meant for DPs that also search targets.
+  void set_compute_cap(double cap);
 
  private:
   struct StageCostLite {
@@ -346,6 +366,11 @@ class SeqDp {
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
+  // Long sequences (the chain): stages of up to kBandItems items, per size and sequence
+  // [plog][i][m - i - 1], the cheap part first (compute_tps < 0: empty), tps once completed.
+  static constexpr int kBandItems = 128;
+  std::vector<std::vector<std::vector<StageCostLite>>> band_;
+  StageCostLite* band_slot(int s, int i, int m, int plog, int z);
   // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
   // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
   // per micro-batch of size z); per sequence (filled on first use), prefix sums over its items of
@@ -371,6 +396,13 @@ class SeqDp {
   void chain_devices(int s);
   size_t mem_pruned_ = 0, rest_pruned_ = 0;
   bool mem_bound_ = true;
+  // set_compute_cap: the cap, and per sequence (on first use) prefix sums over its items of each
+  // op's least compute per sample per device over the sizes and degrees (a suffix on d devices
+  // whose sum exceeds d x cap has a stage above the cap).
+  double cap_ = std::numeric_limits<double>::infinity();
+  std::vector<double> op_work_;
+  std::vector<std::vector<double>> cap_work_;
+  bool over_cap(int s, int i, int d);
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
@@ -413,5 +445,15 @@ struct SearchStats {
 /// bottleneck. False when no plan fits memory.
 bool search_size(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double* tps,
                  const std::function<void(const std::vector<StageChoice>&)>& on_plan, SearchStats* stats = nullptr);
+
+/// Whether search_size's space at this size (the one-size plans and, with size_spread, the
+/// per-stage-size ones) holds a plan, fitting memory, whose every stage computes at most `cap`
+/// seconds per sample. Every plan's predicted iteration time is at least mini-batch x each stage's
+/// compute per sample (a stage runs its micro-batches one after another: timeline.h), so when this
+/// is false no plan of the size predicts below mini-batch x cap. One DP solve with the cap and no
+/// target (SeqDp::set_compute_cap), within `budget` stage evaluations (0: none; out of budget, the
+/// answer is true: no proof); `stats` (optional) gets its cost.
+bool size_may_beat(const cost::CostModel& cm, const Structure& st, const SizeSearch& ss, double cap, size_t budget = 0,
+                   SearchStats* stats = nullptr);
 
 }  // namespace gp::planner::detail

@@ -31,6 +31,11 @@ constexpr double kTol = 1e-3;  // relative tolerance of the binary search on the
 constexpr int kSizeSpread = 2;
 // Each planner's best few final plans of each kind (by the estimate) are scored by the simulator.
 constexpr int kShortlist = 3;
+// Relative margin of the bounds that skip a search: the DP's costs (prefix sums) and the placed
+// plan's (cost::stage_cost) agree to ~1e-12; the shortlist compares estimates to 1e-9.
+constexpr double kBoundMargin = 1e-6;
+// The least work budget of a size-bound proof (stage evaluations; about 10 ms).
+constexpr size_t kProofMinBudget = 100000;
 
 std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
@@ -75,18 +80,28 @@ bool better(const plan::Plan& a, const plan::Plan& b) {
   return a.predicted.bottleneck_tps_s < b.predicted.bottleneck_tps_s * (1 - 1e-9);
 }
 
-// The best kShortlist distinct plans of one kind over all sizes and targets, by the estimate.
+// The best kShortlist distinct plans of one kind over all sizes and targets, by the estimate. The
+// same whatever order the sizes are searched in: between equal estimates, and for the same plan
+// found at two sizes, the smaller size first (what searching sizes in ascending order gives).
 struct Shortlist {
   std::vector<Cand> plans;  // best first
   double simulate_s = 0;    // wall time spent simulating them
   void offer(const Cand& c) {
-    for (const Cand& o : plans)
-      if (o.plan.stages == c.plan.stages) return;
-    auto at = std::find_if(plans.begin(), plans.end(), [&](const Cand& o) { return better(c.plan, o.plan); });
+    for (Cand& o : plans)
+      if (o.plan.stages == c.plan.stages) {
+        if (c.mbs < o.mbs) o = c;  // the same plan, the same estimate: its position holds
+        return;
+      }
+    auto at = std::find_if(plans.begin(), plans.end(), [&](const Cand& o) {
+      return better(c.plan, o.plan) || (!better(o.plan, c.plan) && c.mbs < o.mbs);
+    });
     if (at - plans.begin() >= kShortlist) return;
     plans.insert(at, c);
     if (plans.size() > static_cast<size_t>(kShortlist)) plans.pop_back();
   }
+  bool full() const { return plans.size() == static_cast<size_t>(kShortlist); }
+  // Every plan predicted above this is left out (strictly: better() compares to 1e-9).
+  double worst_s() const { return plans.back().plan.predicted.iteration_time_s; }
 };
 
 // Scores a shortlist with the discrete-event simulator (the 1F1B schedule the runtime runs, with
@@ -120,12 +135,18 @@ void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, 
                     const Shortlist (&shortlist)[2]) {
   const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
   std::string alt;
-  for (const auto& c : rep.per_micro_batch)
-    alt += c.pruned ? fmt::format(" {}: skipped (its lower bound exceeds the best plan);", c.micro_batch) :
-           c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages);",
+  for (const auto& c : rep.per_micro_batch) {
+    std::string cut;
+    for (const std::string& k : c.cut) cut += (cut.empty() ? "" : ", ") + k;
+    alt += c.pruned ? fmt::format(" {}: skipped (no plan of it can predict below the shortlist's worst);", c.micro_batch) :
+           c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages){};",
                                                c.micro_batch, c.bottleneck_tps_s * 1e3,
-                                               c.iteration_time_s * 1e3, c.num_stages)
-                                  : fmt::format(" {}: does not fit memory;", c.micro_batch);
+                                               c.iteration_time_s * 1e3, c.num_stages,
+                                               cut.empty() ? "" : fmt::format(", {} skipped", cut))
+                                  : fmt::format(" {}: {};", c.micro_batch,
+                                                cut.empty() ? "does not fit memory"
+                                                            : fmt::format("no plan found, {} skipped", cut));
+  }
   rep.explain.push_back(fmt::format("micro-batch {} chosen (the simulator's pick among the best plans by "
                                     "predicted iteration time); best plan per micro-batch size:{}",
                                     chosen_mbs, alt));
@@ -220,7 +241,11 @@ using OnPlan = std::function<void(const std::vector<StageChoice>&)>;
 struct Search {
   Kind kind;            // GraphPipe's "sp" or "chain" candidate (baselines: one, kChain)
   detail::Order order;  // how its plans are assembled
-  std::function<bool(int mbs, double* tps, const OnPlan& on_plan)> run;
+  // `stats`: what the search cost (the DPs' stage evaluations and solves; Piper leaves it).
+  std::function<bool(int mbs, double* tps, const OnPlan& on_plan, detail::SearchStats* stats)> run;
+  // Whether the search at mbs may find a plan predicted below iteration_s (false: provably none,
+  // detail::size_may_beat, within `budget` stage evaluations); empty: no such proof (Piper).
+  std::function<bool(int mbs, double iteration_s, size_t budget)> may_beat;
 };
 struct Searches {
   std::vector<Search> list;
@@ -236,26 +261,39 @@ Searches::Searches(const cost::CostModel& cm, const PlannerOptions& opt, const S
   // Per-stage sizes for the SP DP unless --micro-batch fixes them; the chain DP (PipeDream's
   // search, GraphPipe's chain candidate) keeps one size per plan.
   spread = opt.micro_batch > 0 ? 0 : kSizeSpread;
-  auto seq_dp = [&cm, &opt, &su](const detail::Structure& st, int size_spread) {
-    return [&cm, &opt, &su, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan) {
-      return detail::search_size(cm, *st_ptr, {mbs, size_spread, opt.mini_batch, su.limit, su.n, su.same_node, kTol},
-                                 tps, on_plan);
+  auto size_search = [&opt, &su](int mbs, int size_spread) {
+    return detail::SizeSearch{mbs, size_spread, opt.mini_batch, su.limit, su.n, su.same_node, kTol};
+  };
+  auto seq_dp = [&cm, size_search](const detail::Structure& st, int size_spread) {
+    return [&cm, size_search, st_ptr = &st, size_spread](int mbs, double* tps, const OnPlan& on_plan,
+                                                         detail::SearchStats* stats) {
+      return detail::search_size(cm, *st_ptr, size_search(mbs, size_spread), tps, on_plan, stats);
+    };
+  };
+  // A plan predicted below iteration_s has every stage's compute per sample below iteration_s / B
+  // (timeline_floor_s); the margin covers the rounding between the DP's and the placed costs.
+  auto bound = [&cm, &opt, size_search](const detail::Structure& st, int size_spread) {
+    return [&cm, &opt, size_search, st_ptr = &st, size_spread](int mbs, double iteration_s, size_t budget) {
+      return detail::size_may_beat(cm, *st_ptr, size_search(mbs, size_spread),
+                                   iteration_s / opt.mini_batch * (1 + kBoundMargin), budget);
     };
   };
   if (su.graphpipe) {
     sp = detail::sp_structure(cm, sp_note);
-    list.push_back({kSp, detail::Order::dag, seq_dp(sp, spread)});
+    list.push_back({kSp, detail::Order::dag, seq_dp(sp, spread), bound(sp, spread)});
   }
   if (!su.piper) {
     chain = detail::chain_structure(cm);
     // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
-    list.push_back({kChain, su.graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0)});
+    list.push_back({kChain, su.graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0),
+                    bound(chain, 0)});
     return;
   }
   piper_graph = detail::piper_graph(
       cm, detail::piper_split_budget(opt.time_limit_s, su.n, static_cast<int>(su.mbs_cands.size())), su.deadline,
       opt.time_limit_s);
-  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan) {
+  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan,
+                                                                              detail::SearchStats*) {
                     std::vector<StageChoice> best;
                     if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, su.limit, su.n, su.same_node,
                                              su.deadline, opt.time_limit_s, kTol, tps, &best))
@@ -294,16 +332,14 @@ class SizeSweep {
       : cm_(cm), opt_(opt), su_(su), se_(se), rep_(rep) {}
 
   void run() {
-    for (int mbs : su_.mbs_cands) {
-      // Prune by the best plan so far.
-      const std::optional<Cand>& overall = sp_wins() ? best_of[kSp] : best_of[kChain];
-      if (overall && iteration_lower_bound(cm_, opt_, su_, mbs, su_.graphpipe ? se_.spread : 0) >=
-                         overall->plan.predicted.iteration_time_s) {
-        rep_.per_micro_batch.push_back({mbs, 0, 0, 0, 0, true});
-        continue;
-      }
-      search_size(mbs);
+    std::vector<char> done(su_.mbs_cands.size(), 0);
+    for (size_t step = 0; step < su_.mbs_cands.size(); ++step) {
+      const size_t at = next_size(done);
+      done[at] = 1;
+      search_size(su_.mbs_cands[at]);
     }
+    std::sort(rep_.per_micro_batch.begin(), rep_.per_micro_batch.end(),
+              [](const auto& a, const auto& b) { return a.micro_batch < b.micro_batch; });
     // The final ranking is the simulator's: each kind's shortlist is simulated, its fastest kept.
     for (int kind : {kSp, kChain})
       if (!shortlist[kind].plans.empty()) best_of[kind] = simulate_shortlist(cm_, shortlist[kind]);
@@ -317,12 +353,46 @@ class SizeSweep {
     return best_of[kSp] && (!best_of[kChain] || time_of(*best_of[kChain]) >= time_of(*best_of[kSp]) * (1 - kTol));
   }
 
+  std::string kind_name(Kind kind) const { return kind == kSp ? "sp" : su_.graphpipe ? "chain" : opt_.planner; }
+
   // The best plan of each kind over all sizes: GraphPipe's "sp" and "chain" candidates (one kind,
   // the planner's own, for the baselines); after run(), the simulator's pick.
   std::optional<Cand> best_of[2];
   Shortlist shortlist[2];
 
  private:
+  // The order sizes are searched in (the result does not depend on it, see Shortlist): the middle
+  // size first, then always the unsearched size nearest the best plan's so far (the larger of two
+  // equally near), so that good plans fill the shortlists early and the bounds skip the rest.
+  size_t next_size(const std::vector<char>& done) const {
+    const std::optional<Cand>& overall = sp_wins() ? best_of[kSp] : best_of[kChain];
+    const auto& cands = su_.mbs_cands;
+    const int from = static_cast<int>(overall ? std::find(cands.begin(), cands.end(), overall->mbs) - cands.begin()
+                                              : static_cast<std::ptrdiff_t>(cands.size() / 2));
+    size_t pick = cands.size();
+    for (size_t j = 0; j < cands.size(); ++j)
+      if (!done[j] && (pick == cands.size() || std::abs(static_cast<int>(j) - from) <= std::abs(static_cast<int>(pick) - from)))
+        pick = j;
+    return pick;
+  }
+
+  // Whether search sr must run at mbs: once its kind's shortlist is full, a size none of whose
+  // plans can predict below the shortlist's worst adds nothing to it (the size-wide work bound,
+  // then size_may_beat's DP with a compute cap). Exact: the shortlists are what searching every
+  // size gives.
+  bool worth_searching(const Search& sr, int mbs) const {
+    const Shortlist& sl = shortlist[sr.kind];
+    if (!bound_sizes_ || !sl.full()) return true;
+    const double worst = sl.worst_s();
+    const int spread = sr.kind == kSp ? se_.spread : 0;
+    if (iteration_lower_bound(cm_, opt_, su_, mbs, spread) > worst * (1 + kBoundMargin)) return false;
+    // A proof that fails costs as much as it could have saved at a size worth searching: it gets
+    // twice an average solve of the kind's searches so far.
+    const detail::SearchStats& done = spent_[sr.kind];
+    const size_t budget = std::max<size_t>(kProofMinBudget, done.solves ? 2 * done.evals / done.solves : 0);
+    return !sr.may_beat || sr.may_beat(mbs, worst, budget);
+  }
+
   // Every plan a search finds at mbs (one per feasible target of its binary search: the smallest
   // bottleneck, and shallower pipelines at larger targets) is placed and re-costed; the smallest
   // predicted iteration time (bubble included) wins, per kind.
@@ -332,11 +402,17 @@ class SizeSweep {
       return [&, kind, order](const std::vector<StageChoice>& st) { offer(mbs, kind, order, st, here[kind]); };
     };
     double search_tps = 0;
+    PlanReport::Candidate rc{mbs, 0, 0, 0, 0};
     for (const Search& sr : se_.list) {
+      if (!worth_searching(sr, mbs)) {
+        rc.cut.push_back(kind_name(sr.kind));
+        continue;
+      }
       double tps = 0;
-      if (sr.run(mbs, &tps, seen(sr.kind, sr.order))) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
+      if (sr.run(mbs, &tps, seen(sr.kind, sr.order), &spent_[sr.kind])) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
     }
-    PlanReport::Candidate rc{mbs, 0, 0, 0, search_tps};
+    rc.search_tps_s = search_tps;
+    rc.pruned = rc.cut.size() == se_.list.size();
     const Cand* top = nullptr;
     for (int kind : {kSp, kChain}) {
       if (!here[kind]) continue;
@@ -352,7 +428,10 @@ class SizeSweep {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - su_.t0).count();
     if (opt_.progress && el > 1.0)
       std::fprintf(stderr, "%s: micro-batch %d done (%zu of %zu sizes, %.1f s)%s\n", opt_.planner.c_str(), mbs,
-                   rep_.per_micro_batch.size(), su_.mbs_cands.size(), el, top ? "" : ", no plan fits memory at this size");
+                   rep_.per_micro_batch.size(), su_.mbs_cands.size(), el,
+                   rc.pruned ? ", skipped (no plan of it can enter the shortlists)"
+                   : top     ? ""
+                             : ", no plan fits memory at this size");
   }
 
   // One plan a search found: placed and re-costed. The DP checks state + in-flight activations; the
@@ -378,6 +457,8 @@ class SizeSweep {
   const Setup& su_;
   const Searches& se_;
   PlanReport& rep_;
+  const bool bound_sizes_ = opt_.bound_sizes;
+  detail::SearchStats spent_[2];  // per kind: what its searches cost (the proofs' budget)
 };
 
 // The chosen plan placed once more (with --explain's notes), and what the plan file records of the

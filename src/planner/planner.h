@@ -24,6 +24,10 @@ struct PlannerOptions {
   double time_limit_s = 600;           // piper only: give up after this long
   bool explain = false;                // fill PlanReport::explain
   bool progress = false;               // report progress on stderr when the search is slow
+  // Skip a size's search (per candidate kind) once no plan of it can enter that kind's shortlist
+  // (the returned plan is the same either way); false: search every size, so that per_micro_batch
+  // holds every size's DP optimum (tests that compare it with an exhaustive search).
+  bool bound_sizes = true;
 };
 
 /// What the search found besides the plan: why, and what it tried.
@@ -37,6 +41,9 @@ struct PlanReport {
     int num_stages = 0;
     double search_tps_s = 0;           // the DP's optimal bottleneck at this size (before placement)
     bool pruned = false;               // not searched: no plan at this size can beat the best
+    std::vector<std::string> cut;      // the candidate kinds not searched at this size ("sp", "chain"
+                                       // or the baseline's name): none of their plans could enter
+                                       // that kind's shortlist
   };
   std::vector<Candidate> per_micro_batch;
   std::string sp_note;                 // how the graph was made series-parallel (graphpipe)

@@ -164,7 +164,17 @@ double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, cons
   if (p.mini_batch_size <= 2 * (2 * b1)) return Recurrence(p, cm, c, p.mini_batch_size).run();
   const double t1 = Recurrence(p, cm, c, static_cast<int>(b1)).run();
   const double t2 = Recurrence(p, cm, c, static_cast<int>(2 * b1)).run();
-  return t2 + (t2 - t1) * static_cast<double>(p.mini_batch_size - 2 * b1) / static_cast<double>(b1);
+  // The extrapolation never predicts less than a stage's own passes and tail (what the full
+  // recurrence guarantees, and what the planner's size bound relies on: timeline_floor_s).
+  return std::max(t2 + (t2 - t1) * static_cast<double>(p.mini_batch_size - 2 * b1) / static_cast<double>(b1),
+                  timeline_floor_s(p, c));
+}
+
+double timeline_floor_s(const plan::Plan& p, const TimelineCosts& c) {
+  double floor = 0;
+  for (size_t k = 0; k < p.stages.size(); ++k)
+    floor = std::max(floor, p.mini_batch_size / p.stages[k].micro_batch_size * (c.fwd_s[k] + c.bwd_s[k]) + c.tail_s[k]);
+  return floor;
 }
 
 }  // namespace gp::planner::detail

@@ -30,4 +30,9 @@ struct TimelineCosts {
 /// smallest size, runs of 256 and 512 are extrapolated linearly (1F1B's periodic steady state).
 double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c);
 
+/// A lower bound on timeline_iteration_s: each stage runs all its passes one after another, then
+/// its tail, so the iteration takes at least max over stages of (mini-batch / its size) x (fwd +
+/// bwd) + tail. The planner's per-size bound (engine.h, size_may_beat) uses the compute part.
+double timeline_floor_s(const plan::Plan& p, const TimelineCosts& c);
+
 }  // namespace gp::planner::detail

@@ -525,6 +525,7 @@ TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
       PlannerOptions o;
       o.mini_batch = 8;
       o.memory_limit_bytes = 1e18;
+      o.bound_sizes = false;  // every size's DP optimum, not only those that could enter the shortlists
       // The search's optimum bottleneck over micro-batch sizes (the plan itself is then chosen by
       // predicted iteration time, which may trade some bottleneck for pipeline fill).
       double got = 1e300;
@@ -631,6 +632,7 @@ RC_GTEST_PROP(Property, RandomSpGraphsGiveValidPlans, ()) {
       if (c.search_tps_s > 0) b = std::min(b, c.search_tps_s);
     return b;
   };
+  o.bound_sizes = false;  // every size's DP optimum (search_best), not only the shortlists'
   const double pd = search_best(o);
   // Single node only: across nodes each plan is re-costed with its placed links after the search,
   // so two searches over nested spaces can swap order by the placement effect.
