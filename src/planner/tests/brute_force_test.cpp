@@ -496,16 +496,7 @@ TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
           ASSERT_EQ(ok[0], ok[1]);
           (ok[1] ? feasible : infeasible) += 1;
           EXPECT_EQ(tps[0], tps[1]);
-          ASSERT_EQ(plans[0].size(), plans[1].size());
-          for (size_t x = 0; x < plans[0].size(); ++x) {
-            ASSERT_EQ(plans[0][x].size(), plans[1][x].size());
-            for (size_t k = 0; k < plans[0][x].size(); ++k) {
-              EXPECT_EQ(plans[0][x][k].ops, plans[1][x][k].ops);
-              EXPECT_EQ(plans[0][x][k].dp, plans[1][x][k].dp);
-              EXPECT_EQ(plans[0][x][k].mbs, plans[1][x][k].mbs);
-              EXPECT_EQ(plans[0][x][k].tps_s, plans[1][x][k].tps_s);
-            }
-          }
+          test::expect_same_plans(plans[0], plans[1]);
         }
     }
   }

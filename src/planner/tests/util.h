@@ -1,9 +1,13 @@
 // Test helpers: a made-up cluster with round numbers and small hand-built / random models.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <string>
+#include <vector>
 
 #include "cost/cost_model.h"
 #include "ir/model.h"
+#include "planner/engine.h"
 
 namespace gp::planner::test {
 
@@ -52,6 +56,22 @@ inline ir::Graph branches_model(int branches, int layers, int hidden = 1024) {
   auto sum = b.op("join", ir::OpKind::add, outs);
   b.output(b.op("loss", ir::OpKind::mse_loss, {sum, y}));
   return ir::Graph::build(b.build(), "branches");
+}
+
+/// Two searches offered the same plans in the same order: per stage the same ops, data-parallel
+/// degree, micro-batch size and time per sample.
+inline void expect_same_plans(const std::vector<std::vector<detail::StageChoice>>& a,
+                              const std::vector<std::vector<detail::StageChoice>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t x = 0; x < a.size(); ++x) {
+    ASSERT_EQ(a[x].size(), b[x].size());
+    for (size_t k = 0; k < a[x].size(); ++k) {
+      EXPECT_EQ(a[x][k].ops, b[x][k].ops);
+      EXPECT_EQ(a[x][k].dp, b[x][k].dp);
+      EXPECT_EQ(a[x][k].mbs, b[x][k].mbs);
+      EXPECT_EQ(a[x][k].tps_s, b[x][k].tps_s);
+    }
+  }
 }
 
 }  // namespace gp::planner::test
