@@ -20,6 +20,12 @@ struct ProfileOptions {
   bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
   std::string device = "cpu";  // --device cpu|cuda (runtime::time_op)
   bool context = true;  // also time the whole model in sequence and the optimizer step (profile_context)
+  /// Scale every measurement to the machine's usual speed (cost::SpeedReference); CPU only.
+  bool speed_reference = true;
+  /// Seconds to sample the reference kernel first: the speed scaled to is the mean over this window
+  /// (what a long run averages over a core that slows down for seconds at a time); 0: the median of
+  /// the references beside the op measurements.
+  double speed_window_s = 0;
 };
 
 /// Timed calls of the whole model per batch in profile_context (after one untimed): at most this
@@ -42,6 +48,13 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
 /// `p`, which must hold every op's signature at those batches) and p.optimizer (one SGD and one Adam
 /// step over every parameter). "[model]" and "[optimizer]" progress lines.
 void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress);
+
+/// The reference kernel's times summed up: reference_s is the mean of `window` (times sampled back
+/// to back over the speed window) or, when it is empty, the median of `op_refs` (the times beside
+/// the op measurements; non-empty, all > 0); fastest and slowest are the extremes of both over it.
+cost::SpeedReference summarize_speed(const std::vector<double>& window, const std::vector<double>& op_refs);
+/// Widens speed's extremes (over speed.reference_s) by more reference times and counts them.
+void note_speed(cost::SpeedReference& speed, const std::vector<double>& refs);
 
 /// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) points, on
 /// relative error (weights 1/seconds^2), so small messages fix the latency. When
