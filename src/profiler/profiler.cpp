@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <map>
 #include <set>
@@ -55,17 +56,11 @@ std::vector<int64_t> parse_batches(const std::string& text, const std::string& f
 
 namespace {
 
-/// Runs `measure` between two runs of the reference kernel (when `on`) and returns the mean of the
-/// two reference times, or 0 when not `on`.
-template <class F>
-double with_reference(bool on, bool cpu_clock, F&& measure) {
-  if (!on) {
-    measure();
-    return 0;
-  }
-  const double before = runtime::reference_kernel_s(cpu_clock);
+/// time_beside_reference when `on`; else runs `measure` and returns 0.
+double with_reference(bool on, bool cpu_clock, const std::function<void()>& measure) {
+  if (on) return time_beside_reference(cpu_clock, measure);
   measure();
-  return 0.5 * (before + runtime::reference_kernel_s(cpu_clock));
+  return 0;
 }
 
 double median_of(std::vector<double> v) {
@@ -91,16 +86,19 @@ cost::SpeedReference summarize_speed(const std::vector<double>& window, const st
   GP_ASSERT(!op_refs.empty(), "summarize_speed: no reference times");
   cost::SpeedReference r;
   r.reference_s = window.empty() ? median_of(op_refs)
-                                 : std::accumulate(window.begin(), window.end(), 0.0) / static_cast<double>(window.size());
+                                 : std::accumulate(window.begin(), window.end(), 0.0) / double(window.size());
   GP_ASSERT(r.reference_s > 0, "summarize_speed: reference time {} is not positive", r.reference_s);
   note_speed(r, window);
   note_speed(r, op_refs);
   return r;
 }
 
-namespace {
+double time_beside_reference(bool cpu_clock, const std::function<void()>& measure) {
+  const double before = runtime::reference_kernel_s(cpu_clock);
+  measure();
+  return 0.5 * (before + runtime::reference_kernel_s(cpu_clock));
+}
 
-/// The reference kernel's time, sampled back to back for `seconds` of wall time.
 std::vector<double> sample_speed(double seconds, bool cpu_clock, std::ostream* progress) {
   std::vector<double> out;
   if (seconds <= 0) return out;
@@ -112,8 +110,6 @@ std::vector<double> sample_speed(double seconds, bool cpu_clock, std::ostream* p
   if (progress) *progress << fmt::format(" {} samples\n", out.size());
   return out;
 }
-
-}  // namespace
 
 cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress) {
   GP_CHECK(!opt.batches.empty(), "--batches: need at least one batch size");
@@ -175,7 +171,8 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
         "[speed] reference GEMM {:.3g} ms ({}); its times ranged {:.2f}-{:.2f}x that, and every "
         "measurement is scaled to it\n",
         p.speed->reference_s * 1e3,
-        window.empty() ? "the median beside the op measurements" : fmt::format("the mean over {:g} s", opt.speed_window_s),
+        window.empty() ? "the median beside the op measurements"
+                       : fmt::format("the mean over {:g} s", opt.speed_window_s),
         p.speed->fastest, p.speed->slowest);
   return p;
 }

@@ -2,6 +2,7 @@
 // with LibTorch on this machine and returns a graphpipe.profile/1 Profile for the cost model.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -53,6 +54,12 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
 /// to back over the speed window) or, when it is empty, the median of `op_refs` (the times beside
 /// the op measurements; non-empty, all > 0); fastest and slowest are the extremes of both over it.
 cost::SpeedReference summarize_speed(const std::vector<double>& window, const std::vector<double>& op_refs);
+/// Runs `measure` between two timings of the reference kernel (runtime::reference_kernel_s) and
+/// returns their mean: how fast this core ran around the measurement.
+double time_beside_reference(bool cpu_clock, const std::function<void()>& measure);
+/// The reference kernel's time sampled back to back for `seconds` of wall time (none for 0), with a
+/// "[speed] sampling ..." progress line.
+std::vector<double> sample_speed(double seconds, bool cpu_clock, std::ostream* progress);
 /// Widens speed's extremes (over speed.reference_s) by more reference times and counts them.
 void note_speed(cost::SpeedReference& speed, const std::vector<double>& refs);
 

@@ -214,6 +214,7 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   o.warmup = 1;
   o.repeats = 3;
   o.links = false;  // spawns the graphpipe binary; the CLI test covers it
+  o.speed_window_s = 0.2;
   std::ostringstream progress;
   CalibrationResult r = calibrate_cpu(o, &progress);
   const cost::CpuCalibration& k = r.calibration;
