@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "cost/cost_model.h"
@@ -221,8 +221,7 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
       *progress << fmt::format("[optimizer] {} step over {} parameters: {:.3g} ms\n", names[k], t.params,
                                p.optimizer[names[k]].step_s * 1e3);
   }
-  if (use_ref) note_speed(*p.speed, refs);  // their extremes too; the median stays the ops'
-
+  if (use_ref) note_speed(*p.speed, refs);  // their extremes too; reference_s stays as it was
 }
 
 void cap_by_larger_sizes(std::vector<std::pair<double, double>>& pts) {

@@ -47,7 +47,8 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
 /// Sets p.context (the whole model at every batch of opt.batches, which must be ascending and
 /// unique as profile_graph leaves them, forward and backward, against the sum of its ops' times in
 /// `p`, which must hold every op's signature at those batches) and p.optimizer (one SGD and one Adam
-/// step over every parameter). "[model]" and "[optimizer]" progress lines.
+/// step over every parameter). "[model]" and "[optimizer]" progress lines. With p.speed set (the ops
+/// were scaled to the machine's usual speed) these are timed beside the reference kernel and scaled too.
 void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress);
 
 /// The reference kernel's times summed up: reference_s is the mean of `window` (times sampled back
