@@ -4,8 +4,7 @@
 # for STEPS steps and prints measured vs predicted iteration time per plan (median over the steps,
 # the first WARMUP steps left out). Writes the table to BUILD/fidelity.md too. Env: FID_MODEL,
 # FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), CALIBRATE=1 (measure the machine
-# again first), FID_REPEATS (15: timed calls per op in the profile), FID_SPEED_WINDOW (20: seconds the
-# profile samples its reference GEMM for the machine's usual speed; 0 skips).
+# again first), FID_REPEATS (15: timed calls per op in the profile).
 # On a machine shared with other jobs the wall-clock median measures the contention as much as the
 # model; a second figure is robust to it: the CPU time of the training processes per step (from a
 # run of STEPS steps minus one of 2 steps, so start-up cancels) divided by the cores in use,
@@ -29,9 +28,8 @@ else "$GP" calibrate --show 2>/dev/null | sed -n 1,3p || "$GP" calibrate | sed -
 echo "-- profiling $MODEL (batches 1..$BATCH, links)"
 batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
 PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
-"$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --warmup 3 --repeats "${FID_REPEATS:-15}" \
-  --speed-window "${FID_SPEED_WINDOW:-20}" --out "$PROF" 2>&1 |
-  grep -E '^(wrote|links:|\[links\] lockstep|\[model\]|\[optimizer\]|\[speed\] reference)'
+"$GP" profile --model "$MODEL" --links --clock cpu --batches "$batches" --warmup 3 --repeats "${FID_REPEATS:-15}" --out "$PROF" 2>&1 |
+  grep -E '^(wrote|links:|\[links\] lockstep|\[model\]|\[optimizer\])'
 echo "-- the calibrated preset against the profile, per op kind (graphpipe calibrate --compare)"
 "$GP" calibrate --compare "$PROF" --model "$MODEL" | grep -E "b=($BATCH|1) " || true
 

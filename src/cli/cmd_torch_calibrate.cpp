@@ -21,7 +21,6 @@ namespace {
 struct CalibrateArgs {
   bool json = false, no_links = false, show = false;
   int repeats = 7;
-  double speed_window = 10;
   std::string compare, model;
 };
 
@@ -80,8 +79,6 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
 void run(const CalibrateArgs& a) {
   if (!a.compare.empty()) return compare(a.model, a.compare);
   GP_CHECK(a.repeats >= 1 && a.repeats <= 1000, "--repeats must be in [1, 1000], found {}", a.repeats);
-  GP_CHECK(a.speed_window >= 0 && a.speed_window <= 3600, "--speed-window must be in [0, 3600] seconds, found {}",
-           a.speed_window);
   std::string path = profiler::calibration_cache_file();
   profiler::CalibrationResult r;
   if (a.show) {
@@ -90,7 +87,6 @@ void run(const CalibrateArgs& a) {
   } else {
     profiler::CalibrateOptions o;
     o.repeats = a.repeats;
-    o.speed_window_s = a.speed_window;
     o.links = !a.no_links;
     r = profiler::calibrate_cpu(o, &std::cerr);
     if (o.links && !path.empty()) {  // a calibration without its link is not cached
@@ -127,10 +123,6 @@ Registrar reg(75, [](CLI::App& root) {
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
   c->add_option("--repeats", a->repeats, "Timed calls per op and batch; the median is used")->capture_default_str();
-  c->add_option("--speed-window", a->speed_window,
-                "Seconds to sample a reference GEMM first; every timing is scaled to its mean there (the "
-                "machine's usual speed: a shared machine's core may run slow for seconds); 0: as measured")
-      ->capture_default_str();
   c->add_flag("--json", a->json, "Print graphpipe.calibration/1 with every timing on stdout");
   c->add_option("--compare", a->compare,
                 "A profile (graphpipe profile) of --model: print its measured op times beside the calibrated "

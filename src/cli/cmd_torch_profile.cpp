@@ -26,8 +26,7 @@ constexpr int64_t kMaxLinkBytes = int64_t{1} << 30;
 struct ProfileArgs {
   std::string spec, out = "profile.json", batches = "1,2,4,8", link_sizes, clock = "wall", device = "cpu";
   int warmup = 2, repeats = 5, threads = 1;
-  double speed_window = 20;
-  bool json = false, links = false, no_context = false, no_speed_reference = false;
+  bool json = false, links = false, no_context = false;
 };
 
 void run(const ProfileArgs& a) {
@@ -70,9 +69,6 @@ void run(const ProfileArgs& a) {
     GP_CHECK(!opt.cpu_clock || a.threads == 1, "--clock cpu: needs --threads 1 (found {}): it times the calling thread",
              a.threads);
     opt.context = !a.no_context;
-    opt.speed_reference = !a.no_speed_reference;
-    GP_CHECK(a.speed_window >= 0 && a.speed_window <= 3600, "--speed-window must be in [0, 3600] seconds, found {}", a.speed_window);
-    opt.speed_window_s = a.speed_window;
     if (opt.context) {  // the whole model at the largest batch: weights, gradients, Adam state, activations
       const double whole = runtime::training_bytes_estimate(g, g.op_ids(), static_cast<double>(max_batch), "adam");
       if (whole > machine_memory_bytes()) {
@@ -147,15 +143,6 @@ Registrar reg(70, [](CLI::App& root) {
   c->add_flag("--no-context", a->no_context,
               "Skip timing the whole model in sequence (the cost model's in-sequence factor over ops timed "
               "alone) and the optimizer step; for a model too large to run whole here");
-  c->add_flag("--no-speed-reference", a->no_speed_reference,
-              "Keep the times as measured. By default (--device cpu) a fixed reference GEMM is timed before "
-              "and after each measurement, and each is scaled to the profile's median reference time, so a "
-              "core that ran slow for a few seconds (a shared VM's host) does not make those ops look slow; "
-              "the spread is printed ([speed]) and stored (speed_reference)");
-  c->add_option("--speed-window", a->speed_window,
-                "Seconds to sample the reference GEMM before profiling: times are scaled to its mean over "
-                "that window, the speed a long run averages; 0: to the median beside the op measurements")
-      ->capture_default_str();
   c->add_option("--link-sizes", a->link_sizes,
                 "Message sizes in bytes for --links (default 4096,65536,262144,1048576,4194304,16777216)");
   c->callback([a] { run(*a); });

@@ -94,30 +94,6 @@ double lockstep_from_json(const JsonAt& j) {
   return v;
 }
 
-SpeedReference speed_from_json(const JsonAt& j) {
-  j.expect_object();
-  SpeedReference r;
-  auto positive = [](const JsonAt& f) {
-    double v = f.num();
-    if (!std::isfinite(v) || v <= 0) f.fail(fmt::format("must be positive, found {}", f.json().dump()));
-    return v;
-  };
-  r.reference_s = positive(j.at("reference_s"));
-  if (j.has("window_s")) {
-    r.window_s = j.at("window_s").num();
-    if (!std::isfinite(r.window_s) || r.window_s < 0)
-      j.at("window_s").fail(fmt::format("must be a non-negative time in seconds, found {}", r.window_s));
-  }
-  r.fastest = positive(j.at("fastest"));
-  r.slowest = positive(j.at("slowest"));
-  if (r.fastest > 1 || r.slowest < 1)
-    j.fail(fmt::format("fastest {} must be <= 1 <= slowest {} (ratios to the median reference)", r.fastest,
-                       r.slowest));
-  r.samples = j.at("samples").i64();
-  if (r.samples < 1) j.at("samples").fail(fmt::format("must be >= 1, found {}", r.samples));
-  return r;
-}
-
 }  // namespace
 
 std::pair<double, double> ContextTiming::factor(int64_t b) const {
@@ -236,12 +212,6 @@ Json profile_to_json(const Profile& p) {
   if (p.lockstep) j["lockstep"] = {{"ranks", 2}, {"factor", *p.lockstep}};
   if (p.context) j["context"] = context_to_json(*p.context);
   for (const auto& [name, st] : p.optimizer) j["optimizer"][name] = {{"params", st.params}, {"step_s", st.step_s}};
-  if (p.speed)
-    j["speed_reference"] = {{"reference_s", p.speed->reference_s},
-                            {"window_s", p.speed->window_s},
-                            {"fastest", p.speed->fastest},
-                            {"slowest", p.speed->slowest},
-                            {"samples", p.speed->samples}};
   return j;
 }
 
@@ -286,7 +256,6 @@ Profile profile_from_json(const JsonAt& j) {
   if (j.has("lockstep")) p.lockstep = lockstep_from_json(j.at("lockstep"));
   if (j.has("context")) p.context = context_from_json(j.at("context"));
   if (j.has("optimizer")) p.optimizer = optimizer_from_json(j.at("optimizer"));
-  if (j.has("speed_reference")) p.speed = speed_from_json(j.at("speed_reference"));
   return p;
 }
 

@@ -72,21 +72,6 @@ struct OptimizerStep {
   bool operator==(const OptimizerStep&) const = default;
 };
 
-/// How fast this machine ran while it was profiled (`profile` on the CPU): a fixed reference GEMM
-/// is sampled for a window of seconds first and timed before and after every measurement (each op
-/// over its batches, the whole model at each batch, the optimizer steps), and each measurement is
-/// scaled by reference_s / its own reference, so a profile taken while a core ran slow for a few
-/// seconds (a shared VM's host) predicts the machine's usual speed like one taken while it ran fast.
-struct SpeedReference {
-  double reference_s = 0;  // the time scaled to: the mean over the speed window, or without one the
-                           // median beside the op measurements
-  double window_s = 0;     // seconds the reference was sampled back to back first (0: none)
-  double fastest = 1;      // the fastest reference time seen / reference_s (<= 1)
-  double slowest = 1;      // the slowest one's (>= 1): 1.4 = that moment the core ran 1.4x slower
-  int64_t samples = 0;     // reference times seen
-  bool operator==(const SpeedReference&) const = default;
-};
-
 class Profile {
  public:
   std::string device;                      // e.g. "cpu: Intel Xeon ... (1 thread)"
@@ -98,7 +83,6 @@ class Profile {
   std::optional<double> lockstep;
   std::optional<ContextTiming> context;    // the whole model in sequence against its ops alone
   std::map<std::string, OptimizerStep> optimizer;  // by optimizer name ("sgd", "adam")
-  std::optional<SpeedReference> speed;     // the times above were scaled to this speed
 
   /// fwd/bwd time of the op with this signature at batch b >= 1, or nullopt when the profile does
   /// not have it. Inside the measured range: piecewise linear between the two nearest measured

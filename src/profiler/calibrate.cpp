@@ -7,7 +7,6 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
-#include <numeric>
 #include <thread>
 
 #include "cost/cost_model.h"
@@ -41,20 +40,11 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
   return ir::Graph::build(b.build(), "calibration");
 }
 
-/// The op "op" of `g` timed at each batch; with `usual_reference_s` > 0 (the mean reference time over
-/// the speed window), scaled to the machine's usual speed.
-std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o,
-                            double usual_reference_s) {
+std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o) {
   OpId op = g.find("op");
-  std::vector<runtime::OpTiming> t;
-  auto measure = [&] { t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true); };
-  double scale = 1;
-  if (usual_reference_s > 0)
-    scale = usual_reference_s / time_beside_reference(/*cpu_clock=*/true, measure);
-  else
-    measure();
+  std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
   std::vector<Timed> out;
-  for (size_t i = 0; i < batches.size(); ++i) out.push_back({g, op, batches[i], (t[i].fwd_s + t[i].bwd_s) * scale});
+  for (size_t i = 0; i < batches.size(); ++i) out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s});
   return out;
 }
 
@@ -114,13 +104,12 @@ void say(std::ostream* progress, const std::string& line) {
 /// Linear layers of 64, 256 and 1024 features on [B, 4, h] (as in a transformer: a batch of
 /// sequences) at 4..256 rows, and on [B, h] at 1 row. Returns (rows, flops, seconds - 2 overheads)
 /// per timing for fit_gemm; the timings themselves go to `out`.
-std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const CalibrateOptions& o, double usual_reference_s,
-                                                 std::ostream* progress, std::vector<Timed>& out) {
+std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const CalibrateOptions& o, std::ostream* progress,
+                                                 std::vector<Timed>& out) {
   std::vector<std::array<double, 3>> pts;
   for (int64_t h : {64, 256, 1024}) {
-    std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o, usual_reference_s);
-    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o, usual_reference_s))
-      ts.push_back(t);
+    std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o);
+    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o)) ts.push_back(t);
     for (Timed& t : ts) {
       const ir::OpCosts& c = t.graph.costs(t.op);
       double rows = static_cast<double>(t.batch) * (t.graph.op(t.op).output_shape.size() == 3 ? 4 : 1);
@@ -170,33 +159,23 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   k.torch_version = runtime::torch_version();
   k.measured_at = utc_now();
 
-  // 0. The machine's usual speed, which every timing below is scaled to (profile --speed-window).
-  const std::vector<double> window = sample_speed(o.speed_window_s, /*cpu_clock=*/true, nullptr);
-  const double usual_s = window.empty() ? 0 : std::accumulate(window.begin(), window.end(), 0.0) / window.size();
-  if (!window.empty()) {
-    auto [lo, hi] = std::minmax_element(window.begin(), window.end());
-    say(progress, fmt::format("reference GEMM {:.3g} ms, the mean over {:g} s (its times ranged {:.2f}-{:.2f}x "
-                              "that); every timing is scaled to it",
-                              usual_s * 1e3, o.speed_window_s, *lo / usual_s, *hi / usual_s));
-  }
-
   // 1. Per-op overhead: a 16-element relu, forward + backward = 2 overheads.
   CalibrateOptions many = o;
   many.repeats = std::max(o.repeats, 21);
-  Timed tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many, usual_s).front();
+  Timed tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many).front();
   k.kernel_overhead_s = tiny.seconds / 2;
   say(progress, fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
 
   // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..256 rows.
   std::vector<Timed> gemm;
-  std::vector<std::array<double, 3>> pts = measure_gemms(k.kernel_overhead_s, o, usual_s, progress, gemm);
+  std::vector<std::array<double, 3>> pts = measure_gemms(k.kernel_overhead_s, o, progress, gemm);
   std::tie(k.gemm_flops, k.gemm_n0_rows) = fit_gemm(pts);
   say(progress, fmt::format("GEMM fit: {:.1f} GFLOP/s, half of it at N0 = {:.1f} rows", k.gemm_flops / 1e9, k.gemm_n0_rows));
 
   // 3. Memory-bound ops of a transformer layer on [64, 256] floats per sample (64 KB .. 4 MB calls).
   std::vector<Timed> mem;
   for (ir::OpKind kind : {ir::OpKind::add, ir::OpKind::gelu, ir::OpKind::layernorm})
-    for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o, usual_s)) mem.push_back(std::move(t));
+    for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o)) mem.push_back(std::move(t));
   k.mem_bandwidth_Bps = fit_log_param(mem, device_of(k), 1e8, 1e13,
                                       [](cost::DeviceSpec& d, double v) { d.mem_bandwidth_Bps = v; });
   say(progress, fmt::format("memory-bound ops (add, gelu, layernorm): {:.2f} GB/s", k.mem_bandwidth_Bps / 1e9));
@@ -205,7 +184,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   // 4 heads: the fraction of the GEMM curve it reaches.
   std::vector<Timed> att;
   for (auto [seq, hidden] : {std::pair<int64_t, int64_t>{32, 128}, {64, 256}})
-    for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16}, o, usual_s))
+    for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16}, o))
       att.push_back(std::move(t));
   k.attention_efficiency = fit_log_param(att, device_of(k), 1e-3, 1.0, [&](cost::DeviceSpec& d, double v) {
     k.attention_efficiency = v;

@@ -21,9 +21,6 @@ struct CalibrateOptions {
   int warmup = 2;
   int repeats = 7;    // the median of these is used per op and batch
   bool links = true;  // measure the loopback link (spawns two `link-worker` processes of this binary)
-  /// Seconds to sample the profiler's reference GEMM first; every op timing is scaled to the mean
-  /// over them (the machine's usual speed; profile --speed-window). 0: timings as measured.
-  double speed_window_s = 10;
 };
 
 /// One measured op time and what the roofline predicts for it with the fitted figures.

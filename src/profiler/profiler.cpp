@@ -2,10 +2,7 @@
 #include "profiler/profiler.h"
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "cost/cost_model.h"
@@ -54,63 +51,6 @@ std::vector<int64_t> parse_batches(const std::string& text, const std::string& f
   return out;
 }
 
-namespace {
-
-/// time_beside_reference when `on`; else runs `measure` and returns 0.
-double with_reference(bool on, bool cpu_clock, const std::function<void()>& measure) {
-  if (on) return time_beside_reference(cpu_clock, measure);
-  measure();
-  return 0;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// The factor a measurement beside reference time `ref` is scaled by (1 without a reference).
-double speed_scale(const cost::Profile& p, double ref) { return p.speed && ref > 0 ? p.speed->reference_s / ref : 1; }
-
-}  // namespace
-
-void note_speed(cost::SpeedReference& speed, const std::vector<double>& refs) {
-  for (double x : refs) {
-    speed.fastest = std::min(speed.fastest, x / speed.reference_s);
-    speed.slowest = std::max(speed.slowest, x / speed.reference_s);
-    ++speed.samples;
-  }
-}
-
-cost::SpeedReference summarize_speed(const std::vector<double>& window, const std::vector<double>& op_refs) {
-  GP_ASSERT(!op_refs.empty(), "summarize_speed: no reference times");
-  cost::SpeedReference r;
-  r.reference_s = window.empty() ? median_of(op_refs)
-                                 : std::accumulate(window.begin(), window.end(), 0.0) / double(window.size());
-  GP_ASSERT(r.reference_s > 0, "summarize_speed: reference time {} is not positive", r.reference_s);
-  note_speed(r, window);
-  note_speed(r, op_refs);
-  return r;
-}
-
-double time_beside_reference(bool cpu_clock, const std::function<void()>& measure) {
-  const double before = runtime::reference_kernel_s(cpu_clock);
-  measure();
-  return 0.5 * (before + runtime::reference_kernel_s(cpu_clock));
-}
-
-std::vector<double> sample_speed(double seconds, bool cpu_clock, std::ostream* progress) {
-  std::vector<double> out;
-  if (seconds <= 0) return out;
-  if (progress)
-    *progress << fmt::format("[speed] sampling a reference GEMM for {:g} s (this machine's usual speed) ...",
-                             seconds) << std::flush;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) out.push_back(runtime::reference_kernel_s(cpu_clock));
-  if (progress) *progress << fmt::format(" {} samples\n", out.size());
-  return out;
-}
-
 cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::ostream* progress) {
   GP_CHECK(!opt.batches.empty(), "--batches: need at least one batch size");
   std::vector<int64_t> batches = opt.batches;
@@ -118,7 +58,6 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   GP_CHECK(batches.front() >= 1, "--batches: batch sizes must be >= 1, found {}", batches.front());
   runtime::set_torch_threads(opt.threads);
-  const bool use_ref = opt.speed_reference && opt.device == "cpu";
 
   // The first op of each signature represents all ops sharing it.
   std::vector<std::pair<std::string, OpId>> todo;
@@ -130,18 +69,12 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
   }
   cost::Profile p;
   p.device = describe_device(opt.threads, opt.device);
-  const std::vector<double> window = use_ref ? sample_speed(opt.speed_window_s, opt.cpu_clock, progress)
-                                             : std::vector<double>{};
-  std::vector<double> refs;
   for (size_t k = 0; k < todo.size(); ++k) {
     const auto& [sig, id] = todo[k];
     if (progress)
       *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id),
                                fmt::join(batches, ",")) << std::flush;
-    std::vector<runtime::OpTiming> t;
-    refs.push_back(with_reference(use_ref, opt.cpu_clock, [&] {
-      t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
-    }));
+    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
     cost::OpMeasurement m{sig, ir::to_string(g.op(id).kind), batches, {}, {}};
     for (const auto& x : t) {
       m.fwd_s.push_back(x.fwd_s);
@@ -152,28 +85,11 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
                                m.bwd_s.back() * 1e3, batches.back());
     p.ops.emplace(sig, std::move(m));
   }
-  if (use_ref) {
-    p.speed = summarize_speed(window, refs);
-    p.speed->window_s = window.empty() ? 0 : opt.speed_window_s;
-    for (size_t k = 0; k < todo.size(); ++k) {
-      cost::OpMeasurement& m = p.ops.at(todo[k].first);
-      for (std::vector<double>* t : {&m.fwd_s, &m.bwd_s})
-        for (double& x : *t) x *= speed_scale(p, refs[k]);
-    }
-  }
   if (opt.context) {
     ProfileOptions sorted = opt;
     sorted.batches = batches;
     profile_context(g, sorted, p, progress);
   }
-  if (progress && p.speed)
-    *progress << fmt::format(
-        "[speed] reference GEMM {:.3g} ms ({}); its times ranged {:.2f}-{:.2f}x that, and every "
-        "measurement is scaled to it\n",
-        p.speed->reference_s * 1e3,
-        window.empty() ? "the median beside the op measurements"
-                       : fmt::format("the mean over {:g} s", opt.speed_window_s),
-        p.speed->fastest, p.speed->slowest);
   return p;
 }
 
@@ -181,26 +97,21 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   cost::ContextTiming c;
   c.batches = opt.batches;
   const int repeats = std::min(opt.repeats, kContextRepeats);
-  const bool use_ref = p.speed.has_value();  // the ops were scaled: scale these the same way
-  std::vector<double> refs;
   if (progress) *progress << fmt::format("[model] {} ops in sequence, b={} ...", g.num_ops(), fmt::join(c.batches, ","))
                           << std::flush;
+  std::vector<runtime::OpTiming> whole = runtime::time_model(g, c.batches, 1, repeats, opt.cpu_clock, opt.device);
   std::vector<std::string> sigs;
   for (OpId id : g.op_ids()) sigs.push_back(cost::op_signature(g, id));
-  for (int64_t b : c.batches) {
-    std::vector<runtime::OpTiming> whole;
-    refs.push_back(with_reference(use_ref, opt.cpu_clock, [&] {
-      whole = runtime::time_model(g, {b}, 1, repeats, opt.cpu_clock, opt.device);
-    }));
+  for (size_t k = 0; k < c.batches.size(); ++k) {
     double fwd = 0, bwd = 0;
     for (size_t i = 0; i < sigs.size(); ++i) {
-      auto t = p.lookup(sigs[i], b);
+      auto t = p.lookup(sigs[i], c.batches[k]);
       GP_ASSERT(t.has_value(), "op {} was not profiled", g.op(OpId(static_cast<int32_t>(i))).name);
       fwd += t->first;
       bwd += t->second;
     }
-    c.model_fwd_s.push_back(whole[0].fwd_s * speed_scale(p, refs.back()));
-    c.model_bwd_s.push_back(whole[0].bwd_s * speed_scale(p, refs.back()));
+    c.model_fwd_s.push_back(whole[k].fwd_s);
+    c.model_bwd_s.push_back(whole[k].bwd_s);
     c.ops_fwd_s.push_back(fwd);
     c.ops_bwd_s.push_back(bwd);
   }
@@ -209,19 +120,16 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   if (progress)
     *progress << fmt::format(" in sequence / alone at b={}: fwd {:.2f}, bwd {:.2f}\n", c.batches.back(), ff, bf);
   const std::vector<std::string> names{"sgd", "adam"};
-  std::vector<runtime::OptimizerTiming> steps;
-  refs.push_back(with_reference(use_ref, opt.cpu_clock, [&] {
-    steps = runtime::time_optimizers(g, names, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
-  }));
+  const std::vector<runtime::OptimizerTiming> steps =
+      runtime::time_optimizers(g, names, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
   for (size_t k = 0; k < names.size(); ++k) {
     const runtime::OptimizerTiming& t = steps[k];
     if (t.params == 0) continue;  // nothing to step
-    p.optimizer[names[k]] = {t.params, t.step_s * speed_scale(p, refs.back())};
+    p.optimizer[names[k]] = {t.params, t.step_s};
     if (progress)
       *progress << fmt::format("[optimizer] {} step over {} parameters: {:.3g} ms\n", names[k], t.params,
-                               p.optimizer[names[k]].step_s * 1e3);
+                               t.step_s * 1e3);
   }
-  if (use_ref) note_speed(*p.speed, refs);  // their extremes too; reference_s stays as it was
 }
 
 void cap_by_larger_sizes(std::vector<std::pair<double, double>>& pts) {

@@ -2,7 +2,6 @@
 // with LibTorch on this machine and returns a graphpipe.profile/1 Profile for the cost model.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -21,12 +20,6 @@ struct ProfileOptions {
   bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
   std::string device = "cpu";  // --device cpu|cuda (runtime::time_op)
   bool context = true;  // also time the whole model in sequence and the optimizer step (profile_context)
-  /// Scale every measurement to the machine's usual speed (cost::SpeedReference); CPU only.
-  bool speed_reference = true;
-  /// Seconds to sample the reference kernel first: the speed scaled to is the mean over this window
-  /// (what a long run averages over a core that slows down for seconds at a time); 0: the median of
-  /// the references beside the op measurements.
-  double speed_window_s = 0;
 };
 
 /// Timed calls of the whole model per batch in profile_context (after one untimed): at most this
@@ -47,22 +40,8 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
 /// Sets p.context (the whole model at every batch of opt.batches, which must be ascending and
 /// unique as profile_graph leaves them, forward and backward, against the sum of its ops' times in
 /// `p`, which must hold every op's signature at those batches) and p.optimizer (one SGD and one Adam
-/// step over every parameter). "[model]" and "[optimizer]" progress lines. With p.speed set (the ops
-/// were scaled to the machine's usual speed) these are timed beside the reference kernel and scaled too.
+/// step over every parameter). "[model]" and "[optimizer]" progress lines.
 void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profile& p, std::ostream* progress);
-
-/// The reference kernel's times summed up: reference_s is the mean of `window` (times sampled back
-/// to back over the speed window) or, when it is empty, the median of `op_refs` (the times beside
-/// the op measurements; non-empty, all > 0); fastest and slowest are the extremes of both over it.
-cost::SpeedReference summarize_speed(const std::vector<double>& window, const std::vector<double>& op_refs);
-/// Runs `measure` between two timings of the reference kernel (runtime::reference_kernel_s) and
-/// returns their mean: how fast this core ran around the measurement.
-double time_beside_reference(bool cpu_clock, const std::function<void()>& measure);
-/// The reference kernel's time sampled back to back for `seconds` of wall time (none for 0), with a
-/// "[speed] sampling ..." progress line.
-std::vector<double> sample_speed(double seconds, bool cpu_clock, std::ostream* progress);
-/// Widens speed's extremes (over speed.reference_s) by more reference times and counts them.
-void note_speed(cost::SpeedReference& speed, const std::vector<double>& refs);
 
 /// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) points, on
 /// relative error (weights 1/seconds^2), so small messages fix the latency. When

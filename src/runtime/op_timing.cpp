@@ -152,21 +152,6 @@ std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vect
   return out;
 }
 
-double reference_kernel_s(bool cpu_clock, int calls) {
-  GP_CHECK(calls >= 1, "reference_kernel_s: need calls >= 1, found {}", calls);
-  static const torch::Tensor a = torch::randn({64, 256}), b = torch::randn({256, 256});
-  torch::NoGradGuard no_grad;
-  double (*clock)() = cpu_clock ? thread_cpu_s : now_s;
-  std::vector<double> t;
-  torch::mm(a, b);  // its output buffer, once
-  for (int i = 0; i < calls; ++i) {
-    double t0 = clock();
-    torch::mm(a, b);
-    t.push_back(clock() - t0);
-  }
-  return median(std::move(t));
-}
-
 void set_torch_threads(int threads) {
   GP_CHECK(threads >= 1, "--threads must be >= 1, found {}", threads);
   keep_freed_heap();

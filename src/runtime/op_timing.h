@@ -48,11 +48,6 @@ struct OptimizerTiming {
 std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vector<std::string>& names, int warmup,
                                              int repeats, bool cpu_clock = false, const std::string& device = "cpu");
 
-/// Median time of one call of a fixed reference GEMM ([64, 256] x [256, 256], fp32, on the CPU, on
-/// the calling thread) over `calls` calls, with time_op's clock: the profiler times it beside every
-/// measurement to tell how fast this core ran at that moment.
-double reference_kernel_s(bool cpu_clock, int calls = 5);
-
 /// "cuda: <GPU model> (device 0, LibTorch V)" for --device cuda (UserError where CUDA is not
 /// available); "" for "cpu".
 std::string accelerator_description(const std::string& device);

@@ -105,14 +105,12 @@ T2|train --plan {} --steps 1
 T2|train --plan $P --steps 1 --schedule {}
 T2|train --plan $P --steps 1 --model {}
 T2|train --plan $P --batch 4 --steps 1 --single
-T22222|profile --model $M --batches {} --repeats 1 --warmup 0 --speed-window 0 --out $T/prof.json
-T22222|profile --model $M --batches 1 --repeats {} --warmup 0 --speed-window 0 --out $T/prof.json
-To2222|profile --model $M --batches 1 --repeats 1 --warmup {} --speed-window 0 --out $T/prof.json
-T22222|profile --model $M --batches 1 --repeats 1 --warmup 0 --threads {} --speed-window 0 --out $T/prof.json
+T22222|profile --model $M --batches {} --repeats 1 --warmup 0 --out $T/prof.json
+T22222|profile --model $M --batches 1 --repeats {} --warmup 0 --out $T/prof.json
+To2222|profile --model $M --batches 1 --repeats 1 --warmup {} --out $T/prof.json
+T22222|profile --model $M --batches 1 --repeats 1 --warmup 0 --threads {} --out $T/prof.json
 T22222|profile --links --link-sizes {} --repeats 1 --out $T/prof.json
 T2|profile --model {} --out $T/prof.json
-To2222|profile --model $M --batches 1 --repeats 1 --warmup 0 --speed-window {} --out $T/prof.json
-T2|calibrate --speed-window -1
 T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock {} --out $T/prof.json
 T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock cpu --threads 2 --out $T/prof.json
 T22222|calibrate --repeats {}

@@ -262,25 +262,3 @@ TEST(Profile, ContextAndOptimizerRoundTripAndNameBadFields) {
   bad["lockstep"]["factor"] = 0;
   EXPECT_THAT(parse_error(bad), HasSubstr("lockstep.factor: must be a positive ratio, found 0"));
 }
-
-TEST(Profile, SpeedReferenceRoundTripsAndNamesBadFields) {
-  Profile p = sample_profile("s");
-  p.speed = SpeedReference{1.2e-4, 20, 0.9, 1.45, 1234};
-  Json j = profile_to_json(p);
-  EXPECT_EQ(profile_from_json(j, "p.json"), p);
-  Json old = j;
-  old["speed_reference"].erase("window_s");  // optional: 0, no window
-  EXPECT_EQ(profile_from_json(old, "p.json").speed->window_s, 0);
-  Json bad = j;
-  bad["speed_reference"]["reference_s"] = 0;
-  EXPECT_THAT(parse_error(bad), HasSubstr("p.json: speed_reference.reference_s: must be positive, found 0"));
-  bad = j;
-  bad["speed_reference"]["fastest"] = 1.5;
-  EXPECT_THAT(parse_error(bad), HasSubstr("speed_reference: fastest 1.5 must be <= 1 <= slowest 1.45"));
-  bad = j;
-  bad["speed_reference"]["window_s"] = -1;
-  EXPECT_THAT(parse_error(bad), HasSubstr("speed_reference.window_s: must be a non-negative time in seconds"));
-  bad = j;
-  bad["speed_reference"]["samples"] = 0;
-  EXPECT_THAT(parse_error(bad), HasSubstr("speed_reference.samples: must be >= 1, found 0"));
-}

@@ -135,42 +135,6 @@ TEST(Profiler, ContextTimesTheWholeModelAgainstItsOpsAndBothOptimizers) {
   EXPECT_TRUE(bare.optimizer.empty());
 }
 
-TEST(Profiler, SpeedSummaryIsTheWindowMeanOrTheMedianBesideTheOps) {
-  cost::SpeedReference w = summarize_speed({1.0, 2.0, 6.0}, {2.0, 3.0});
-  EXPECT_DOUBLE_EQ(w.reference_s, 3.0);  // the window's mean: a long run pays the slow samples too
-  EXPECT_DOUBLE_EQ(w.fastest, 1.0 / 3);
-  EXPECT_DOUBLE_EQ(w.slowest, 2.0);
-  EXPECT_EQ(w.samples, 5);
-  cost::SpeedReference m = summarize_speed({}, {2.0, 3.0, 10.0});
-  EXPECT_DOUBLE_EQ(m.reference_s, 3.0);  // the median: one op met a slow block
-  EXPECT_DOUBLE_EQ(m.fastest, 2.0 / 3);
-  EXPECT_DOUBLE_EQ(m.slowest, 10.0 / 3);
-  note_speed(m, {1.5, 4.0});
-  EXPECT_DOUBLE_EQ(m.fastest, 0.5);
-  EXPECT_EQ(m.samples, 5);
-}
-
-TEST(Profiler, SpeedReferenceIsMeasuredBesideEveryMeasurement) {
-  ir::Graph g = two_layer(4, 8, 8);
-  ProfileOptions opt;
-  opt.batches = {1, 2};
-  opt.warmup = 0;
-  opt.repeats = 1;
-  opt.speed_window_s = 0.05;
-  std::ostringstream progress;
-  cost::Profile p = profile_graph(g, opt, &progress);
-  ASSERT_TRUE(p.speed.has_value());
-  EXPECT_GT(p.speed->reference_s, 0);
-  EXPECT_EQ(p.speed->window_s, 0.05);
-  // The window's samples, one per op signature (3), one per model batch (2), one for the optimizers.
-  EXPECT_GT(p.speed->samples, 3 + 2 + 1);
-  EXPECT_LE(p.speed->fastest, 1.0);
-  EXPECT_GE(p.speed->slowest, 1.0);
-  EXPECT_NE(progress.str().find("[speed] reference GEMM"), std::string::npos) << progress.str();
-  opt.speed_reference = false;
-  EXPECT_FALSE(profile_graph(g, opt, nullptr).speed.has_value());
-}
-
 TEST(Profiler, RealLinearTimesArePositiveOrderedAndNearRoofline) {
   ir::Graph g = two_layer(64, 256, 512);
   ProfileOptions opt;
@@ -214,7 +178,6 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   o.warmup = 1;
   o.repeats = 3;
   o.links = false;  // spawns the graphpipe binary; the CLI test covers it
-  o.speed_window_s = 0.2;
   std::ostringstream progress;
   CalibrationResult r = calibrate_cpu(o, &progress);
   const cost::CpuCalibration& k = r.calibration;
