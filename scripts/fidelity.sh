@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make fidelity: does the cost model predict this machine? Profiles a small mmt, plans it at 1, 2 and 4
 # devices (with the measured profile, and with the calibrated `cpu` preset alone), trains each plan
-# for STEPS steps and prints measured vs predicted iteration time per plan (median over the steps,
-# the first WARMUP steps left out). Writes the table to BUILD/fidelity.md too. Env: FID_MODEL,
-# FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), CALIBRATE=1 (measure the machine
-# again first), FID_REPEATS (15: timed calls per op in the profile).
+# for STEPS steps in each of FID_ROUNDS rounds (every plan in turn per round) and prints measured vs
+# predicted iteration time per plan: the median over the rounds of each run's median step (the
+# first WARMUP steps left out), and the range over the rounds. Writes the table to BUILD/fidelity.md
+# too. Env: FID_MODEL, FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), FID_ROUNDS (3),
+# CALIBRATE=1 (measure the machine again first), FID_REPEATS (15: timed calls per op in the profile).
 # On a machine shared with other jobs the wall-clock median measures the contention as much as the
 # model; a second figure is robust to it: the CPU time of the training processes per step (from a
 # run of STEPS steps minus one of 2 steps, so start-up cancels) divided by the cores in use,
@@ -21,7 +22,7 @@ DEVICES=${DEVICES:-1 2 4}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
-echo "== fidelity: $MODEL, mini-batch $BATCH, $STEPS steps per plan on $(nproc) cores (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== fidelity: $MODEL, mini-batch $BATCH, ${FID_ROUNDS:-3} rounds of $STEPS steps per plan on $(nproc) cores (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "-- calibrating the cpu preset (cached per machine; CALIBRATE=1 measures again)"
 if [ "${CALIBRATE:-0}" = 1 ]; then "$GP" calibrate | sed -n 1,3p
 else "$GP" calibrate --show 2>/dev/null | sed -n 1,3p || "$GP" calibrate | sed -n 1,3p; fi
@@ -42,29 +43,50 @@ print('%.4f' % statistics.median(t))"; }
 field() { python3 -c "import json; d = json.load(open('$1')); print($2)"; }
 shape() { field "$1" "'%d stage(s): ' % len(d['stages']) + ', '.join('%d dev mb %d' % (len(s['devices']), s['micro_batch_size']) for s in d['stages'])"; }
 
-rows=()
+ROUNDS=${FID_ROUNDS:-3}
+# The plans first, then ROUNDS rounds of training every plan in turn: on a machine whose speed moves
+# for minutes at a time (this VM's host), one run per plan measures the moment as much as the plan.
+keys=()
+declare -A pred shape_of runs cpus
 for costs in profile calibrated; do
   for n in $DEVICES; do
+    k="${costs}_$n"
+    keys+=("$k")
     extra=(); [ "$costs" = profile ] && extra=(--profile "$PROF")
-    "$GP" plan --model "$MODEL" --cluster cpu --devices "$n" --batch "$BATCH" "${extra[@]}" --out "$T/p.json" >/dev/null
-    pred=$(field "$T/p.json" "'%.4f' % d['predicted']['iteration_time_s']")
-    echo "-- $costs, $n device(s): $(shape "$T/p.json"); predicted $pred s; training $STEPS steps"
-    cpu_s() { /usr/bin/time -f "%U %S" -o "$T/time" "$GP" train --plan "$T/p.json" --steps "$1" --seed 1 \
-                --log "$T/log$1.jsonl" >/dev/null; awk '{ print $1 + $2 }' "$T/time"; }
-    long=$(cpu_s "$STEPS")
-    short=$(cpu_s 2)
-    meas=$(median "$T/log$STEPS.jsonl")
-    cpu=$(python3 -c "print('%.4f' % (($long - $short) / ($STEPS - 2) / min($n, $(nproc))))")
-    ratio=$(python3 -c "print('%.2f' % ($meas / $pred))")
-    cratio=$(python3 -c "print('%.2f' % ($cpu / $pred))")
-    load=$(cut -d' ' -f1 /proc/loadavg)
-    echo "   measured $meas s (median; /predicted $ratio), CPU-time per step / cores $cpu s (/predicted $cratio), load $load"
-    rows+=("| $costs | $n | $(shape "$T/p.json") | $pred | $meas | $ratio | $cpu | $cratio | $load |")
+    "$GP" plan --model "$MODEL" --cluster cpu --devices "$n" --batch "$BATCH" "${extra[@]}" --out "$T/$k.json" >/dev/null
+    pred[$k]=$(field "$T/$k.json" "'%.4f' % d['predicted']['iteration_time_s']")
+    shape_of[$k]=$(shape "$T/$k.json")
+    echo "-- $costs, $n device(s): ${shape_of[$k]}; predicted ${pred[$k]} s"
   done
 done
+cpu_s() { /usr/bin/time -f "%U %S" -o "$T/time" "$GP" train --plan "$T/$1.json" --steps "$2" --seed 1 \
+            --log "$T/log.jsonl" >/dev/null; awk '{ print $1 + $2 }' "$T/time"; }
+for r in $(seq "$ROUNDS"); do
+  for k in "${keys[@]}"; do
+    c=$(cpu_s "$k" "$STEPS")
+    m=$(median "$T/log.jsonl")
+    runs[$k]="${runs[$k]:-} $m"
+    cpus[$k]="${cpus[$k]:-} $c"
+    echo "   round $r/$ROUNDS, $k: measured $m s (median of $STEPS steps; predicted ${pred[$k]}), load $(cut -d' ' -f1 /proc/loadavg)"
+  done
+done
+rows=()
+for k in "${keys[@]}"; do
+  short=$(cpu_s "$k" 2)
+  n=${k#*_}
+  # median / min / max over the rounds' medians; CPU time per step from the median round's CPU time
+  read -r meas lo hi ratio rlo rhi cpu cratio < <(python3 -c "
+import statistics
+m = [float(x) for x in '${runs[$k]}'.split()]; c = [float(x) for x in '${cpus[$k]}'.split()]
+p = ${pred[$k]}
+cpu = (statistics.median(c) - $short) / ($STEPS - 2) / min($n, $(nproc))
+print('%.4f %.4f %.4f %.2f %.2f %.2f %.4f %.2f' % (statistics.median(m), min(m), max(m), statistics.median(m) / p,
+      min(m) / p, max(m) / p, cpu, cpu / p))")
+  rows+=("| ${k%_*} | $n | ${shape_of[$k]} | ${pred[$k]} | $meas | $lo-$hi | $ratio | $rlo-$rhi | $cpu | $cratio |")
+done
 {
-  echo "| costs | devices | plan | predicted s | measured s (median) | measured / predicted | CPU s per step / cores | CPU / predicted | load avg |"
-  echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| costs | devices | plan | predicted s | measured s (median of $ROUNDS runs) | runs' range | measured / predicted | range | CPU s per step / cores | CPU / predicted |"
+  echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT"
 echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
