@@ -325,7 +325,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
       mem_limit_(memory_limit),
       same_node_(same_node),
       dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())),
-      band_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
+      band_(sizes_.size(), std::vector<std::vector<std::vector<StageCostLite>>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
   for (size_t z = 0; z < sizes_.size(); ++z) {
@@ -424,17 +424,22 @@ inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int
   return lite;
 }
 
-// A long sequence's stage of at most kBandItems items: its cache slot (nullptr otherwise). The
-// values are those cheap() and finish() compute, kept: the same stage recurs across states and
-// targets.
+// A long sequence's stage: its cache slot (nullptr once the cache is full). The values are those
+// cheap() and finish() compute, kept: the same stage recurs across states and targets. A row grows
+// geometrically (base_case extends a stage one item at a time).
 SeqDp::StageCostLite* SeqDp::band_slot(int s, int i, int m, int plog, int z) {
-  if (m - i > kBandItems) return nullptr;
-  auto& tab = band_[z][s];
-  if (tab.empty()) {
-    const size_t k = st_.seqs[s].items.size();
-    tab.assign(k * kBandItems * static_cast<size_t>(plogs_), StageCostLite{-1, -1, 0, 0});
+  auto& rows = band_[z][s];
+  const size_t k = st_.seqs[s].items.size(), len = static_cast<size_t>(m - i);
+  if (rows.empty()) rows.resize(k * static_cast<size_t>(plogs_));
+  std::vector<StageCostLite>& row = rows[static_cast<size_t>(plog) * k + i];
+  if (row.size() < len) {
+    const size_t want = std::min(k - i, std::max({len, 2 * row.size(), size_t{16}}));
+    const size_t more = (want - row.capacity()) * sizeof(StageCostLite);
+    if (want > row.capacity() && band_bytes_ + more > kBandBytes) return nullptr;
+    if (want > row.capacity()) band_bytes_ += more, row.reserve(want);
+    row.resize(want, StageCostLite{-1, -1, 0, 0});
   }
-  return &tab[(static_cast<size_t>(plog) * st_.seqs[s].items.size() + i) * kBandItems + (m - i - 1)];
+  return &row[len - 1];
 }
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {

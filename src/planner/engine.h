@@ -366,10 +366,12 @@ class SeqDp {
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
   std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
-  // Long sequences (the chain): stages of up to kBandItems items, per size and sequence
-  // [plog][i][m - i - 1], the cheap part first (compute_tps < 0: empty), tps once completed.
-  static constexpr int kBandItems = 128;
-  std::vector<std::vector<std::vector<StageCostLite>>> band_;
+  // Long sequences (the chain): per size, sequence, degree and first item i ([z][s][plog * k + i]),
+  // the stages [i, m) evaluated so far, at [m - i - 1] (rows grow on demand, to at most
+  // kBandBytes in all), the cheap part first (compute_tps < 0: empty), tps once completed.
+  static constexpr size_t kBandBytes = size_t{256} << 20;
+  std::vector<std::vector<std::vector<std::vector<StageCostLite>>>> band_;
+  size_t band_bytes_ = 0;
   StageCostLite* band_slot(int s, int i, int m, int plog, int z);
   // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
   // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
