@@ -369,6 +369,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
   chain_stage_.resize(st.seqs.size());
   chain_act_.resize(st.seqs.size());
   chain_dev_.resize(st.seqs.size());
+  work_lb_.resize(st.seqs.size());
 }
 
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
@@ -498,7 +499,6 @@ int SeqDp::go(int s, int i, int d, int down) {
     range_.meet(TargetRange::none());
     return -1;
   }
-  const int k = static_cast<int>(st_.seqs[s].items.size());
   if (const Cell* c = cell(s, i, d, down, false)) {
     const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
     if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
@@ -510,16 +510,20 @@ int SeqDp::go(int s, int i, int d, int down) {
       return c->e.val;
     }
   }
-  // Memory alone rules the state out at every target (the range is untouched: no time test).
-  if (memory_rules_out(s, i, d, down)) return -1;
-  if (over_cap(s, i, d)) return -1;  // so does the compute cap (fixed for this DP)
-  // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
-  // memoised: the same answer every time at this target).
-  double work = std::numeric_limits<double>::infinity();
-  for (RangeCost& rc : rcs_) work = std::min(work, rc.work_lower_bound(s, i, k));
-  const double per_device = work / (d * (1 + 1e-9));
+  // Memory alone rules the state out at every target (the range is untouched: no time test), and
+  // so does the compute cap (fixed for this DP). Both are kept in the memo as infeasible at every
+  // target, which a later visit reads the same way (no range change).
+  if (memory_rules_out(s, i, d, down) || over_cap(s, i, d)) {
+    cell(s, i, d, down, true)->infeasible_below = std::numeric_limits<double>::infinity();
+    return -1;
+  }
+  // Prune by the target: d devices cannot run more than d x T device-seconds per sample. Kept in
+  // the memo as infeasible below that value (a later visit at a smaller target reads it there).
+  const double per_device = work_lower_bound(s, i) / (d * (1 + 1e-9));
   if (per_device > tmax_) {
     range_.reject(per_device);
+    Cell* c = cell(s, i, d, down, true);
+    c->infeasible_below = std::max(c->infeasible_below, per_device);
     return -1;
   }
   ++states_;
@@ -1177,32 +1181,35 @@ int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
   return m;
 }
 
-void SeqDp::set_compute_cap(double cap) {
-  cap_ = cap;
-  op_work_.assign(cm_.graph().num_ops(), std::numeric_limits<double>::infinity());
-  for (size_t o = 0; o < op_work_.size(); ++o)
-    for (int z : sizes_)
-      for (int p = 1; p <= std::min(n_, z); p *= 2)
-        op_work_[o] = std::min(op_work_[o], p * cm_.op_step_time(OpId(static_cast<int32_t>(o)), z / p) / z);
-  cap_work_.assign(st_.seqs.size(), {});
-}
+void SeqDp::set_compute_cap(double cap) { cap_ = cap; }
 
-// A stage on p devices computes sum over its ops of op_step_time(op, z / p) / z per sample, at
-// least sum(op_work_) / p, so a plan of the suffix on d devices (sum of p <= d) has a stage
-// computing at least sum(op_work_) / d per sample.
-bool SeqDp::over_cap(int s, int i, int d) {
-  if (cap_ == std::numeric_limits<double>::infinity()) return false;
-  std::vector<double>& w = cap_work_[s];
+// The least device-seconds per sample of items [i, end) of sequence s: per op the least over the
+// stage sizes z and degrees p of p x its time at z / p over z (a plan may give each op any size),
+// summed in the order RangeCost sums its per-size bound (with one size, the same value).
+double SeqDp::work_lower_bound(int s, int i) {
+  std::vector<long double>& w = work_lb_[s];
   if (w.empty()) {
     const auto& items = st_.seqs[s].items;
     w.assign(items.size() + 1, 0);
+    long double acc = 0;
     for (size_t j = 0; j < items.size(); ++j) {
-      double x = 0;
-      for (OpId op : items[j].ops) x += op_work_[op.v];
-      w[j + 1] = w[j] + x;
+      for (OpId op : items[j].ops) {
+        double lb = std::numeric_limits<double>::infinity();
+        for (int z : sizes_)
+          for (int pl = 0; (1 << pl) <= std::min(n_, z); ++pl)
+            lb = std::min(lb, cm_.op_step_time(op, z >> pl) * (1 << pl) / z);
+        acc += lb;
+      }
+      w[j + 1] = acc;
     }
   }
-  return w.back() - w[i] > d * cap_ * (1 + 1e-9);
+  return static_cast<double>(w.back() - w[i]);
+}
+
+// A stage on p devices computes at least its ops' least device-seconds per sample / p, so a plan
+// of the suffix on d devices (sum of p <= d) has a stage computing at least work_lower_bound / d.
+bool SeqDp::over_cap(int s, int i, int d) {
+  return cap_ != std::numeric_limits<double>::infinity() && work_lower_bound(s, i) > d * cap_ * (1 + 1e-9);
 }
 
 bool SeqDp::memory_rules_out(int s, int i, int d, int down) {

@@ -398,12 +398,14 @@ class SeqDp {
   void chain_devices(int s);
   size_t mem_pruned_ = 0, rest_pruned_ = 0;
   bool mem_bound_ = true;
-  // set_compute_cap: the cap, and per sequence (on first use) prefix sums over its items of each
-  // op's least compute per sample per device over the sizes and degrees (a suffix on d devices
-  // whose sum exceeds d x cap has a stage above the cap).
+  // set_compute_cap's cap (a suffix whose work_lower_bound exceeds d x cap has a stage above it).
   double cap_ = std::numeric_limits<double>::infinity();
-  std::vector<double> op_work_;
-  std::vector<std::vector<double>> cap_work_;
+  // The least device-seconds per sample of the suffix [i, end) of sequence s: per op, the least
+  // over every stage size and degree (each op of a plan may take any), from per-sequence prefix
+  // sums (work_lb_, filled on first use). A plan of the suffix on d devices with every stage's
+  // compute per sample at most T exists only if this is at most d x T.
+  std::vector<std::vector<long double>> work_lb_;
+  double work_lower_bound(int s, int i);
   bool over_cap(int s, int i, int d);
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
