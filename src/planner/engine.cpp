@@ -324,8 +324,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())),
-      band_(sizes_.size(), std::vector<std::vector<std::vector<StageCostLite>>>(st.seqs.size())) {
+      cache_(sizes_.size(), std::vector<std::vector<std::vector<StageCostLite>>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
   for (size_t z = 0; z < sizes_.size(); ++z) {
@@ -406,41 +405,35 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
   }
 }
 
+// A stage's cache slot (nullptr once the cache is full): per size, sequence, degree and first item
+// a row of the stages [i, m) evaluated so far, grown geometrically (base_case extends a stage one
+// item at a time), so only the stages the DP reaches take memory. The values are those cheap()
+// and finish() compute, kept: the same stage recurs across states and targets.
+inline SeqDp::StageCostLite* SeqDp::cache_slot(int s, int i, int m, int plog, int z) {
+  auto& rows = cache_[z][s];
+  const size_t k = st_.seqs[s].items.size(), len = static_cast<size_t>(m - i);
+  if (rows.empty()) rows.resize(k * static_cast<size_t>(plogs_));
+  std::vector<StageCostLite>& row = rows[static_cast<size_t>(plog) * k + i];
+  if (row.size() >= len) return &row[len - 1];
+  const size_t want = std::min(k - i, std::max({len, 2 * row.size(), size_t{16}}));
+  if (want > row.capacity()) {
+    const size_t more = (want - row.capacity()) * sizeof(StageCostLite);
+    if (cache_bytes_ + more > kCacheBytes) return nullptr;
+    cache_bytes_ += more;
+    row.reserve(want);
+  }
+  row.resize(want, StageCostLite{-1, -1, 0, 0});
+  return &row[len - 1];
+}
+
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
   s = st_.canon(s);
-  const int k = static_cast<int>(st_.seqs[s].items.size());
-  if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
-    const auto& tab = dense_[z][s];
-    if (!tab.empty()) {
-      const StageCostLite& e = tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
-      if (e.tps >= 0) return e;
-    }
-    return stage(s, i, m, plog, z);
-  }
-  StageCostLite* slot = band_slot(s, i, m, plog, z);
+  StageCostLite* slot = cache_slot(s, i, m, plog, z);
   if (slot && slot->compute_tps >= 0) return *slot;
   const RangeCost::Cost c = rcs_[z].cheap(s, i, m, plog);
   const StageCostLite lite{-1, c.compute_tps, c.state, c.act};
   if (slot) *slot = lite;
   return lite;
-}
-
-// A long sequence's stage: its cache slot (nullptr once the cache is full). The values are those
-// cheap() and finish() compute, kept: the same stage recurs across states and targets. A row grows
-// geometrically (base_case extends a stage one item at a time).
-SeqDp::StageCostLite* SeqDp::band_slot(int s, int i, int m, int plog, int z) {
-  auto& rows = band_[z][s];
-  const size_t k = st_.seqs[s].items.size(), len = static_cast<size_t>(m - i);
-  if (rows.empty()) rows.resize(k * static_cast<size_t>(plogs_));
-  std::vector<StageCostLite>& row = rows[static_cast<size_t>(plog) * k + i];
-  if (row.size() < len) {
-    const size_t want = std::min(k - i, std::max({len, 2 * row.size(), size_t{16}}));
-    const size_t more = (want - row.capacity()) * sizeof(StageCostLite);
-    if (want > row.capacity() && band_bytes_ + more > kBandBytes) return nullptr;
-    if (want > row.capacity()) band_bytes_ += more, row.reserve(want);
-    row.resize(want, StageCostLite{-1, -1, 0, 0});
-  }
-  return &row[len - 1];
 }
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
@@ -449,25 +442,13 @@ void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
   rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
-  if (static_cast<int>(st_.seqs[s].items.size()) > kDenseItems)
-    if (StageCostLite* slot = band_slot(s, i, m, plog, z)) slot->tps = rc.tps;
+  if (StageCostLite* slot = cache_slot(s, i, m, plog, z)) slot->tps = rc.tps;
 }
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
-  // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
-  s = st_.canon(s);
-  const int k = static_cast<int>(st_.seqs[s].items.size());
-  StageCostLite* slot = nullptr;
-  if (k <= kDenseItems) {
-    auto& tab = dense_[z][s];
-    if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
-    slot = &tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
-    if (slot->tps >= 0) return *slot;
-  }
-  const RangeCost::Cost c = rcs_[z].cost(s, i, m, plog);
-  StageCostLite lite{c.tps, c.compute_tps, c.state, c.act};
-  if (slot) *slot = lite;
-  return lite;
+  StageCostLite c = stage_head(s, i, m, plog, z);
+  complete(s, i, m, plog, z, &c);
+  return c;
 }
 
 // `depth`: the stage's in-flight units; c.act is per micro-batch of size z (w units each).

@@ -262,12 +262,11 @@ class SeqDp {
   struct StageCostLite {
     double tps = -1, compute_tps = 0, state = 0, act = 0;  // tps < 0: not computed yet
   };
-  static constexpr int kDenseItems = 300;
-  int plogs_ = 1;  // number of power-of-two degrees (stride of dense_)
+  int plogs_ = 1;  // number of power-of-two degrees
   // Costs of items [i, m) of sequence s on 2^plog devices at stage size z (index into sizes_).
   StageCostLite stage(int s, int i, int m, int plog, int z);
-  // stage() without the communication/all-reduce terms for long sequences (tps < 0 then);
-  // complete() fills them in. Dense sequences return the full (cached) cost.
+  // stage() without the communication/all-reduce terms (tps < 0 until computed: the compute and
+  // memory tests come first); complete() fills them in. Both cached (cache_slot).
   StageCostLite stage_head(int s, int i, int m, int plog, int z);
   void complete(int s, int i, int m, int plog, int z, StageCostLite* c);
   // In-flight units of a stage of size z whose successors hold `succ` units (plan::required_in_flight
@@ -365,14 +364,13 @@ class SeqDp {
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
-  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
-  // Long sequences (the chain): per size, sequence, degree and first item i ([z][s][plog * k + i]),
-  // the stages [i, m) evaluated so far, at [m - i - 1] (rows grow on demand, to at most
-  // kBandBytes in all), the cheap part first (compute_tps < 0: empty), tps once completed.
-  static constexpr size_t kBandBytes = size_t{256} << 20;
-  std::vector<std::vector<std::vector<std::vector<StageCostLite>>>> band_;
-  size_t band_bytes_ = 0;
-  StageCostLite* band_slot(int s, int i, int m, int plog, int z);
+  // The stage-cost cache: per size and sequence, rows [plog * k + i] holding the stages [i, m) at
+  // [m - i - 1], grown on demand to at most kCacheBytes in all (cheap part first, compute_tps < 0:
+  // empty; tps once completed).
+  static constexpr size_t kCacheBytes = size_t{512} << 20;
+  std::vector<std::vector<std::vector<std::vector<StageCostLite>>>> cache_;
+  size_t cache_bytes_ = 0;
+  StageCostLite* cache_slot(int s, int i, int m, int plog, int z);
   // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
   // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
   // per micro-batch of size z); per sequence (filled on first use), prefix sums over its items of
