@@ -1117,33 +1117,41 @@ void SeqDp::chain_devices(int s) {
   const std::vector<double>& act = mem_act_[s];
   const double cap = mem_limit_ * (1 + 1e-9), inf = std::numeric_limits<double>::infinity();
   const int top = std::clamp(num_micro_ - 1, 0, 16);  // c = top stands for "top or more stages after"
-  // q[c][i]: the fewest devices for [i, k) whose first stage has c stages after it.
-  std::vector<std::vector<double>> q(top + 1, std::vector<double>(k + 1, inf));
-  for (int i = k - 1; i >= 0; --i)
+  const size_t w = static_cast<size_t>(top) + 1;
+  // q[i * w + c]: the fewest devices for [i, k) whose first stage has c stages after it (a row per
+  // item, so the loop over c runs on consecutive entries).
+  std::vector<double> q((static_cast<size_t>(k) + 1) * w, inf);
+  // next[m * w + c]: the rest [m, k) after a stage with c stages after it: q[m][c - 1], and for
+  // c = top also q[m][top] (c = 0 is only the stage to the end, which has nothing after it).
+  std::vector<double> next(q.size(), inf);
+  std::vector<double> f(w);
+  const size_t c0 = top == 0 ? 0 : 1;  // with top = 0, c = 0 means "0 or more stages after"
+  for (int c = 0; c <= top; ++c) f[c] = std::min(c + 1, num_micro_);
+  for (int i = k - 1; i >= 0; --i) {
+    double* qi = &q[static_cast<size_t>(i) * w];
     for (int m = i + 1; m <= k; ++m) {
       const double st = state[m] - state[i];
       if (st >= cap) break;
       const double a = act[m] - act[i];
-      for (int c = 0; c <= top; ++c) {
-        double rest = 0;
-        if (m == k) {
-          if (c > 0) break;  // the stage to the end has nothing after it
-        } else if (c < top) {
-          if (c == 0) continue;
-          rest = q[c - 1][m];
-        } else {
-          rest = top == 0 ? q[0][m] : std::min(q[top - 1][m], q[top][m]);
-        }
-        if (rest == inf) continue;
-        const double f = std::min(c + 1, num_micro_);
-        q[c][i] = std::min(q[c][i], std::max(1.0, f * a / (cap - st)) + rest);
+      if (m == k) {  // the stage to the end has nothing after it
+        qi[0] = std::min(qi[0], std::max(1.0, f[0] * a / (cap - st)));
+        continue;
+      }
+      const double* rest = &next[static_cast<size_t>(m) * w];
+      for (size_t c = c0; c < w; ++c) {
+        const double need = f[c] * a / (cap - st);
+        qi[c] = std::min(qi[c], (need > 1.0 ? need : 1.0) + rest[c]);
       }
     }
+    double* ni = &next[static_cast<size_t>(i) * w];
+    for (size_t c = 1; c < w; ++c) ni[c] = qi[c - 1];
+    ni[top] = top == 0 ? qi[0] : std::min(qi[top - 1], qi[top]);
+  }
   std::vector<double>& out = chain_dev_[s];
   out.assign(k + 1, 0);
   for (int i = k - 1; i >= 0; --i) {
     out[i] = inf;
-    for (int c = 0; c <= top; ++c) out[i] = std::min(out[i], q[c][i]);
+    for (size_t c = 0; c < w; ++c) out[i] = std::min(out[i], q[static_cast<size_t>(i) * w + c]);
     // A suffix needs at least what a shorter one does (drop its first op: no stage grows), so the
     // array is non-increasing in i even where rounding says otherwise (first_rest_fitting bisects it).
     out[i] = std::max(out[i], out[i + 1]);
