@@ -374,7 +374,9 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
   s = st_.canon(s);  // identical sequences share their memo (mirror_sequences)
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
-  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  // [sequence][device count][item]: base_case looks up the rests of one stage's growing ends at
+  // one device count, consecutive slots.
+  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(cidx_[d]) * st_.seqs[s].items.size() + i];
   if (sl.filled && sl.down == down) return &sl.cell;
   if (!sl.filled) {
     if (!create) return nullptr;
