@@ -607,6 +607,37 @@ bool SeqDp::beats_with_rest(const Seq& q, int s, int j, const Entry* best, int d
   return q.parallel || rest_may_beat(s, j, down, best->val);
 }
 
+// base_case's slice of known_rest_ for one call (items (i, k) of its sequence), released on return.
+class SeqDp::KnownRests {
+ public:
+  KnownRests(SeqDp* dp, int i, int k) : dp_(dp), base_(dp->known_top_), i_(i), filled_(i) {
+    dp_->known_top_ += static_cast<size_t>(k - i);
+    if (dp_->known_rest_.size() < dp_->known_top_) dp_->known_rest_.resize(2 * dp_->known_top_);
+  }
+  ~KnownRests() { dp_->known_top_ = base_; }
+  KnownRests(const KnownRests&) = delete;
+  KnownRests& operator=(const KnownRests&) = delete;
+  void set(int m, int rest) {
+    for (; filled_ < m; ++filled_) dp_->known_rest_[slot(filled_ + 1)] = kUnknown;
+    dp_->known_rest_[slot(m)] = rest;
+  }
+  // Whether the rest after m, known from a smaller degree, rules m out against `best`: infeasible,
+  // or already as deep as best (series: the stage adds a unit; parallel: it runs beside the rest).
+  bool cannot_beat(int m, int best, bool parallel) const {
+    if (m > filled_) return false;
+    const int r = dp_->known_rest_[slot(m)];
+    if (r == kUnknown) return false;
+    return r < 0 || (best >= 0 && (parallel ? r : dp_->after(0, r)) >= best);
+  }
+
+ private:
+  static constexpr int kUnknown = -3;
+  size_t slot(int m) const { return base_ + static_cast<size_t>(m - i_ - 1); }
+  SeqDp* dp_;
+  size_t base_;
+  int i_, filled_;  // slots of ends (i, filled_] are set (kUnknown where never looked up)
+};
+
 // Base case: items [i, m) form one stage on p = 2^plog devices at the smallest size that meets
 // the target; the rest is solved recursively. Per degree, m grows until every size's compute alone
 // exceeds the target, or its memory at the shallowest possible depth exceeds the limit (both only
@@ -621,6 +652,13 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   // Whether a rest here may need more than one part (else rest_may_beat is the two-stage floor).
   const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
                                        spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
+  // The rest after each stage end m < k as looked up at a smaller degree (-1: infeasible). A larger
+  // degree leaves the rest fewer devices, and a state's depth only grows (or it becomes infeasible)
+  // with fewer devices, at the same target. So where the known rest already could not beat the
+  // best, the stage end is skipped at every larger degree: its tests there could not change the
+  // best (the skipped tests only shift where the next stage end fails the same tests; the rest's
+  // time tests were met into this state's range when it was looked up).
+  KnownRests known(this, i, k);
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
@@ -646,6 +684,10 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
       if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
+      if (m < k && rest_reuse_ && known.cannot_beat(m, best->val, q.parallel)) {
+        ++rests_reused_;
+        continue;
+      }
       const bool two_stages = !q.parallel && m < k;
       // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
       const int rest_units = two_stages && chain_floor && chain_stage_[s][m] > 1
@@ -679,6 +721,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
             return {own, own};
           },
           two_stages ? &parked : nullptr);
+      if (m < k && rest != -3) known.set(m, rest);
       if (pick.z < 0) continue;
       keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
       if (best->val == floor_val) break;

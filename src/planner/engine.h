@@ -242,6 +242,11 @@ class SeqDp {
   size_t memory_pruned() const { return mem_pruned_; }
   /// Times the rest bound (rest_may_beat, first_rest_beating) cut more than the two-stage floor.
   size_t rest_pruned() const { return rest_pruned_; }
+  /// Stage ends base_case skipped because the rest after them, looked up at a smaller degree of the
+  /// same state (more devices left for it), already could not beat the state's best (all solves).
+  size_t rests_reused() const { return rests_reused_; }
+  /// Switches that reuse off (tests: the search must be the same without it).
+  void set_rest_reuse(bool on) { rest_reuse_ = on; }
   size_t solves() const { return solves_; }
   size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
@@ -315,6 +320,7 @@ class SeqDp {
   // The first m >= j at which a chain's rest [m, end) may fit d devices (chain_dev_; down = 0 only),
   // k when none: a stage [i, m) before it has no plan, and the bound only weakens as m grows.
   int first_rest_fitting(int s, int j, int d, int down);
+  class KnownRests;  // base_case's rests per stage end (rest reuse across degrees)
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -394,7 +400,12 @@ class SeqDp {
   // and p >= 1; the least sum of p over the stages (p continuous, in-flight counts past 16 stages
   // taken as 16's) is a lower bound on the devices of every plan of the suffix.
   void chain_devices(int s);
-  size_t mem_pruned_ = 0, rest_pruned_ = 0;
+  size_t mem_pruned_ = 0, rest_pruned_ = 0, rests_reused_ = 0;
+  bool rest_reuse_ = true;
+  // base_case's rests per stage end, kept for its larger degrees: one slice per active call
+  // (go() recursion nests them), [top, top + k - i), filled lazily up to the largest end seen.
+  std::vector<int> known_rest_;
+  size_t known_top_ = 0;
   bool mem_bound_ = true;
   // set_compute_cap's cap (a suffix whose work_lower_bound exceeds d x cap has a stage above it).
   double cap_ = std::numeric_limits<double>::infinity();
