@@ -607,7 +607,13 @@ bool SeqDp::beats_with_rest(const Seq& q, int s, int j, const Entry* best, int d
   return q.parallel || rest_may_beat(s, j, down, best->val);
 }
 
-// base_case's slice of known_rest_ for one call (items (i, k) of its sequence), released on return.
+// base_case's rests per stage end m < k as looked up at a smaller degree (-1: infeasible), in its
+// slice of known_rest_, released on return. A larger degree leaves the rest fewer devices, and a
+// state's depth only grows (or it becomes infeasible) with fewer devices, at the same target. So
+// where the known rest already could not beat the best, the stage end is skipped at every larger
+// degree: its tests there could not change the best (skipping them only shifts where the next stage
+// end fails the same compute or memory test; the rest's time tests were met into the state's range
+// when it was looked up).
 class SeqDp::KnownRests {
  public:
   KnownRests(SeqDp* dp, int i, int k) : dp_(dp), base_(dp->known_top_), i_(i), filled_(i) {
@@ -652,13 +658,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   // Whether a rest here may need more than one part (else rest_may_beat is the two-stage floor).
   const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
                                        spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
-  // The rest after each stage end m < k as looked up at a smaller degree (-1: infeasible). A larger
-  // degree leaves the rest fewer devices, and a state's depth only grows (or it becomes infeasible)
-  // with fewer devices, at the same target. So where the known rest already could not beat the
-  // best, the stage end is skipped at every larger degree: its tests there could not change the
-  // best (the skipped tests only shift where the next stage end fails the same tests; the rest's
-  // time tests were met into this state's range when it was looked up).
-  KnownRests known(this, i, k);
+  KnownRests known(this, i, k);  // the rests looked up at smaller degrees (see KnownRests)
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
