@@ -324,8 +324,7 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
       n_(num_devices),
       mem_limit_(memory_limit),
       same_node_(same_node),
-      dense_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())),
-      band_(sizes_.size(), std::vector<std::vector<StageCostLite>>(st.seqs.size())) {
+      cache_(sizes_.size(), std::vector<std::vector<std::vector<StageCostLite>>>(st.seqs.size())) {
   GP_ASSERT(st.seqs.size() < 65536 && num_devices < 65536, "structure too large");
   GP_ASSERT(!sizes_.empty() && sizes_.size() < 32, "stage sizes: {}", sizes_.size());
   for (size_t z = 0; z < sizes_.size(); ++z) {
@@ -369,12 +368,15 @@ SeqDp::SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& s
   chain_stage_.resize(st.seqs.size());
   chain_act_.resize(st.seqs.size());
   chain_dev_.resize(st.seqs.size());
+  work_lb_.resize(st.seqs.size());
 }
 
 SeqDp::Cell* SeqDp::cell(int s, int i, int d, int down, bool create) {
   s = st_.canon(s);  // identical sequences share their memo (mirror_sequences)
   GP_ASSERT(cidx_[d] >= 0, "memo: device count {} is not a candidate", d);
-  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(i) * ncounts_ + cidx_[d]];
+  // [sequence][device count][item]: base_case looks up the rests of one stage's growing ends at
+  // one device count, consecutive slots.
+  Slot& sl = slots_[seq_base_[s] + static_cast<size_t>(cidx_[d]) * st_.seqs[s].items.size() + i];
   if (sl.filled && sl.down == down) return &sl.cell;
   if (!sl.filled) {
     if (!create) return nullptr;
@@ -405,36 +407,35 @@ void SeqDp::store(int s, int i, int d, int down, const Entry& e) {
   }
 }
 
+// A stage's cache slot (nullptr once the cache is full): per size, sequence, degree and first item
+// a row of the stages [i, m) evaluated so far, grown geometrically (base_case extends a stage one
+// item at a time), so only the stages the DP reaches take memory. The values are those cheap()
+// and finish() compute, kept: the same stage recurs across states and targets.
+inline SeqDp::StageCostLite* SeqDp::cache_slot(int s, int i, int m, int plog, int z) {
+  auto& rows = cache_[z][s];
+  const size_t k = st_.seqs[s].items.size(), len = static_cast<size_t>(m - i);
+  if (rows.empty()) rows.resize(k * static_cast<size_t>(plogs_));
+  std::vector<StageCostLite>& row = rows[static_cast<size_t>(plog) * k + i];
+  if (row.size() >= len) return &row[len - 1];
+  const size_t want = std::min(k - i, std::max({len, 2 * row.size(), size_t{16}}));
+  if (want > row.capacity()) {
+    const size_t more = (want - row.capacity()) * sizeof(StageCostLite);
+    if (cache_bytes_ + more > kCacheBytes) return nullptr;
+    cache_bytes_ += more;
+    row.reserve(want);
+  }
+  row.resize(want, StageCostLite{-1, -1, 0, 0});
+  return &row[len - 1];
+}
+
 inline SeqDp::StageCostLite SeqDp::stage_head(int s, int i, int m, int plog, int z) {
   s = st_.canon(s);
-  const int k = static_cast<int>(st_.seqs[s].items.size());
-  if (k <= kDenseItems) {  // the hot path: a filled dense slot, inline
-    const auto& tab = dense_[z][s];
-    if (!tab.empty()) {
-      const StageCostLite& e = tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
-      if (e.tps >= 0) return e;
-    }
-    return stage(s, i, m, plog, z);
-  }
-  StageCostLite* slot = band_slot(s, i, m, plog, z);
+  StageCostLite* slot = cache_slot(s, i, m, plog, z);
   if (slot && slot->compute_tps >= 0) return *slot;
   const RangeCost::Cost c = rcs_[z].cheap(s, i, m, plog);
   const StageCostLite lite{-1, c.compute_tps, c.state, c.act};
   if (slot) *slot = lite;
   return lite;
-}
-
-// A long sequence's stage of at most kBandItems items: its cache slot (nullptr otherwise). The
-// values are those cheap() and finish() compute, kept: the same stage recurs across states and
-// targets.
-SeqDp::StageCostLite* SeqDp::band_slot(int s, int i, int m, int plog, int z) {
-  if (m - i > kBandItems) return nullptr;
-  auto& tab = band_[z][s];
-  if (tab.empty()) {
-    const size_t k = st_.seqs[s].items.size();
-    tab.assign(k * kBandItems * static_cast<size_t>(plogs_), StageCostLite{-1, -1, 0, 0});
-  }
-  return &tab[(static_cast<size_t>(plog) * st_.seqs[s].items.size() + i) * kBandItems + (m - i - 1)];
 }
 
 void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
@@ -443,25 +444,13 @@ void SeqDp::complete(int s, int i, int m, int plog, int z, StageCostLite* c) {
   RangeCost::Cost rc{0, c->compute_tps, c->state, c->act};
   rcs_[z].finish(s, i, m, plog, &rc);
   c->tps = rc.tps;
-  if (static_cast<int>(st_.seqs[s].items.size()) > kDenseItems)
-    if (StageCostLite* slot = band_slot(s, i, m, plog, z)) slot->tps = rc.tps;
+  if (StageCostLite* slot = cache_slot(s, i, m, plog, z)) slot->tps = rc.tps;
 }
 
 SeqDp::StageCostLite SeqDp::stage(int s, int i, int m, int plog, int z) {
-  // Dense cache for short sequences; long ones are costed directly (RangeCost is O(cut size)).
-  s = st_.canon(s);
-  const int k = static_cast<int>(st_.seqs[s].items.size());
-  StageCostLite* slot = nullptr;
-  if (k <= kDenseItems) {
-    auto& tab = dense_[z][s];
-    if (tab.empty()) tab.resize(static_cast<size_t>(k) * (k + 1) * plogs_);
-    slot = &tab[(static_cast<size_t>(plog) * k + i) * (k + 1) + m];
-    if (slot->tps >= 0) return *slot;
-  }
-  const RangeCost::Cost c = rcs_[z].cost(s, i, m, plog);
-  StageCostLite lite{c.tps, c.compute_tps, c.state, c.act};
-  if (slot) *slot = lite;
-  return lite;
+  StageCostLite c = stage_head(s, i, m, plog, z);
+  complete(s, i, m, plog, z, &c);
+  return c;
 }
 
 // `depth`: the stage's in-flight units; c.act is per micro-batch of size z (w units each).
@@ -493,7 +482,6 @@ int SeqDp::go(int s, int i, int d, int down) {
     range_.meet(TargetRange::none());
     return -1;
   }
-  const int k = static_cast<int>(st_.seqs[s].items.size());
   if (const Cell* c = cell(s, i, d, down, false)) {
     const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
     if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
@@ -505,16 +493,20 @@ int SeqDp::go(int s, int i, int d, int down) {
       return c->e.val;
     }
   }
-  // Memory alone rules the state out at every target (the range is untouched: no time test).
-  if (memory_rules_out(s, i, d, down)) return -1;
-  if (over_cap(s, i, d)) return -1;  // so does the compute cap (fixed for this DP)
-  // Prune by the target: d devices cannot run more than d x T device-seconds per sample (not
-  // memoised: the same answer every time at this target).
-  double work = std::numeric_limits<double>::infinity();
-  for (RangeCost& rc : rcs_) work = std::min(work, rc.work_lower_bound(s, i, k));
-  const double per_device = work / (d * (1 + 1e-9));
+  // Memory alone rules the state out at every target (the range is untouched: no time test), and
+  // so does the compute cap (fixed for this DP). Both are kept in the memo as infeasible at every
+  // target, which a later visit reads the same way (no range change).
+  if (memory_rules_out(s, i, d, down) || over_cap(s, i, d)) {
+    cell(s, i, d, down, true)->infeasible_below = std::numeric_limits<double>::infinity();
+    return -1;
+  }
+  // Prune by the target: d devices cannot run more than d x T device-seconds per sample. Kept in
+  // the memo as infeasible below that value (a later visit at a smaller target reads it there).
+  const double per_device = work_lower_bound(s, i) / (d * (1 + 1e-9));
   if (per_device > tmax_) {
     range_.reject(per_device);
+    Cell* c = cell(s, i, d, down, true);
+    c->infeasible_below = std::max(c->infeasible_below, per_device);
     return -1;
   }
   ++states_;
@@ -615,6 +607,43 @@ bool SeqDp::beats_with_rest(const Seq& q, int s, int j, const Entry* best, int d
   return q.parallel || rest_may_beat(s, j, down, best->val);
 }
 
+// base_case's rests per stage end m < k as looked up at a smaller degree (-1: infeasible), in its
+// slice of known_rest_, released on return. A larger degree leaves the rest fewer devices, and a
+// state's depth only grows (or it becomes infeasible) with fewer devices, at the same target. So
+// where the known rest already could not beat the best, the stage end is skipped at every larger
+// degree: its tests there could not change the best (skipping them only shifts where the next stage
+// end fails the same compute or memory test; the rest's time tests were met into the state's range
+// when it was looked up).
+class SeqDp::KnownRests {
+ public:
+  KnownRests(SeqDp* dp, int i, int k) : dp_(dp), base_(dp->known_top_), i_(i), filled_(i) {
+    dp_->known_top_ += static_cast<size_t>(k - i);
+    if (dp_->known_rest_.size() < dp_->known_top_) dp_->known_rest_.resize(2 * dp_->known_top_);
+  }
+  ~KnownRests() { dp_->known_top_ = base_; }
+  KnownRests(const KnownRests&) = delete;
+  KnownRests& operator=(const KnownRests&) = delete;
+  void set(int m, int rest) {
+    for (; filled_ < m; ++filled_) dp_->known_rest_[slot(filled_ + 1)] = kUnknown;
+    dp_->known_rest_[slot(m)] = rest;
+  }
+  // Whether the rest after m, known from a smaller degree, rules m out against `best`: infeasible,
+  // or already as deep as best (series: the stage adds a unit; parallel: it runs beside the rest).
+  bool cannot_beat(int m, int best, bool parallel) const {
+    if (m > filled_) return false;
+    const int r = dp_->known_rest_[slot(m)];
+    if (r == kUnknown) return false;
+    return r < 0 || (best >= 0 && (parallel ? r : dp_->after(0, r)) >= best);
+  }
+
+ private:
+  static constexpr int kUnknown = -3;
+  size_t slot(int m) const { return base_ + static_cast<size_t>(m - i_ - 1); }
+  SeqDp* dp_;
+  size_t base_;
+  int i_, filled_;  // slots of ends (i, filled_] are set (kUnknown where never looked up)
+};
+
 // Base case: items [i, m) form one stage on p = 2^plog devices at the smallest size that meets
 // the target; the rest is solved recursively. Per degree, m grows until every size's compute alone
 // exceeds the target, or its memory at the shallowest possible depth exceeds the limit (both only
@@ -629,6 +658,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   // Whether a rest here may need more than one part (else rest_may_beat is the two-stage floor).
   const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
                                        spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
+  KnownRests known(this, i, k);  // the rests looked up at smaller degrees (see KnownRests)
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
@@ -654,6 +684,10 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       if (q.join_from >= 0 && m > q.join_from && m < k) m = k;  // the join ops share the last stage
       if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
+      if (m < k && rest_reuse_ && known.cannot_beat(m, best->val, q.parallel)) {
+        ++rests_reused_;
+        continue;
+      }
       const bool two_stages = !q.parallel && m < k;
       // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
       const int rest_units = two_stages && chain_floor && chain_stage_[s][m] > 1
@@ -687,6 +721,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
             return {own, own};
           },
           two_stages ? &parked : nullptr);
+      if (m < k && rest != -3) known.set(m, rest);
       if (pick.z < 0) continue;
       keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
       if (best->val == floor_val) break;
@@ -1127,33 +1162,41 @@ void SeqDp::chain_devices(int s) {
   const std::vector<double>& act = mem_act_[s];
   const double cap = mem_limit_ * (1 + 1e-9), inf = std::numeric_limits<double>::infinity();
   const int top = std::clamp(num_micro_ - 1, 0, 16);  // c = top stands for "top or more stages after"
-  // q[c][i]: the fewest devices for [i, k) whose first stage has c stages after it.
-  std::vector<std::vector<double>> q(top + 1, std::vector<double>(k + 1, inf));
-  for (int i = k - 1; i >= 0; --i)
+  const size_t w = static_cast<size_t>(top) + 1;
+  // q[i * w + c]: the fewest devices for [i, k) whose first stage has c stages after it (a row per
+  // item, so the loop over c runs on consecutive entries).
+  std::vector<double> q((static_cast<size_t>(k) + 1) * w, inf);
+  // next[m * w + c]: the rest [m, k) after a stage with c stages after it: q[m][c - 1], and for
+  // c = top also q[m][top] (c = 0 is only the stage to the end, which has nothing after it).
+  std::vector<double> next(q.size(), inf);
+  std::vector<double> f(w);
+  const size_t c0 = top == 0 ? 0 : 1;  // with top = 0, c = 0 means "0 or more stages after"
+  for (int c = 0; c <= top; ++c) f[c] = std::min(c + 1, num_micro_);
+  for (int i = k - 1; i >= 0; --i) {
+    double* qi = &q[static_cast<size_t>(i) * w];
     for (int m = i + 1; m <= k; ++m) {
       const double st = state[m] - state[i];
       if (st >= cap) break;
       const double a = act[m] - act[i];
-      for (int c = 0; c <= top; ++c) {
-        double rest = 0;
-        if (m == k) {
-          if (c > 0) break;  // the stage to the end has nothing after it
-        } else if (c < top) {
-          if (c == 0) continue;
-          rest = q[c - 1][m];
-        } else {
-          rest = top == 0 ? q[0][m] : std::min(q[top - 1][m], q[top][m]);
-        }
-        if (rest == inf) continue;
-        const double f = std::min(c + 1, num_micro_);
-        q[c][i] = std::min(q[c][i], std::max(1.0, f * a / (cap - st)) + rest);
+      if (m == k) {  // the stage to the end has nothing after it
+        qi[0] = std::min(qi[0], std::max(1.0, f[0] * a / (cap - st)));
+        continue;
+      }
+      const double* rest = &next[static_cast<size_t>(m) * w];
+      for (size_t c = c0; c < w; ++c) {
+        const double need = f[c] * a / (cap - st);
+        qi[c] = std::min(qi[c], (need > 1.0 ? need : 1.0) + rest[c]);
       }
     }
+    double* ni = &next[static_cast<size_t>(i) * w];
+    for (size_t c = 1; c < w; ++c) ni[c] = qi[c - 1];
+    ni[top] = top == 0 ? qi[0] : std::min(qi[top - 1], qi[top]);
+  }
   std::vector<double>& out = chain_dev_[s];
   out.assign(k + 1, 0);
   for (int i = k - 1; i >= 0; --i) {
     out[i] = inf;
-    for (int c = 0; c <= top; ++c) out[i] = std::min(out[i], q[c][i]);
+    for (size_t c = 0; c < w; ++c) out[i] = std::min(out[i], q[static_cast<size_t>(i) * w + c]);
     // A suffix needs at least what a shorter one does (drop its first op: no stage grows), so the
     // array is non-increasing in i even where rounding says otherwise (first_rest_fitting bisects it).
     out[i] = std::max(out[i], out[i + 1]);
@@ -1172,32 +1215,35 @@ int SeqDp::first_rest_fitting(int s, int j, int d, int down) {
   return m;
 }
 
-void SeqDp::set_compute_cap(double cap) {
-  cap_ = cap;
-  op_work_.assign(cm_.graph().num_ops(), std::numeric_limits<double>::infinity());
-  for (size_t o = 0; o < op_work_.size(); ++o)
-    for (int z : sizes_)
-      for (int p = 1; p <= std::min(n_, z); p *= 2)
-        op_work_[o] = std::min(op_work_[o], p * cm_.op_step_time(OpId(static_cast<int32_t>(o)), z / p) / z);
-  cap_work_.assign(st_.seqs.size(), {});
-}
+void SeqDp::set_compute_cap(double cap) { cap_ = cap; }
 
-// A stage on p devices computes sum over its ops of op_step_time(op, z / p) / z per sample, at
-// least sum(op_work_) / p, so a plan of the suffix on d devices (sum of p <= d) has a stage
-// computing at least sum(op_work_) / d per sample.
-bool SeqDp::over_cap(int s, int i, int d) {
-  if (cap_ == std::numeric_limits<double>::infinity()) return false;
-  std::vector<double>& w = cap_work_[s];
+// The least device-seconds per sample of items [i, end) of sequence s: per op the least over the
+// stage sizes z and degrees p of p x its time at z / p over z (a plan may give each op any size),
+// summed in the order RangeCost sums its per-size bound (with one size, the same value).
+double SeqDp::work_lower_bound(int s, int i) {
+  std::vector<long double>& w = work_lb_[s];
   if (w.empty()) {
     const auto& items = st_.seqs[s].items;
     w.assign(items.size() + 1, 0);
+    long double acc = 0;
     for (size_t j = 0; j < items.size(); ++j) {
-      double x = 0;
-      for (OpId op : items[j].ops) x += op_work_[op.v];
-      w[j + 1] = w[j] + x;
+      for (OpId op : items[j].ops) {
+        double lb = std::numeric_limits<double>::infinity();
+        for (int z : sizes_)
+          for (int pl = 0; (1 << pl) <= std::min(n_, z); ++pl)
+            lb = std::min(lb, cm_.op_step_time(op, z >> pl) * (1 << pl) / z);
+        acc += lb;
+      }
+      w[j + 1] = acc;
     }
   }
-  return w.back() - w[i] > d * cap_ * (1 + 1e-9);
+  return static_cast<double>(w.back() - w[i]);
+}
+
+// A stage on p devices computes at least its ops' least device-seconds per sample / p, so a plan
+// of the suffix on d devices (sum of p <= d) has a stage computing at least work_lower_bound / d.
+bool SeqDp::over_cap(int s, int i, int d) {
+  return cap_ != std::numeric_limits<double>::infinity() && work_lower_bound(s, i) > d * cap_ * (1 + 1e-9);
 }
 
 bool SeqDp::memory_rules_out(int s, int i, int d, int down) {

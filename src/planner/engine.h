@@ -242,6 +242,11 @@ class SeqDp {
   size_t memory_pruned() const { return mem_pruned_; }
   /// Times the rest bound (rest_may_beat, first_rest_beating) cut more than the two-stage floor.
   size_t rest_pruned() const { return rest_pruned_; }
+  /// Stage ends base_case skipped because the rest after them, looked up at a smaller degree of the
+  /// same state (more devices left for it), already could not beat the state's best (all solves).
+  size_t rests_reused() const { return rests_reused_; }
+  /// Switches that reuse off (tests: the search must be the same without it).
+  void set_rest_reuse(bool on) { rest_reuse_ = on; }
   size_t solves() const { return solves_; }
   size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
@@ -262,12 +267,11 @@ class SeqDp {
   struct StageCostLite {
     double tps = -1, compute_tps = 0, state = 0, act = 0;  // tps < 0: not computed yet
   };
-  static constexpr int kDenseItems = 300;
-  int plogs_ = 1;  // number of power-of-two degrees (stride of dense_)
+  int plogs_ = 1;  // number of power-of-two degrees
   // Costs of items [i, m) of sequence s on 2^plog devices at stage size z (index into sizes_).
   StageCostLite stage(int s, int i, int m, int plog, int z);
-  // stage() without the communication/all-reduce terms for long sequences (tps < 0 then);
-  // complete() fills them in. Dense sequences return the full (cached) cost.
+  // stage() without the communication/all-reduce terms (tps < 0 until computed: the compute and
+  // memory tests come first); complete() fills them in. Both cached (cache_slot).
   StageCostLite stage_head(int s, int i, int m, int plog, int z);
   void complete(int s, int i, int m, int plog, int z, StageCostLite* c);
   // In-flight units of a stage of size z whose successors hold `succ` units (plan::required_in_flight
@@ -316,6 +320,7 @@ class SeqDp {
   // The first m >= j at which a chain's rest [m, end) may fit d devices (chain_dev_; down = 0 only),
   // k when none: a stage [i, m) before it has no plan, and the bound only weakens as m grows.
   int first_rest_fitting(int s, int j, int d, int down);
+  class KnownRests;  // base_case's rests per stage end (rest reuse across degrees)
   int go(int s, int i, int d, int down);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -365,12 +370,13 @@ class SeqDp {
   std::unordered_map<uint64_t, StageCostLite> merge_cost_;
   std::unordered_map<uint64_t, ForkPick> fork_memo_;  // kept across targets, like the memo
   std::vector<char> mask_;  // scratch for merge_stage: the ops of the stage being costed
-  std::vector<std::vector<std::vector<StageCostLite>>> dense_;  // per size and sequence: [plog][i][m] (the DP grows m)
-  // Long sequences (the chain): stages of up to kBandItems items, per size and sequence
-  // [plog][i][m - i - 1], the cheap part first (compute_tps < 0: empty), tps once completed.
-  static constexpr int kBandItems = 128;
-  std::vector<std::vector<std::vector<StageCostLite>>> band_;
-  StageCostLite* band_slot(int s, int i, int m, int plog, int z);
+  // The stage-cost cache: per size and sequence, rows [plog * k + i] holding the stages [i, m) at
+  // [m - i - 1], grown on demand to at most kCacheBytes in all (cheap part first, compute_tps < 0:
+  // empty; tps once completed).
+  static constexpr size_t kCacheBytes = size_t{512} << 20;
+  std::vector<std::vector<std::vector<std::vector<StageCostLite>>>> cache_;
+  size_t cache_bytes_ = 0;
+  StageCostLite* cache_slot(int s, int i, int m, int plog, int z);
   // memory_rules_out's data: per op, the least bytes per in-flight unit any stage of it holds over
   // its p devices (min over sizes z and degrees p of p x activations at z / p, divided by the units
   // per micro-batch of size z); per sequence (filled on first use), prefix sums over its items of
@@ -394,14 +400,21 @@ class SeqDp {
   // and p >= 1; the least sum of p over the stages (p continuous, in-flight counts past 16 stages
   // taken as 16's) is a lower bound on the devices of every plan of the suffix.
   void chain_devices(int s);
-  size_t mem_pruned_ = 0, rest_pruned_ = 0;
+  size_t mem_pruned_ = 0, rest_pruned_ = 0, rests_reused_ = 0;
+  bool rest_reuse_ = true;
+  // base_case's rests per stage end, kept for its larger degrees: one slice per active call
+  // (go() recursion nests them), [top, top + k - i), filled lazily up to the largest end seen.
+  std::vector<int> known_rest_;
+  size_t known_top_ = 0;
   bool mem_bound_ = true;
-  // set_compute_cap: the cap, and per sequence (on first use) prefix sums over its items of each
-  // op's least compute per sample per device over the sizes and degrees (a suffix on d devices
-  // whose sum exceeds d x cap has a stage above the cap).
+  // set_compute_cap's cap (a suffix whose work_lower_bound exceeds d x cap has a stage above it).
   double cap_ = std::numeric_limits<double>::infinity();
-  std::vector<double> op_work_;
-  std::vector<std::vector<double>> cap_work_;
+  // The least device-seconds per sample of the suffix [i, end) of sequence s: per op, the least
+  // over every stage size and degree (each op of a plan may take any), from per-sequence prefix
+  // sums (work_lb_, filled on first use). A plan of the suffix on d devices with every stage's
+  // compute per sample at most T exists only if this is at most d x T.
+  std::vector<std::vector<long double>> work_lb_;
+  double work_lower_bound(int s, int i);
   bool over_cap(int s, int i, int d);
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.

@@ -31,8 +31,8 @@ struct Ev {
 
 class Engine {
  public:
-  Engine(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& c)
-      : p_(p), s_(s), c_(c) {
+  Engine(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& c, bool events)
+      : p_(p), s_(s), c_(c), events_on_(events) {
     GP_CHECK(c.stages.size() == p.stages.size(), "sim: costs for {} stages, plan has {}",
              c.stages.size(), p.stages.size());
     for (const plan::Stage& st : p.stages) {
@@ -123,6 +123,7 @@ class Engine {
   void push(double t, int dev) { q_.push({t, seq_++, dev}); }
 
   void record(const Dev& d, int track, double start, double end) {
+    if (!events_on_) return;
     const Action& a = s_.stages[d.stage].actions[d.pc];
     events_.push_back({d.device, d.stage, static_cast<int>(d.pc), track,
                        fmt::format("s{} {}", d.stage, schedule::to_string(a)), a.kind,
@@ -281,14 +282,15 @@ class Engine {
   std::map<int, std::pair<int, double>> barrier_;
   std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q_;
   std::vector<Event> events_;
+  bool events_on_ = true;
   long seq_ = 0;
 };
 
 }  // namespace
 
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs) {
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs, const SimOptions& opt) {
   schedule::check_schedule(s, p);
-  return Engine(p, s, costs).run();
+  return Engine(p, s, costs, opt.events).run();
 }
 
 }  // namespace gp::sim

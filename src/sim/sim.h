@@ -73,8 +73,14 @@ struct SimResult {
 /// the transfer occupies the sender's port, one transfer at a time, and both nodes' shared
 /// network interfaces when it leaves the node); a receive blocks until its data arrived; all-reduce waits for all
 /// replicas of the stage. The iteration ends at the last optimizer step.
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs);
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm);
+/// What simulate() records besides the iteration's figures.
+struct SimOptions {
+  bool events = true;  // SimResult::events (traces, timelines); the planner's ranking needs none
+};
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs,
+                   const SimOptions& opt = {});
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,
+                   const SimOptions& opt = {});
 
 /// graphpipe.sim/1 (CONTRACT.md fields plus busy_s and peak_in_flight).
 Json sim_result_to_json(const SimResult& r);

@@ -83,9 +83,10 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
   return c;
 }
 
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm) {
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,
+                   const SimOptions& opt) {
   SimCosts c = sim_costs(p, cm);
-  return simulate(p, s, c);
+  return simulate(p, s, c, opt);
 }
 
 }  // namespace gp::sim

@@ -20,8 +20,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 
+#include "cost/profile.h"
 #include "planner/engine.h"
 #include "planner/planner.h"
 #include "planner/tests/util.h"
@@ -506,6 +508,45 @@ TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
   EXPECT_GT(infeasible, 5);
 }
 
+// base_case skips a stage end at a larger degree when the rest after it, looked up at a smaller
+// degree of the same state (more devices left for it), already could not beat the best: with and
+// without that, the same plans in the same order (SP and chain structures, one size and per-stage
+// sizes, binding and free memory). Fails if the skip never fired.
+TEST(BruteForce, RestReuseAcrossDegreesChangesNoPlan) {
+  size_t reused = 0;
+  int feasible = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    ir::Graph g = random_sp_model(seed, 6 + seed % 13);
+    for (int n : {2, 4, 8}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure sp = detail::sp_structure(cm, nullptr), chain = detail::chain_structure(cm);
+      const double limit = seed % 4 == 0 ? 1e18 : binding_limit(cm, 2, 0.05 + 0.1 * (seed % 5)).first;
+      for (const detail::Structure* st : {&sp, &chain})
+        for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(8), detail::StageSizes::window(8, 2)}) {
+          SCOPED_TRACE(fmt::format("seed {} n {} sizes {} limit {:.4g}", seed, n, sizes.sizes.size(), limit));
+          std::vector<std::vector<detail::StageChoice>> plans[2];
+          double tps[2] = {0, 0};
+          bool ok[2];
+          for (int on : {0, 1}) {
+            detail::SeqDp dp(cm, *st, sizes, 32, limit, n, true);
+            dp.set_rest_reuse(on == 1);
+            std::vector<detail::StageChoice> best;
+            ok[on] = dp.minimise(1e-3, 0, &tps[on], &best,
+                                 [&](const std::vector<detail::StageChoice>& p) { plans[on].push_back(p); });
+            if (on) reused += dp.rests_reused();
+            else EXPECT_EQ(dp.rests_reused(), 0u);
+          }
+          ASSERT_EQ(ok[0], ok[1]);
+          feasible += ok[1];
+          EXPECT_EQ(tps[0], tps[1]);
+          test::expect_same_plans(plans[0], plans[1]);
+        }
+    }
+  }
+  EXPECT_GT(reused, 100u) << "no stage end was skipped: the test does not exercise the reuse";
+  EXPECT_GT(feasible, 50);
+}
+
 TEST(BruteForce, DpMatchesExhaustiveSearchOnTinyGraphs) {
   int compared = 0;
   for (uint32_t seed = 1; compared < 150; ++seed) {
@@ -584,6 +625,56 @@ TEST(BruteForce, PerStageSizesMatchExhaustiveSearchUnderMemoryLimits) {
               infeasible, mixed_better);
   EXPECT_GT(mixed_better, 3);           // per-stage sizes do beat one size per plan
   EXPECT_LT(infeasible, compared / 2);
+}
+
+// Measured costs (a profile) need not get cheaper per sample with the batch (caches, kernel
+// choice). Here op "a" costs 1 ms per sample at batches up to 2 and 10 ms above, op "b" 10 ms per
+// sample below 16 and 1 ms at 16: on 3 devices the best plan runs a at stage size 4 on 2 devices
+// (batch 2) and b at size 16 on 1 (bottleneck about 1 ms), which no single size can. The DP's
+// target prune (a suffix's least work per device above the target) must take each op's least cost
+// over every size: the least over sizes of each size's summed work (11 ms per sample here, 3.7 ms
+// per device) ruled that plan out.
+TEST(BruteForce, WorkBoundHoldsWhenTimePerSampleRisesWithTheBatch) {
+  ir::ModelBuilder mb("rising");
+  auto x = mb.input("x", {64});
+  auto y = mb.input("y", {128});
+  auto a = mb.linear("a", x, 64);
+  auto h = mb.linear("b", a, 128);
+  mb.output(mb.op("loss", ir::OpKind::mse_loss, {h, y}));
+  ir::Graph g = ir::Graph::build(mb.build(), "rising");
+  auto prof = std::make_shared<cost::Profile>();
+  auto measure = [&](const char* name, auto per_sample_s) {
+    const std::string sig = cost::op_signature(g, g.find(name));
+    cost::OpMeasurement m{sig, "linear", {1, 2, 4, 8, 16}, {}, {}};
+    for (int64_t b : m.batches) {
+      m.fwd_s.push_back(per_sample_s(b) * static_cast<double>(b) / 3);
+      m.bwd_s.push_back(2 * per_sample_s(b) * static_cast<double>(b) / 3);
+    }
+    prof->ops.emplace(sig, m);
+  };
+  measure("a", [](int64_t b) { return b <= 2 ? 1e-3 : 10e-3; });
+  measure("b", [](int64_t b) { return b >= 16 ? 1e-3 : 10e-3; });
+  const int n = 3, mini = 16, mbs = 16;
+  cost::CostModel cm(g, test::round_cluster(n, 4), cost::Optimizer::adam, prof);
+  const auto sizes = detail::StageSizes::window(mbs, 2);
+  const double limit = 1e12;
+  const double want = chain_brute_force_with_memory(cm, n, sizes.sizes, mini, limit);
+  double uniform = std::numeric_limits<double>::infinity();
+  for (int z : sizes.sizes) uniform = std::min(uniform, chain_brute_force_with_memory(cm, n, {z}, mini, limit));
+  ASSERT_LT(want, 1.2e-3);
+  ASSERT_GT(uniform, 2 * want);  // the case needs mixed sizes
+  for (const detail::Structure& st : {detail::chain_structure(cm), detail::sp_structure(cm, nullptr)}) {
+    detail::SeqDp dp(cm, st, sizes, mini, limit, n, true);
+    double got = 0;
+    std::vector<detail::StageChoice> plan;
+    ASSERT_TRUE(dp.minimise(1e-4, 0, &got, &plan));
+    EXPECT_LE(got, want * (1 + 2e-3));
+    EXPECT_GE(got, want * (1 - 1e-9));
+    // A first solve just above the optimum (the binary search's first feasible target lay above
+    // the faulty bound, and its plan happened to be the optimum): it must find a plan.
+    detail::SeqDp fresh(cm, st, sizes, mini, limit, n, true);
+    EXPECT_GE(fresh.solve(want * 1.01, &plan), 0);
+  }
 }
 
 RC_GTEST_PROP(Property, RandomSpGraphsGiveValidPlans, ()) {

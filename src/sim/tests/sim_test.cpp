@@ -157,6 +157,23 @@ TEST(Simulate, DataParallelReplicasExchangeTheirShares) {
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 7);
 }
 
+TEST(Simulate, WithoutEventsTheFiguresAreTheSame) {
+  // The planner ranks plans by iteration time only: recording no events changes no figure.
+  plan::Plan p = make_plan(2, {{2, 2, {1}}, {2, 1, {}}});
+  SimCosts c = uniform_costs(p, 1, 1);
+  c.stages[0].out_bytes_per_sample = {1};
+  c.cluster.intra.bandwidth_Bps = 1;
+  const SimResult with = simulate(p, build_schedule(p), c);
+  const SimResult without = simulate(p, build_schedule(p), c, {.events = false});
+  EXPECT_FALSE(with.events.empty());
+  EXPECT_TRUE(without.events.empty());
+  EXPECT_EQ(without.iteration_time_s, with.iteration_time_s);
+  EXPECT_EQ(without.busy_s, with.busy_s);
+  EXPECT_EQ(without.peak_memory_bytes, with.peak_memory_bytes);
+  EXPECT_EQ(without.peak_in_flight, with.peak_in_flight);
+  EXPECT_EQ(without.bubble_fraction, with.bubble_fraction);
+}
+
 TEST(Simulate, RejectsBrokenSchedules) {
   plan::Plan p = make_chain(2, 4, 1);
   schedule::Schedule s = build_schedule(p);
