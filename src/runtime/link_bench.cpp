@@ -81,7 +81,7 @@ LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOption
 /// data-parallel pair (or any two stages handing micro-batches to each other) waits for the slower
 /// core every step; on a VM whose cores slow down independently for seconds at a time (another
 /// tenant on the host core) that is slower than one core alone. Means, not medians: a long run pays
-/// every slow block in proportion, and the profile's speed reference predicts one core's mean too.
+/// every slow round in proportion, and the mean of the slower is never below the mean of all.
 /// Rank 1 returns 0.
 double lockstep_factor(detail::Communicator& c, int rounds, int* tag) {
   torch::manual_seed(0);

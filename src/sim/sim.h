@@ -68,15 +68,16 @@ struct SimResult {
   std::vector<Event> events;               // in start order per device
 };
 
+/// What simulate() records besides the iteration's figures.
+struct SimOptions {
+  bool events = true;  // SimResult::events (traces, timelines); the planner's ranking needs none
+};
+
 /// Simulates one iteration. Execution model (the runtime's): each device runs its stage's action
 /// list in order; compute blocks the device; a send is non-blocking (the device moves on while
 /// the transfer occupies the sender's port, one transfer at a time, and both nodes' shared
 /// network interfaces when it leaves the node); a receive blocks until its data arrived; all-reduce waits for all
 /// replicas of the stage. The iteration ends at the last optimizer step.
-/// What simulate() records besides the iteration's figures.
-struct SimOptions {
-  bool events = true;  // SimResult::events (traces, timelines); the planner's ranking needs none
-};
 SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs,
                    const SimOptions& opt = {});
 SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,
