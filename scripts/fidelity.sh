@@ -80,8 +80,10 @@ import statistics
 m = [float(x) for x in '${runs[$k]}'.split()]; c = [float(x) for x in '${cpus[$k]}'.split()]
 p = ${pred[$k]}
 cpu = (statistics.median(c) - $short) / ($STEPS - 2) / min($n, $(nproc))
-print('%.4f %.4f %.4f %.2f %.2f %.2f %.4f %.2f' % (statistics.median(m), min(m), max(m), statistics.median(m) / p,
-      min(m) / p, max(m) / p, cpu, cpu / p))")
+# too few steps for the difference to rise above the start-up's noise: no figure
+c_txt = ('%.4f %.2f' % (cpu, cpu / p)) if cpu > 0 else '- -'
+print('%.4f %.4f %.4f %.2f %.2f %.2f %s' % (statistics.median(m), min(m), max(m), statistics.median(m) / p,
+      min(m) / p, max(m) / p, c_txt))")
   rows+=("| ${k%_*} | $n | ${shape_of[$k]} | ${pred[$k]} | $meas | $lo-$hi | $ratio | $rlo-$rhi | $cpu | $cratio |")
 done
 {
