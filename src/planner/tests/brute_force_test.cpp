@@ -469,11 +469,12 @@ TEST(BruteForce, StateMemoryBoundOnlyRulesOutInfeasibleStates) {
   EXPECT_LT(fired, checked / 2);
 }
 
-// The searches with and without the per-state memory bound offer the same plans, in the same order,
-// and reach the same optimum: SP and chain structures, one size and per-stage sizes, binding and
-// free memory.
-TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
-  size_t pruned = 0, rest_pruned = 0;
+// A pruning the DP can switch off changes no plan: over random SP models on 2, 4 and 8 devices, SP
+// and chain structures, one size and per-stage sizes, binding and free memory, the searches with
+// it off (`set(dp, false)`) and on offer the same plans, in the same order, and reach the same
+// optimum. `after(dp, on)` runs after each search. Returns the feasible and infeasible comparisons.
+std::pair<int, int> expect_pruning_changes_no_plan(const std::function<void(detail::SeqDp&, bool)>& set,
+                                                   const std::function<void(const detail::SeqDp&, bool)>& after) {
   int feasible = 0, infeasible = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     ir::Graph g = random_sp_model(seed, 6 + seed % 13);
@@ -489,19 +490,30 @@ TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
           bool ok[2];
           for (int on : {0, 1}) {
             detail::SeqDp dp(cm, *st, sizes, 32, limit, n, true);
-            dp.set_memory_bound(on == 1);
+            set(dp, on == 1);
             std::vector<detail::StageChoice> best;
             ok[on] = dp.minimise(1e-3, 0, &tps[on], &best,
                                  [&](const std::vector<detail::StageChoice>& p) { plans[on].push_back(p); });
-            if (on) pruned += dp.memory_pruned(), rest_pruned += dp.rest_pruned();
+            after(dp, on == 1);
           }
-          ASSERT_EQ(ok[0], ok[1]);
+          EXPECT_EQ(ok[0], ok[1]);
           (ok[1] ? feasible : infeasible) += 1;
           EXPECT_EQ(tps[0], tps[1]);
           test::expect_same_plans(plans[0], plans[1]);
         }
     }
   }
+  return {feasible, infeasible};
+}
+
+// The per-state memory bound changes no plan; fails if it (or the rest bound) never fired.
+TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
+  size_t pruned = 0, rest_pruned = 0;
+  auto [feasible, infeasible] = expect_pruning_changes_no_plan(
+      [](detail::SeqDp& dp, bool on) { dp.set_memory_bound(on); },
+      [&](const detail::SeqDp& dp, bool on) {
+        if (on) pruned += dp.memory_pruned(), rest_pruned += dp.rest_pruned();
+      });
   EXPECT_GT(pruned, 100u) << "the memory bound never fired: the test does not exercise it";
   EXPECT_GT(rest_pruned, 100u) << "the rest bound never cut more than the two-stage floor";
   EXPECT_GT(feasible, 50);
@@ -509,40 +521,16 @@ TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
 }
 
 // base_case skips a stage end at a larger degree when the rest after it, looked up at a smaller
-// degree of the same state (more devices left for it), already could not beat the best: with and
-// without that, the same plans in the same order (SP and chain structures, one size and per-stage
-// sizes, binding and free memory). Fails if the skip never fired.
+// degree of the same state (more devices left for it), already could not beat the best: that
+// changes no plan. Fails if the skip never fired.
 TEST(BruteForce, RestReuseAcrossDegreesChangesNoPlan) {
   size_t reused = 0;
-  int feasible = 0;
-  for (uint32_t seed = 1; seed <= 40; ++seed) {
-    ir::Graph g = random_sp_model(seed, 6 + seed % 13);
-    for (int n : {2, 4, 8}) {
-      cost::CostModel cm(g, test::round_cluster(n, 4));
-      const detail::Structure sp = detail::sp_structure(cm, nullptr), chain = detail::chain_structure(cm);
-      const double limit = seed % 4 == 0 ? 1e18 : binding_limit(cm, 2, 0.05 + 0.1 * (seed % 5)).first;
-      for (const detail::Structure* st : {&sp, &chain})
-        for (const detail::StageSizes& sizes : {detail::StageSizes::uniform(8), detail::StageSizes::window(8, 2)}) {
-          SCOPED_TRACE(fmt::format("seed {} n {} sizes {} limit {:.4g}", seed, n, sizes.sizes.size(), limit));
-          std::vector<std::vector<detail::StageChoice>> plans[2];
-          double tps[2] = {0, 0};
-          bool ok[2];
-          for (int on : {0, 1}) {
-            detail::SeqDp dp(cm, *st, sizes, 32, limit, n, true);
-            dp.set_rest_reuse(on == 1);
-            std::vector<detail::StageChoice> best;
-            ok[on] = dp.minimise(1e-3, 0, &tps[on], &best,
-                                 [&](const std::vector<detail::StageChoice>& p) { plans[on].push_back(p); });
-            if (on) reused += dp.rests_reused();
-            else EXPECT_EQ(dp.rests_reused(), 0u);
-          }
-          ASSERT_EQ(ok[0], ok[1]);
-          feasible += ok[1];
-          EXPECT_EQ(tps[0], tps[1]);
-          test::expect_same_plans(plans[0], plans[1]);
-        }
-    }
-  }
+  const int feasible = expect_pruning_changes_no_plan(
+      [](detail::SeqDp& dp, bool on) { dp.set_rest_reuse(on); },
+      [&](const detail::SeqDp& dp, bool on) {
+        if (on) reused += dp.rests_reused();
+        else EXPECT_EQ(dp.rests_reused(), 0u);
+      }).first;
   EXPECT_GT(reused, 100u) << "no stage end was skipped: the test does not exercise the reuse";
   EXPECT_GT(feasible, 50);
 }
