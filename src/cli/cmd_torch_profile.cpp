@@ -138,7 +138,7 @@ Registrar reg(70, [](CLI::App& root) {
               "Also measure p2p and all-reduce over c10d Gloo between 2 local processes and store the "
               "fitted latency + bandwidth (p2p, allreduce); each size keeps its median of max(--repeats, 3) "
               "repeats. Also measures the lockstep factor: two cores running the same GEMMs round by "
-              "round, the slower one's median over one core's (the cost model stretches profiled op "
+              "round, the slower one's mean over one core's (the cost model stretches profiled op "
               "times of plans with 2 or more workers by it)");
   c->add_flag("--no-context", a->no_context,
               "Skip timing the whole model in sequence (the cost model's in-sequence factor over ops timed "

@@ -40,7 +40,8 @@ struct CpuCalibration {
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k);
 
 /// The `cpu` preset for `devices` workers (0: one per core) on this machine with calibration `k`
-/// (nullptr: the fixed figures); with 2+ workers the rates are also divided by k's lockstep factor. load_cluster("cpu") passes active_calibration().
+/// (nullptr: the fixed figures); with 2+ workers the rates are also divided by k's lockstep factor.
+/// load_cluster("cpu") passes active_calibration().
 Cluster cpu_preset(int devices, const CpuCalibration* k);
 
 Json calibration_to_json(const CpuCalibration& c);

@@ -78,8 +78,8 @@ class Profile {
   std::map<std::string, OpMeasurement> ops;  // by signature
   std::optional<LinkFit> p2p;              // measured point-to-point (c10d Gloo, local processes)
   std::optional<LinkFit> allreduce;        // measured 2-rank all-reduce, fitted the same way
-  /// Two cores computing in lockstep (`profile --links`): the slower core's median time per round
-  /// over one core's; the cost model stretches profiled compute of plans with 2+ workers by it.
+  /// Two cores computing in lockstep (`profile --links`): the slower core's mean time per round over
+  /// one core's; the cost model stretches profiled compute of plans with 2+ workers by it.
   std::optional<double> lockstep;
   std::optional<ContextTiming> context;    // the whole model in sequence against its ops alone
   std::map<std::string, OptimizerStep> optimizer;  // by optimizer name ("sgd", "adam")

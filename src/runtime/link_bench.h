@@ -28,8 +28,8 @@ struct LinkSample {
 
 struct LinkBenchResult {
   std::vector<LinkSample> samples;  // in the order of LinkBenchOptions::sizes_bytes
-  /// Two cores computing in lockstep: the median of the slower core's time per round over one
-  /// core's median (>= 1 where cores slow down independently); 0 when not measured.
+  /// Two cores computing in lockstep: the mean of the slower core's time per round over the mean of
+  /// both cores' (>= 1); 0 when not measured.
   double lockstep_factor = 0;
 };
 

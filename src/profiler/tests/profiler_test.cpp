@@ -49,7 +49,8 @@ TEST(Profiler, LinkTimesAreCappedByLargerSizes) {
   // Medians of a burst-hit small size come down to the next larger size's; sorted by size.
   std::vector<std::pair<double, double>> pts{{1048576, 3e-3}, {4096, 4e-4}, {65536, 5e-3}, {262144, 2e-3}};
   cap_by_larger_sizes(pts);
-  EXPECT_EQ(pts, (std::vector<std::pair<double, double>>{{4096, 4e-4}, {65536, 2e-3}, {262144, 2e-3}, {1048576, 3e-3}}));
+  EXPECT_EQ(pts,
+            (std::vector<std::pair<double, double>>{{4096, 4e-4}, {65536, 2e-3}, {262144, 2e-3}, {1048576, 3e-3}}));
 }
 
 TEST(Profiler, LinkFitUsesTheMediansUnlessTheyDoNotGrow) {
