@@ -482,6 +482,9 @@ int SeqDp::go(int s, int i, int d, int down) {
     range_.meet(TargetRange::none());
     return -1;
   }
+  // What an answer at another target tells of this one (see below).
+  int known_floor = -1, known_ceiling = -1;
+  double floor_until = 0, ceiling_from = 0;
   if (const Cell* c = cell(s, i, d, down, false)) {
     const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
     if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
@@ -491,6 +494,13 @@ int SeqDp::go(int s, int i, int d, int down) {
     if (c->has_entry && c->e.range.holds(tmax_)) {
       range_.meet(c->e.range);
       return c->e.val;
+    }
+    // The answer found at another target, where it holds at its range's lo (an unfinished
+    // one's range is empty): at a smaller target this one is at least as deep, at a larger one
+    // at most (a larger target admits every plan a smaller one does).
+    if (c->has_entry && !c->e.range.empty()) {
+      if (tmax_ < c->e.range.lo) known_floor = c->e.val, floor_until = c->e.range.lo;
+      else if (c->e.val < num_micro_) known_ceiling = c->e.val, ceiling_from = c->e.range.lo;
     }
   }
   // Memory alone rules the state out at every target (the range is untouched: no time test), and
@@ -516,18 +526,39 @@ int SeqDp::go(int s, int i, int d, int down) {
   range_ = {};
   range_.accept(per_device);
   // No plan of the suffix is shallower than its first stages of the smallest size (in-flight
-  // after(0, down)): each case stops when it gets there.
-  const int floor_val = after(0, down);
+  // after(0, down)), nor than a floor known from a larger target: each case stops when it gets
+  // there. A ceiling known from a smaller target (its plan still meets this one) starts the search
+  // as if a plan one unit deeper had been found, so the cases' bounds skip what cannot reach it.
+  // Either way the answer is what a search without them finds (keep() takes only strictly better
+  // plans: the first plan to reach the optimum wins in both), wherever the floor or the ceiling
+  // holds: at targets up to floor_until, from ceiling_from on. The range says so.
+  const int floor_val = std::max(after(0, down), known_floor);
   Entry best;
-  base_case(s, i, d, down, floor_val, &best);
-  if (best.val != floor_val) nested_case(s, i, d, down, floor_val, &best);
-  if (best.val != floor_val) join_case(s, i, d, down, floor_val, &best);
-  if (best.val != floor_val) merge_case(s, i, d, down, floor_val, &best);
-  if (best.val != floor_val) fork_case(s, i, d, down, floor_val, &best);
+  if (known_ceiling >= 0) best.val = known_ceiling + 1, range_.accept(ceiling_from);
+  cases(s, i, d, down, floor_val, &best);
+  if (known_ceiling >= 0 && best.how == Case::none && !aborted_) {
+    // The ceiling's plan was not found again: some bound of the cases assumed more than holds.
+    // Searched again without it (the tests count these: none so far).
+    ++ceiling_misses_;
+    range_ = {};
+    range_.accept(per_device);
+    best = {};
+    cases(s, i, d, down, floor_val, &best);
+  }
+  target_bounds_ += known_floor >= 0 || known_ceiling >= 0;
+  if (best.val == floor_val && floor_val > after(0, down)) range_.reject(floor_until);
   best.range = range_;
   range_.meet(outer);
   store(s, i, d, down, best);
   return best.val;
+}
+
+void SeqDp::cases(int s, int i, int d, int down, int floor_val, Entry* best) {
+  base_case(s, i, d, down, floor_val, best);
+  if (best->val != floor_val) nested_case(s, i, d, down, floor_val, best);
+  if (best->val != floor_val) join_case(s, i, d, down, floor_val, best);
+  if (best->val != floor_val) merge_case(s, i, d, down, floor_val, best);
+  if (best->val != floor_val) fork_case(s, i, d, down, floor_val, best);
 }
 
 namespace {
@@ -635,6 +666,18 @@ class SeqDp::KnownRests {
     if (r == kUnknown) return false;
     return r < 0 || (best >= 0 && (parallel ? r : dp_->after(0, r)) >= best);
   }
+  // The first end in [m, stop) that cannot_beat does not rule out (stop when none).
+  int first_open(int m, int stop, int best, bool parallel) const {
+    const int* rest = dp_->known_rest_.data() + base_;  // rest[m - i_ - 1]: end m
+    const int last = std::min(stop, filled_ + 1);
+    // r rules m out when infeasible (r < 0; kUnknown is not) or already as deep as best.
+    const int deep = best < 0 ? std::numeric_limits<int>::max() : best;
+    for (; m < last; ++m) {
+      const int r = rest[m - i_ - 1];
+      if (r == kUnknown || (r >= 0 && (parallel ? r : dp_->after(0, r)) < deep)) return m;
+    }
+    return m < stop ? m : stop;
+  }
 
  private:
   static constexpr int kUnknown = -3;
@@ -664,7 +707,8 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
     // it, so its sizes are tested against that floor; a size that fails it (memory, or the bound)
     // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
-    // to the end, whose floor is `down`.
+    // to the end, whose floor is `down`. So in a join block's parallel sequence: a group without
+    // the join item (the last) feeds the join stage, one more unit than the group with it.
     uint32_t alive = sizes_for(plog), parked = 0;
     // A chain's rest needs some devices: the stage ends whose rest cannot fit the d - p left.
     const int fit_from = !q.parallel && d - p >= 1 ? first_rest_fitting(s, i + 1, d - p, down) : i + 1;
@@ -685,7 +729,12 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       if (m < k && !alive) m = k;  // only the stage to the end
       if (m == k) alive |= std::exchange(parked, 0);
       if (m < k && rest_reuse_ && known.cannot_beat(m, best->val, q.parallel)) {
-        ++rests_reused_;
+        // So are the ends after it up to the next one it does not rule out: nothing above changes
+        // between them (best, alive and skip_to stay; the join clamp starts at join_from + 1).
+        const int next = known.first_open(m + 1, q.join_from >= 0 ? std::min(k, q.join_from + 1) : k, best->val,
+                                          q.parallel);
+        rests_reused_ += static_cast<size_t>(next - m);
+        m = next - 1;
         continue;
       }
       const bool two_stages = !q.parallel && m < k;
@@ -720,7 +769,7 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
             if (!fits(c, own, z)) return kSizeOverMemory;
             return {own, own};
           },
-          two_stages ? &parked : nullptr);
+          two_stages || (q.join_item >= 0 && m < k) ? &parked : nullptr);
       if (m < k && rest != -3) known.set(m, rest);
       if (pick.z < 0) continue;
       keep(best, pick.val, Case::stage, plog, m, 0, pick.z);
@@ -1285,11 +1334,17 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
   if (ok && on_plan && shallower) {
     // Slightly slower targets admit shallower pipelines (the DP returns the shallowest plan within
     // a target): the caller weighs their fill against their bottleneck.
-    std::vector<StageChoice> st;
-    for (double f : {1.01, 1.02, 1.05, 1.1, 1.2})
-      if (solve(*best_tps * f, &st) >= 0) on_plan(st);
+    for (const auto& st : solve_down(*best_tps, {1.01, 1.02, 1.05, 1.1, 1.2}))
+      if (!st.empty()) on_plan(st);
   }
   return ok;
+}
+
+std::vector<std::vector<StageChoice>> SeqDp::solve_down(double tps, std::initializer_list<double> factors) {
+  std::vector<std::vector<StageChoice>> plans(factors.size());
+  for (size_t j = factors.size(); j-- > 0;)
+    if (solve(tps * factors.begin()[j], &plans[j]) < 0) plans[j].clear();
+  return plans;
 }
 
 int SeqDp::solve_within(double target_tps, size_t budget) {
@@ -1316,14 +1371,19 @@ namespace {
 bool mixed_sizes(SeqDp& mixed, bool ok, double tol, double* tps,
                  const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
   std::vector<StageChoice> st;
-  if (!ok || mixed.solve(*tps * (1 - 2 * tol), &st) >= 0) {
-    double t = 0;
-    if (!mixed.minimise(tol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
-    *tps = ok ? std::min(*tps, t) : t;
-    return true;
+  if (ok) {
+    // The shallower plans first (solve_down: the answers at larger targets bound those at smaller
+    // ones), then whether a smaller size lets some stage fit below the optimum.
+    const auto plans = mixed.solve_down(*tps, {1.0, 1.01, 1.02, 1.05, 1.1, 1.2});
+    if (mixed.solve(*tps * (1 - 2 * tol), &st) < 0) {
+      for (const auto& p : plans)
+        if (!p.empty()) on_plan(p);
+      return true;
+    }
   }
-  for (double f : {1.0, 1.01, 1.02, 1.05, 1.1, 1.2})
-    if (mixed.solve(*tps * f, &st) >= 0) on_plan(st);
+  double t = 0;
+  if (!mixed.minimise(tol, ok ? *tps : 0, &t, &st, on_plan)) return ok;
+  *tps = ok ? std::min(*tps, t) : t;
   return true;
 }
 
@@ -1333,6 +1393,8 @@ void add_stats(const SeqDp& dp, SearchStats* stats) {
   stats->solves += dp.solves();
   stats->evals += dp.evals();
   stats->memory_pruned += dp.memory_pruned();
+  stats->target_bounds += dp.target_bounds();
+  stats->ceiling_misses += dp.ceiling_misses();
 }
 
 }  // namespace

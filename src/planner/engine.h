@@ -164,6 +164,8 @@ struct TargetRange {
     return {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), true};
   }
   bool holds(double t) const { return lo <= t && (!rejected || t < hi); }
+  /// Holds at no target (none(): an unfinished computation).
+  bool empty() const { return rejected && hi <= lo; }
   /// No test was rejected for time: a larger target changes nothing.
   bool unbounded_above() const { return !rejected; }
   void accept(double v) { lo = std::max(lo, v); }
@@ -212,6 +214,9 @@ class SeqDp {
   /// solve() without the stages, within a work budget (stage evaluations; 0: none):
   /// kOutOfBudget when it ran out before an answer.
   int solve_within(double target_tps, size_t budget);
+  /// Solves at tps x each factor, from the largest down (each solve then finds the answers of the
+  /// one before as floors, see go()): the plans found, by factor (empty where none).
+  std::vector<std::vector<StageChoice>> solve_down(double tps, std::initializer_list<double> factors);
   static constexpr int kOutOfBudget = -3;
   /// Smallest memory-feasible TPS found by binary search (relative tolerance `tol`); returns false
   /// when no plan fits memory at any target. `upper` bounds the search (skip when the best is not
@@ -248,6 +253,11 @@ class SeqDp {
   /// Switches that reuse off (tests: the search must be the same without it).
   void set_rest_reuse(bool on) { rest_reuse_ = on; }
   size_t solves() const { return solves_; }
+  /// States solved with a floor or a ceiling from another target's answer (go()), and the
+  /// ceilings whose plan the search did not find again (searched again without: 0 unless some
+  /// bound of the cases is wrong).
+  size_t target_bounds() const { return target_bounds_; }
+  size_t ceiling_misses() const { return ceiling_misses_; }
   size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
   size_t probes() const { return probes_; }
@@ -322,6 +332,8 @@ class SeqDp {
   int first_rest_fitting(int s, int j, int d, int down);
   class KnownRests;  // base_case's rests per stage end (rest reuse across degrees)
   int go(int s, int i, int d, int down);
+  // The five cases in turn, each keeping what beats `best`, until one reaches floor_val.
+  void cases(int s, int i, int d, int down, int floor_val, Entry* best);
   void base_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void nested_case(int s, int i, int d, int down, int floor_val, Entry* best);
   void join_case(int s, int i, int d, int down, int floor_val, Entry* best);
@@ -419,7 +431,7 @@ class SeqDp {
   // One solve at an infinite target within a work budget: true when it proves that no plan fits
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
-  size_t states_ = 0, solves_ = 0;
+  size_t states_ = 0, solves_ = 0, target_bounds_ = 0, ceiling_misses_ = 0;
   // Stage evaluations (all solves), at the current solve's start, the largest per solve, and the
   // current solve's budget (0: unbounded); aborted_: the budget ran out.
   size_t evals_ = 0, solve_start_ = 0, max_solve_evals_ = 0, budget_ = 0;
@@ -449,6 +461,7 @@ struct SizeSearch {
 struct SearchStats {
   size_t states = 0, solves = 0, evals = 0;
   size_t memory_pruned = 0;  // states SeqDp::memory_rules_out answered
+  size_t target_bounds = 0, ceiling_misses = 0;  // SeqDp::target_bounds, ceiling_misses
 };
 /// The one-size DP's binary search at m; with size_spread > 0 and m > 1 also the per-stage-size DP
 /// over the window (see docs/planner.md, "Per-stage micro-batch sizes"), which is not binary

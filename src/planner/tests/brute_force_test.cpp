@@ -24,6 +24,7 @@
 #include <random>
 
 #include "cost/profile.h"
+#include "importers/resolve.h"
 #include "planner/engine.h"
 #include "planner/planner.h"
 #include "planner/tests/util.h"
@@ -357,11 +358,13 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
 }
 
 // Memo entries are kept across targets with the target range over which they hold (and
-// infeasible answers below their first rejected value): one SeqDp solving a scrambled sequence of
-// targets must answer each exactly as a fresh SeqDp does (same value, same stages), with binding
-// and free memory, one size and per-stage sizes, on the SP and the chain structures.
+// infeasible answers below their first rejected value), and answers at other targets bound a
+// state's search (floors from larger targets, ceilings from smaller ones): one SeqDp solving a
+// scrambled sequence of targets must answer each exactly as a fresh SeqDp does (same value, same
+// stages), with binding and free memory, one size and per-stage sizes, on the SP and the chain
+// structures; and every ceiling's plan must be found again.
 TEST(BruteForce, MemoReuseAcrossTargetsChangesNoAnswer) {
-  size_t reused_states = 0, fresh_states = 0;
+  size_t reused_states = 0, fresh_states = 0, bounded = 0;
   int feasible = 0, infeasible = 0;
   for (uint32_t seed = 1; seed <= 24; ++seed) {
     ir::Graph g = random_sp_model(seed, 6 + seed % 9);
@@ -404,12 +407,45 @@ TEST(BruteForce, MemoReuseAcrossTargetsChangesNoAnswer) {
             }
           }
           reused_states += reuse.states_explored();
+          bounded += reuse.target_bounds();
+          EXPECT_EQ(reuse.ceiling_misses(), 0u);
         }
     }
   }
   EXPECT_GT(feasible, 100);
   EXPECT_GT(infeasible, 100);
   EXPECT_LT(reused_states, fresh_states / 2) << "the memo was not reused across targets";
+  EXPECT_GT(bounded, 1000u) << "no state was searched with a floor or a ceiling";
+}
+
+// A ceiling (a state's answer at a smaller target) is a plan the search must find again at a
+// larger one. It once was not: in a join block's parallel sequence a group without the join item
+// feeds the join stage (one unit deeper than the group with it), and a size dropped for that
+// floor was dropped for the group with the join item too, whose floor is lower (inception on 32
+// devices at micro-batch 32 missed a ceiling so). The planner's own searches (the one-size binary
+// search, then the per-stage-size solves from the largest target down) on the zoo's branchy
+// models with 2-32 devices.
+TEST(BruteForce, EveryCeilingIsFoundAgain) {
+  size_t bounded = 0, misses = 0;
+  for (std::string spec : {"mmt:branches=2,layers=2,seq=32,hidden=128,heads=4,ffn=256",
+                           "dlrm:dense_branches=2,embedding_branches=2,layers=2,hidden=256,rows=1000",
+                           "candle-uno:branches=3,layers=2,hidden=256", "inception:blocks=2,channels=16,image=32"}) {
+    ir::Graph g = importers::load_graph(spec);
+    for (int n : {2, 4, 8, 16, 32}) {
+      cost::CostModel cm(g, test::round_cluster(n, 4));
+      const detail::Structure sp = detail::sp_structure(cm, nullptr);
+      for (int mbs : {1, 2, 4, 8, 16, 32, 64}) {
+        detail::SearchStats stats;
+        double tps = 0;
+        detail::search_size(cm, sp, {mbs, 2, 64, cm.usable_memory_bytes(), n, n <= 4, 1e-3}, &tps,
+                            [](const std::vector<detail::StageChoice>&) {}, &stats);
+        bounded += stats.target_bounds;
+        misses += stats.ceiling_misses;
+        EXPECT_EQ(stats.ceiling_misses, 0u) << spec << " on " << n << " devices, micro-batch " << mbs;
+      }
+    }
+  }
+  EXPECT_GT(bounded, 1000u) << "no state was searched with a floor or a ceiling";
 }
 
 // The memory bound (SeqDp::memory_never_fits) only fires where the search finds nothing.
