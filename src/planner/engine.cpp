@@ -460,6 +460,7 @@ inline bool SeqDp::fits(const StageCostLite& c, int depth, int z) const {
 
 inline int SeqDp::after(int z, int succ) const {
   const int wl = wlog_[z];  // w = 2^wl units
+  if (wl == 0) return std::min(succ + 1, num_micro_);  // the common case: the smallest size
   return std::min((((succ + (1 << wl) - 1) >> wl) + 1) << wl, num_micro_);
 }
 
@@ -467,6 +468,21 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
   if (q.join_item < 0 || (i <= q.join_item && q.join_item < m)) return down;
   // Feeds the join stage: at most the in-flight of a join stage of the largest size.
   return after(static_cast<int>(sizes_.size()) - 1, down);
+}
+
+inline bool SeqDp::memo_answer(const Cell& c, int* val) {
+  const bool never = c.infeasible_below == std::numeric_limits<double>::infinity();
+  if (never || tmax_ < c.infeasible_below) {  // infeasible here and at every smaller target
+    range_.meet({-std::numeric_limits<double>::infinity(), c.infeasible_below, !never});
+    *val = -1;
+    return true;
+  }
+  if (c.has_entry && c.e.range.holds(tmax_)) {
+    range_.meet(c.e.range);
+    *val = c.e.val;
+    return true;
+  }
+  return false;
 }
 
 // The minimal depth (in-flight micro-batches of its first stages) of the suffix [i, end) of
@@ -486,15 +502,7 @@ int SeqDp::go(int s, int i, int d, int down) {
   int known_floor = -1, known_ceiling = -1;
   double floor_until = 0, ceiling_from = 0;
   if (const Cell* c = cell(s, i, d, down, false)) {
-    const bool never = c->infeasible_below == std::numeric_limits<double>::infinity();
-    if (never || tmax_ < c->infeasible_below) {  // infeasible here and at every smaller target
-      range_.meet({-std::numeric_limits<double>::infinity(), c->infeasible_below, !never});
-      return -1;
-    }
-    if (c->has_entry && c->e.range.holds(tmax_)) {
-      range_.meet(c->e.range);
-      return c->e.val;
-    }
+    if (int v; memo_answer(*c, &v)) return v;
     // The answer found at another target, where it holds at its range's lo (an unfinished
     // one's range is empty): at a smaller target this one is at least as deep, at a larger one
     // at most (a larger target admits every plan a smaller one does).
@@ -655,8 +663,9 @@ class SeqDp::KnownRests {
   KnownRests(const KnownRests&) = delete;
   KnownRests& operator=(const KnownRests&) = delete;
   void set(int m, int rest) {
-    for (; filled_ < m; ++filled_) dp_->known_rest_[slot(filled_ + 1)] = kUnknown;
-    dp_->known_rest_[slot(m)] = rest;
+    int* row = dp_->known_rest_.data() + base_;  // row[m - i_ - 1]: end m
+    if (filled_ < m) std::fill(row + (filled_ - i_), row + (m - i_ - 1), kUnknown), filled_ = m;
+    row[m - i_ - 1] = rest;
   }
   // Whether the rest after m, known from a smaller degree, rules m out against `best`: infeasible,
   // or already as deep as best (series: the stage adds a unit; parallel: it runs beside the rest).
@@ -702,8 +711,12 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
   const bool rest_lb = chain_floor || (mem_bound_ && !q.parallel && i + 1 < k && chain_stage_[s].empty() &&
                                        spine_[s].back() - spine_[s][i + 1] > mem_limit_ * (1 + 1e-9));
   KnownRests known(this, i, k);  // the rests looked up at smaller degrees (see KnownRests)
+  const int* chain_stage = chain_floor ? chain_stage_[s].data() : nullptr;
   for (int plog = 0; plog <= pcap && best->val != floor_val; ++plog) {
     const int p = 1 << plog;
+    // The rests' memo slots at d - p devices (go()'s first lookup, done here for the common case).
+    const int rest_d = floor_cand(d - p);
+    const Slot* rest_slots = rest_d >= 1 ? &slots_[seq_base_[s] + static_cast<size_t>(cidx_[rest_d]) * k] : nullptr;
     // In a series sequence a stage with a rest after it has at least after(0, down) units after
     // it, so its sizes are tested against that floor; a size that fails it (memory, or the bound)
     // is parked: it fails for every longer stage with a rest too, but may still fit as the stage
@@ -739,11 +752,13 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       }
       const bool two_stages = !q.parallel && m < k;
       // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
-      const int rest_units = two_stages && chain_floor && chain_stage_[s][m] > 1
-                                 ? std::min(down + chain_stage_[s][m], num_micro_) : 0;
+      const int rest_units = two_stages && chain_floor && chain_stage[m] > 1 ? std::min(down + chain_stage[m], num_micro_) : 0;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
-        if (rest == -3) rest = m < k ? go(s, m, floor_cand(d - p), down) : (q.parallel ? 0 : down);
+        if (rest != -3) return rest;
+        if (m == k) return rest = q.parallel ? 0 : down;
+        const Slot& sl = rest_slots[m];
+        if (aborted_ || !sl.filled || sl.down != down || !memo_answer(sl.cell, &rest)) rest = go(s, m, rest_d, down);
         return rest;
       };
       const SizePick pick = pick_size(

@@ -313,6 +313,9 @@ class SeqDp {
   // (the common case), other `down` values in an overflow hash map.
   // The state's cell (nullptr when none yet; `create`: make one).
   Cell* cell(int s, int i, int d, int down, bool create);
+  // A state's answer at the current target from its cell, if there is one (its range is met
+  // into range_).
+  bool memo_answer(const Cell& c, int* val);
   // The state's feasible answer at the current target, if the memo has it.
   const Entry* find(int s, int i, int d, int down);
   // Records a state's answer at the current target.
