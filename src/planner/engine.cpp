@@ -752,7 +752,8 @@ void SeqDp::base_case(int s, int i, int d, int down, int floor_val, Entry* best)
       }
       const bool two_stages = !q.parallel && m < k;
       // The least in-flight of the rest of a chain (0: no floor beyond after(0, down)).
-      const int rest_units = two_stages && chain_floor && chain_stage[m] > 1 ? std::min(down + chain_stage[m], num_micro_) : 0;
+      const int rest_units =
+          two_stages && chain_floor && chain_stage[m] > 1 ? std::min(down + chain_stage[m], num_micro_) : 0;
       int rest = -3;  // what follows the stage, solved once for all sizes
       auto rest_of = [&] {
         if (rest != -3) return rest;
