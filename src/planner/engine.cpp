@@ -500,15 +500,15 @@ int SeqDp::go(int s, int i, int d, int down) {
   }
   // What an answer at another target tells of this one (see below).
   int known_floor = -1, known_ceiling = -1;
-  double floor_until = 0, ceiling_from = 0;
+  double floor_until = 0;
   if (const Cell* c = cell(s, i, d, down, false)) {
     if (int v; memo_answer(*c, &v)) return v;
     // The answer found at another target, where it holds at its range's lo (an unfinished
     // one's range is empty): at a smaller target this one is at least as deep, at a larger one
     // at most (a larger target admits every plan a smaller one does).
-    if (c->has_entry && !c->e.range.empty()) {
+    if (target_bounds_on_ && c->has_entry && !c->e.range.empty()) {
       if (tmax_ < c->e.range.lo) known_floor = c->e.val, floor_until = c->e.range.lo;
-      else if (c->e.val < num_micro_) known_ceiling = c->e.val, ceiling_from = c->e.range.lo;
+      else if (c->e.val < num_micro_) known_ceiling = c->e.val;
     }
   }
   // Memory alone rules the state out at every target (the range is untouched: no time test), and
@@ -538,11 +538,12 @@ int SeqDp::go(int s, int i, int d, int down) {
   // there. A ceiling known from a smaller target (its plan still meets this one) starts the search
   // as if a plan one unit deeper had been found, so the cases' bounds skip what cannot reach it.
   // Either way the answer is what a search without them finds (keep() takes only strictly better
-  // plans: the first plan to reach the optimum wins in both), wherever the floor or the ceiling
-  // holds: at targets up to floor_until, from ceiling_from on. The range says so.
+  // plans: the first plan to reach the optimum wins in both), wherever they hold. The floor holds
+  // at targets up to floor_until: the range is cut there. The ceiling needs no cut: wherever the
+  // range holds, the plan found (at most the ceiling deep) meets the target, so it holds there.
   const int floor_val = std::max(after(0, down), known_floor);
   Entry best;
-  if (known_ceiling >= 0) best.val = known_ceiling + 1, range_.accept(ceiling_from);
+  if (known_ceiling >= 0) best.val = known_ceiling + 1;
   cases(s, i, d, down, floor_val, &best);
   if (known_ceiling >= 0 && best.how == Case::none && !aborted_) {
     // The ceiling's plan was not found again: some bound of the cases assumed more than holds.

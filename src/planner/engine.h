@@ -258,6 +258,8 @@ class SeqDp {
   /// bound of the cases is wrong).
   size_t target_bounds() const { return target_bounds_; }
   size_t ceiling_misses() const { return ceiling_misses_; }
+  /// Switches the floors and ceilings off (tests: the search must be the same without them).
+  void set_target_bounds(bool on) { target_bounds_on_ = on; }
   size_t evals() const { return evals_; }
   /// memory_probe calls, and how many of them ran out of budget.
   size_t probes() const { return probes_; }
@@ -435,6 +437,7 @@ class SeqDp {
   // memory at any target; false when a plan exists or the budget ran out.
   bool memory_probe();
   size_t states_ = 0, solves_ = 0, target_bounds_ = 0, ceiling_misses_ = 0;
+  bool target_bounds_on_ = true;
   // Stage evaluations (all solves), at the current solve's start, the largest per solve, and the
   // current solve's budget (0: unbounded); aborted_: the budget ran out.
   size_t evals_ = 0, solve_start_ = 0, max_solve_evals_ = 0, budget_ = 0;

@@ -556,6 +556,22 @@ TEST(BruteForce, StateMemoryBoundChangesNoPlan) {
   EXPECT_GT(infeasible, 5);
 }
 
+// Floors and ceilings from other targets' answers (SeqDp::go) change no plan of the whole search
+// (the binary search, then the shallower targets from the largest down); fails if none was used or
+// a ceiling was not found again.
+TEST(BruteForce, TargetBoundsChangeNoPlan) {
+  size_t bounded = 0;
+  const int feasible = expect_pruning_changes_no_plan(
+      [](detail::SeqDp& dp, bool on) { dp.set_target_bounds(on); },
+      [&](const detail::SeqDp& dp, bool on) {
+        if (on) bounded += dp.target_bounds();
+        else EXPECT_EQ(dp.target_bounds(), 0u);
+        EXPECT_EQ(dp.ceiling_misses(), 0u);
+      }).first;
+  EXPECT_GT(bounded, 1000u) << "no state was searched with a floor or a ceiling";
+  EXPECT_GT(feasible, 50);
+}
+
 // base_case skips a stage end at a larger degree when the rest after it, looked up at a smaller
 // degree of the same state (more devices left for it), already could not beat the best: that
 // changes no plan. Fails if the skip never fired.
