@@ -664,9 +664,11 @@ class SeqDp::KnownRests {
   KnownRests(const KnownRests&) = delete;
   KnownRests& operator=(const KnownRests&) = delete;
   void set(int m, int rest) {
-    int* row = dp_->known_rest_.data() + base_;  // row[m - i_ - 1]: end m
-    if (filled_ < m) std::fill(row + (filled_ - i_), row + (m - i_ - 1), kUnknown), filled_ = m;
-    row[m - i_ - 1] = rest;
+    if (filled_ < m) {  // the ends in between were never looked up
+      std::fill(dp_->known_rest_.begin() + slot(filled_ + 1), dp_->known_rest_.begin() + slot(m), kUnknown);
+      filled_ = m;
+    }
+    dp_->known_rest_[slot(m)] = rest;
   }
   // Whether the rest after m, known from a smaller degree, rules m out against `best`: infeasible,
   // or already as deep as best (series: the stage adds a unit; parallel: it runs beside the rest).
@@ -678,15 +680,8 @@ class SeqDp::KnownRests {
   }
   // The first end in [m, stop) that cannot_beat does not rule out (stop when none).
   int first_open(int m, int stop, int best, bool parallel) const {
-    const int* rest = dp_->known_rest_.data() + base_;  // rest[m - i_ - 1]: end m
-    const int last = std::min(stop, filled_ + 1);
-    // r rules m out when infeasible (r < 0; kUnknown is not) or already as deep as best.
-    const int deep = best < 0 ? std::numeric_limits<int>::max() : best;
-    for (; m < last; ++m) {
-      const int r = rest[m - i_ - 1];
-      if (r == kUnknown || (r >= 0 && (parallel ? r : dp_->after(0, r)) < deep)) return m;
-    }
-    return m < stop ? m : stop;
+    while (m < stop && cannot_beat(m, best, parallel)) ++m;
+    return m;
   }
 
  private:
