@@ -1354,8 +1354,7 @@ bool SeqDp::minimise(double tol, double upper, double* best_tps, std::vector<Sta
 
 std::vector<std::vector<StageChoice>> SeqDp::solve_down(double tps, std::initializer_list<double> factors) {
   std::vector<std::vector<StageChoice>> plans(factors.size());
-  for (size_t j = factors.size(); j-- > 0;)
-    if (solve(tps * factors.begin()[j], &plans[j]) < 0) plans[j].clear();
+  for (size_t j = factors.size(); j-- > 0;) solve(tps * factors.begin()[j], &plans[j]);  // filled when feasible
   return plans;
 }
 
