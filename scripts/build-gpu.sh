@@ -9,15 +9,15 @@
 #   scripts/build-gpu.sh [BUILD_DIR]    on the GPU machine: configures BUILD_DIR (default build-gpu)
 #                                       with the wheel's LibTorch and gpu-deps/, and builds graphpipe
 #
-# fmt is used header-only (GP_FMT_HEADER_ONLY) so nothing prebuilt by Debian is linked: wheels before
-# PyTorch 2.7 use the old std::string ABI, which CMakeLists.txt then applies to every target. Without
+# fmt is used header-only (GP_FMT_HEADER_ONLY, the default) so nothing prebuilt by Debian is linked. Without
 # libonnx the ONNX importer is left out (GP_WITH_ONNX=OFF: *.onnx specs are an error; set
 # GP_WITH_ONNX=ON to insist). Only the graphpipe binary is built (the tests link Debian's GTest).
 # Environment: PYTHON (python3), JOBS (nproc), GP_WITH_ONNX, DEPS (gpu-deps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=${DEPS:-gpu-deps}
-PKGS=(nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev)
+# libgloo-dev: headers only (c10d's ProcessGroupGloo.hpp includes gloo's; the wheel has Gloo compiled in).
+PKGS=(nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev librapidcheck-dev libgloo-dev)
 
 if [ "${1:-}" = deps ]; then
   dir=${2:-$DEPS}
@@ -44,6 +44,6 @@ DEPS_ABS=$(cd "$DEPS" && pwd)
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_CMAKE;$DEPS_ABS/usr" \
-  -DGP_WITH_ONNX="$ONNX" -DGP_FMT_HEADER_ONLY=ON -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+  -DGP_WITH_ONNX="$ONNX" -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 ninja -C "$BUILD" -j "${JOBS:-$(nproc)}" graphpipe
 echo "build-gpu: built $BUILD/graphpipe"

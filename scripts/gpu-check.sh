@@ -10,6 +10,10 @@
 #   3. profile --device cuda of the paper models' ops at b = 1..64
 #   4. plan mmt, dlrm, candle-uno on the h200 preset with those profiles: GraphPipe vs PipeDream
 #   5. measured single-GPU step time of a mid-sized model (mmt with 2 layers) vs the prediction
+#   6. peak GPU memory (the CUDA caching allocator's) vs the prediction, per rank of the 2-rank pipeline
+#   7. the communicators on the GPU: --comm gloo-pairs (NCCL's channels and order, host-staged) == --single;
+#      --comm nccl with one GPU per rank where there are at least 2 GPUs (NCCL refuses two ranks on one
+#      GPU, so a 1-GPU machine cannot run it)
 # Exit 0 when every check ran and the equality checks passed; failures are listed at the end.
 # A dry run of the script itself on a CPU machine: DEVICE=cpu BUILD=build MODELS=candle-uno BATCHES=1,2
 # MID=candle-uno:hidden=256 scripts/gpu-check.sh /tmp/gc (the figures then mean nothing).
@@ -54,6 +58,8 @@ print(f"{name}: {len(la)} vs {len(lb)} steps, losses {la[:1]}..{la[-1:]} vs {lb[
 sys.exit(0 if worst <= tol else 1)
 EOF
 }
+
+run "$GP" --version
 
 # 1. --single on the GPU equals the CPU.
 SMALL="mmt:branches=2,layers=2,hidden=64,seq=16,heads=4,ffn=128"
@@ -116,6 +122,35 @@ meas = tr["iteration_time_s"]
 print(f"check 5: {sys.argv[3]} at batch 32 on one device: measured {meas * 1e3:.1f} ms per step (median of 11), "
       f"predicted {pred * 1e3:.1f} ms (simulate, measured profile), measured/predicted {meas / pred:.2f}")
 EOF
+fi
+
+# 6. Peak GPU memory of each rank of the 2-rank pipeline (caching allocator) vs the cost model.
+if [ -f "$W/plan2.json" ]; then
+  run "$GP" train --plan "$W/plan2.json" --steps 3 --optimizer sgd --lr 0.05 --device "$DEVICE" --json \
+    >"$W/pipe2-mem.json" || fail "memory run"
+  "$PY" - "$W/pipe2-mem.json" <<'EOF' || true
+import json, sys
+for r in json.load(open(sys.argv[1]))["ranks"]:
+    m, p = r["peak_memory_bytes"], r["predicted_memory_bytes"]
+    print(f"check 6: rank {r['rank']} stage {r['stage']}: measured peak {m / 1e6:.2f} MB (CUDA caching allocator), "
+          f"predicted {p / 1e6:.2f} MB, measured/predicted {m / p:.2f}")
+EOF
+fi
+
+# 7. Communicators on the GPU.
+if [ -f "$W/plan2.json" ]; then
+  run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm gloo-pairs \
+    --log "$W/pairs2-cuda.jsonl" || fail "gloo-pairs cuda"
+  compare "$W/pairs2-cuda.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm gloo-pairs on $DEVICE vs --single" ||
+    fail "check 7 (gloo-pairs)"
+  GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$GPUS" -ge 2 ]; then
+    run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm nccl \
+      --log "$W/nccl2.jsonl" || fail "nccl"
+    compare "$W/nccl2.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm nccl, 2 GPUs vs --single" || fail "check 7 (nccl)"
+  else
+    say "check 7: NCCL between ranks not run: $GPUS GPU(s) here, and NCCL needs one GPU per rank"
+  fi
 fi
 
 say "done in $(($(date +%s) - START)) s; failed: ${FAILED[*]:-none}"

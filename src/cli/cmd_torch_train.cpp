@@ -37,6 +37,11 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--device", o.device,
                 "cpu, or cuda: each worker on GPU LOCAL_RANK % GPUs (one GPU shared by all when there is one)")
       ->capture_default_str();
+  c->add_option("--comm", o.comm,
+                "How stages exchange tensors: auto (NCCL when every rank has a GPU of its own, else Gloo), gloo "
+                "(host memory; tags), nccl (GPU to GPU), gloo-pairs (NCCL's channels and message order over "
+                "Gloo: tests that path on CPUs)")
+      ->capture_default_str();
   c->add_flag("--seeded-weights", o.seeded_weights,
               "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");
   c->add_flag("--allow-nonfinite", o.allow_nonfinite,

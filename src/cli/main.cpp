@@ -6,6 +6,9 @@
 
 #include "cli/command.h"
 #include "support/error.h"
+#if GP_WITH_TORCH
+#include "runtime/build_info.h"
+#endif
 
 namespace gp::cli {
 namespace {
@@ -45,6 +48,19 @@ int main(int argc, char** argv) {
       "and train it for real with LibTorch. See README.md and docs/."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag(
+      "--version",
+      [] {
+        std::string v = "graphpipe " GP_VERSION "\n";
+#if GP_WITH_TORCH
+        v += gp::runtime::describe(gp::runtime::build_info());
+#else
+        v += "LibTorch: not built in (GP_WITH_TORCH=OFF): no train, profile or checkpoint\n";
+#endif
+        v.pop_back();  // CLI11 ends the text with a line break
+        return v;
+      },
+      "Print the graphpipe version, its LibTorch, whether CUDA and NCCL are compiled in, and the GPUs it sees");
   // Before the subcommands are added: they copy the root's failure message when created.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "graphpipe: error: " + gp::cli::one_line(e.what()) + " (see --help)\n";

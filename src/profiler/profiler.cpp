@@ -1,6 +1,7 @@
 // Op profiling: one timing per distinct op signature and batch size, via runtime::time_op.
 #include "profiler/profiler.h"
 
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <map>
 #include <set>

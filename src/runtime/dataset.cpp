@@ -2,6 +2,7 @@
 // the sample order (in file order or a seeded per-epoch permutation) and row gathering.
 #include "runtime/dataset.h"
 
+#include <fmt/ranges.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

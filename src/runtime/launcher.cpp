@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/comm_select.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
 #include "runtime/detail/status_file.h"
@@ -179,6 +180,7 @@ int run_pipeline(const TrainOptions& opt) {
 
   // Bad input ends here, before any worker starts.
   check_device_available(opt.device);
+  choose_comm(opt.comm, opt.device, 0, 0, nccl_built());  // refuses a bad --comm before any worker starts
   PreparedRun run = prepare_run(opt);
   const int world = run.plan.num_devices;
   double local_bytes = 0;  // every worker runs on this machine

@@ -24,14 +24,6 @@ double median(std::vector<double> v) {
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double thread_cpu_s() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 }  // namespace
 
 OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock,
@@ -40,15 +32,6 @@ OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int rep
 }
 
 namespace {
-
-/// The clock a span is timed with: the device's queued work done, then the host's clock.
-std::function<double()> span_clock(const torch::Device& dev, bool cpu_clock) {
-  double (*host_clock)() = cpu_clock ? thread_cpu_s : now_s;
-  return [dev, host_clock] {
-    detail::synchronize(dev);
-    return host_clock();
-  };
-}
 
 torch::Device timing_device(const std::string& device, bool cpu_clock, int warmup, int repeats) {
   const torch::Device dev = detail::select_device(device, 0);
@@ -63,7 +46,7 @@ torch::Device timing_device(const std::string& device, bool cpu_clock, int warmu
 /// tensor to backpropagate (with a random gradient of its shape, or ones for a scalar).
 template <class Forward>
 std::vector<OpTiming> time_passes(StageModule& m, const std::vector<int64_t>& batches, int warmup, int repeats,
-                                  const std::function<double()>& clock, Forward forward) {
+                                  detail::SpanTimer& timer, Forward forward) {
   std::vector<OpTiming> result;
   for (int64_t batch : batches) {
     GP_CHECK(batch >= 1, "profile: batch size must be >= 1, found {}", batch);
@@ -81,16 +64,16 @@ std::vector<OpTiming> time_passes(StageModule& m, const std::vector<int64_t>& ba
       for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
       for (auto& [name, t] : ext)
         if (t.requires_grad()) t.mutable_grad() = torch::Tensor();
-      double t0 = clock();
+      timer.start();
       torch::Tensor y = forward(ext, info);
-      double t1 = clock();
+      const double f = timer.stop();
       torch::Tensor grad = y.dim() == 0 ? torch::ones_like(y) : torch::randn_like(y);
-      double t2 = clock();
+      timer.start();
       if (y.requires_grad()) y.backward(grad);
-      double t3 = clock();
+      const double b = timer.stop();
       if (i >= warmup) {
-        fwd.push_back(t1 - t0);
-        bwd.push_back(t3 - t2);
+        fwd.push_back(f);
+        bwd.push_back(b);
       }
     }
     result.push_back({median(fwd), median(bwd)});
@@ -106,7 +89,8 @@ std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int
   constexpr uint64_t kSeed = 1;
   StageModule m(g, {op}, kSeed, {}, dev);
   const std::string& out_name = g.op(op).name;
-  return time_passes(m, batches, warmup, repeats, span_clock(dev, cpu_clock),
+  detail::SpanTimer timer(dev, cpu_clock);
+  return time_passes(m, batches, warmup, repeats, timer,
                      [&](const TensorMap& ext, const MicroBatchInfo& info) {
                        return m.forward(ext, info).at(out_name);
                      });
@@ -118,7 +102,8 @@ std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>&
   constexpr uint64_t kSeed = 1;
   StageModule m(g, g.op_ids(), kSeed, {}, dev);
   GP_CHECK(!m.loss_ops().empty(), "profile: the model has no loss op to backpropagate from");
-  return time_passes(m, batches, warmup, repeats, span_clock(dev, cpu_clock),
+  detail::SpanTimer timer(dev, cpu_clock);
+  return time_passes(m, batches, warmup, repeats, timer,
                      [&](const TensorMap& ext, const MicroBatchInfo& info) {
                        TensorMap outs = m.forward(ext, info);
                        return m.scaled_loss(outs, info);  // every other output released, as in a step
@@ -136,16 +121,16 @@ std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vect
     count += p.numel();
     p.mutable_grad() = torch::randn_like(p) * 1e-3;
   }
-  auto clock = span_clock(dev, cpu_clock);
+  detail::SpanTimer timer(dev, cpu_clock);
   std::vector<OptimizerTiming> out;
   for (const std::string& name : names) {
     auto opt = make_optimizer(name, params, 1e-3, 0.9);
     std::vector<double> t;
     for (int i = 0; i < warmup + repeats; ++i) {
-      double t0 = clock();
+      timer.start();
       opt->step();
-      double t1 = clock();
-      if (i >= warmup) t.push_back(t1 - t0);
+      const double s = timer.stop();
+      if (i >= warmup) t.push_back(s);
     }
     out.push_back({count, median(t)});
   }

@@ -2,6 +2,7 @@
 // gradients travel as sample ranges between stage replicas (regrouping between per-stage
 // micro-batch sizes), gradients accumulate over micro-batches and are summed over replicas.
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/op_timing.h"
 #include "plan/costs.h"
+#include "runtime/comm_select.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
@@ -528,6 +530,36 @@ std::string store_get(c10d::Store& s, const std::string& key) {
   return std::string(v.begin(), v.end());
 }
 
+// Every rank's --comm choice, made one (comm_select.h): each rank votes through the store whether it
+// could use NCCL, the last to vote publishes the count, and all settle on the same backend.
+CommChoice agree_on_comm(const TrainOptions& opt, const WorkerIo& io) {
+  const int gpus = opt.device == "cuda" ? static_cast<int>(torch::cuda::device_count()) : 0;
+  const CommChoice mine = choose_comm(opt.comm, opt.device, io.local_world, gpus, nccl_built());
+  if (io.world == 1 || (opt.comm != "auto" && opt.comm != "nccl") || opt.device != "cuda")
+    return settle_comm(opt.comm, mine, mine.nccl_possible ? io.world : 0, io.world);
+  c10d::Store& s = *io.store;
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");  // a restarted torchrun reuses its store
+  const std::string key = fmt::format("graphpipe/comm/{}/", restart ? restart : "0");
+  s.add(key + "nccl-votes", mine.nccl_possible ? 1 : 0);
+  if (s.add(key + "voted", 1) == io.world) store_set(s, key + "result", std::to_string(s.add(key + "nccl-votes", 0)));
+  s.wait({key + "result"}, std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000)));
+  return settle_comm(opt.comm, mine, std::stoi(store_get(s, key + "result")), io.world);
+}
+
+// The directed pairs of ranks that exchange activations, gradients or ordering tokens (every replica
+// of a stage with every replica of a successor, both ways), sorted: the order connect() needs.
+std::vector<std::pair<int, int>> transfer_pairs(const plan::Plan& p) {
+  std::set<std::pair<int, int>> pairs;
+  for (const auto& st : p.stages)
+    for (int next : st.outputs_to)
+      for (int a : st.devices)
+        for (int b : p.stages[next].devices) {
+          pairs.insert({a, b});
+          pairs.insert({b, a});
+        }
+  return {pairs.begin(), pairs.end()};
+}
+
 Json samples_to_json(const detail::MemoryMeter* meter) {
   Json out = Json::array();
   if (meter)
@@ -767,14 +799,18 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   set_torch_threads(opt.threads);
   const torch::Device device = detail::select_device(opt.device, io.local_rank);
   detail::install_counting_allocator();  // before the stage's parameters exist
-  auto world = detail::make_gloo_communicator(io.store, io.rank, io.world, comm_options(opt));
+  const CommChoice comm = agree_on_comm(opt, io);
+  if (io.rank == 0 && io.print && !opt.json && (opt.device != "cpu" || opt.comm != "auto"))
+    std::printf("communication: %s (%s)\n", comm_name(comm.kind).c_str(), comm.why.c_str());
+  auto world = detail::make_communicator(comm.kind, io.store, io.rank, io.world, comm_options(opt), device);
   RankRole role = role_of_rank(run.plan, io.rank);
   std::unique_ptr<StageRunner> runner;
   std::unique_ptr<detail::MemoryMeter> meter;
   if (role.stage >= 0) {
     runner = std::make_unique<StageRunner>(opt, run, role, *world, device);
-    meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer());
+    meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer(), device);
   }
+  world->connect(transfer_pairs(run.plan));
 
   const std::string ckpt =
       opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);

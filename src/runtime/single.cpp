@@ -133,7 +133,7 @@ int run_single(const TrainOptions& opt) {
   }
 
   const int64_t b = opt.batch;
-  detail::MemoryMeter meter(m.parameters(), optim.get());
+  detail::MemoryMeter meter(m.parameters(), optim.get(), m.device());
   // Each phase is one metered action, checked against --memory-limit.
   auto metered = [&](int64_t step, const char* phase, const std::function<void()>& f) {
     meter.begin_action();

@@ -35,6 +35,7 @@ struct TrainOptions {
   std::string eval_data_dir;  // --eval-data: held-out samples, forward-only loss (+ accuracy)
   int eval_every = 0;         // --eval-every K: evaluate after every K-th step
   std::string device = "cpu";  // --device cpu|cuda: where parameters, optimizer state and activations live
+  std::string comm = "auto";   // --comm auto|gloo|nccl|gloo-pairs (runtime/comm_select.h)
 };
 
 /// UserError (exit 2) unless `kind` is "cpu", or "cuda" with CUDA available in this LibTorch build and

@@ -66,16 +66,20 @@ std::optional<LaunchEnv> launch_env_from_environment() {
     e.rank = env_int("RANK", env("RANK"));
     e.world = env_int("WORLD_SIZE", env("WORLD_SIZE"));
     e.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", env("LOCAL_RANK")) : e.rank;
+    e.local_world = env("LOCAL_WORLD_SIZE") ? env_int("LOCAL_WORLD_SIZE", env("LOCAL_WORLD_SIZE")) : 0;
     e.source = env("GP_STATUS_FILE") ? "graphpipe" : "torchrun";
   } else if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) {
     e.rank = env_int("OMPI_COMM_WORLD_RANK", env("OMPI_COMM_WORLD_RANK"));
     e.world = env_int("OMPI_COMM_WORLD_SIZE", env("OMPI_COMM_WORLD_SIZE"));
     e.local_rank = env("OMPI_COMM_WORLD_LOCAL_RANK") ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env("OMPI_COMM_WORLD_LOCAL_RANK")) : 0;
+    e.local_world = env("OMPI_COMM_WORLD_LOCAL_SIZE") ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env("OMPI_COMM_WORLD_LOCAL_SIZE")) : 0;
     e.source = "mpirun";
   } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
     e.rank = env_int("SLURM_PROCID", env("SLURM_PROCID"));
     e.world = env_int("SLURM_NTASKS", env("SLURM_NTASKS"));
     e.local_rank = env("SLURM_LOCALID") ? env_int("SLURM_LOCALID", env("SLURM_LOCALID")) : 0;
+    // "4" or "4(x2)"; env_int would refuse the second form, which only says the same count twice.
+    if (const char* n = env("SLURM_NTASKS_PER_NODE")) e.local_world = std::atoi(n);
     e.source = "srun";
   } else {
     return std::nullopt;
@@ -116,7 +120,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.shuffle) a.emplace_back("--shuffle");
   opt("--eval-data", o.eval_data_dir);
   if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
-  a.insert(a.end(), {"--device", o.device});
+  a.insert(a.end(), {"--device", o.device, "--comm", o.comm});
   return a;
 }
 
@@ -151,6 +155,7 @@ int run_worker(const TrainOptions& opt) {
     io.rank = le->rank;
     io.world = le->world;
     io.local_rank = le->local_rank;
+    io.local_world = le->local_world;
     io.store = store;
     io.on_action = [&](int64_t step, int index, const schedule::Action& a) {
       current = schedule::to_string(a);

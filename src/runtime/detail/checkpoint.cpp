@@ -2,6 +2,7 @@
 // checksummed manifest verified on every read.
 #include "runtime/detail/checkpoint.h"
 
+#include <fmt/ranges.h>
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
 // The communicator the pipeline workers use: point-to-point transfers along stage edges and
-// all-reduce inside data-parallel stage groups. Internal (LibTorch types); c10d Gloo behind it.
+// all-reduce inside data-parallel stage groups. Internal (LibTorch types); c10d Gloo or NCCL behind it
+// (runtime/comm_select.h chooses).
 #pragma once
 #include <torch/types.h>
 
@@ -10,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm_select.h"
 #include "support/error.h"
 
 namespace c10d {
 class Store;
+class Backend;
 }
 
 namespace gp::runtime::detail {
@@ -67,6 +70,13 @@ class Communicator {
   /// over the members only: every member calls it with the same ranks and name.
   virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
                                                  const std::string& name) = 0;
+  /// Opens the channels of the directed pairs (from, to) that will exchange messages, in the given
+  /// order, which every rank must share (each rank opens the pairs it is in). A backend that matches
+  /// messages by order (NCCL) connects lazily and blocks while a pair connects: opening every pair
+  /// up front, in one global order, cannot deadlock. A no-op for Gloo (tags, all-to-all at start).
+  virtual void connect(const std::vector<std::pair<int, int>>& directed_pairs) {}
+  /// "gloo", "nccl" or "gloo-pairs" (comm_name).
+  virtual CommKind kind() const = 0;
 };
 
 struct CommOptions {
@@ -90,5 +100,46 @@ std::atomic<bool>& wrong_size_next_send();
 /// Tensors may live on any device: Gloo sees host copies of those not on the CPU (CommOptions).
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      int rank, int size, const CommOptions& o);
+
+/// A c10d::ProcessGroupGloo of `size` ranks over `store` (CommOptions: timeout, address), joined.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, const CommOptions& o);
+
+/// Makes the backend of `size` ranks over `store` a pairwise communicator builds its groups from.
+using BackendFactory =
+    std::function<c10::intrusive_ptr<c10d::Backend>(const c10::intrusive_ptr<c10d::Store>&, int rank, int size)>;
+
+/// The communicator for backends that match point-to-point messages by order, not by tag (NCCL):
+/// one 2-rank backend (channel) per directed pair of ranks, so each channel carries messages in one
+/// direction, in the order they were sent. Every message is framed by a header (bytes, dtype, tag)
+/// that the receiver checks: a message out of order is refused (CommError, rejected), never read
+/// into the wrong tensor. Tensors are moved to `device` for the backend (NCCL: the rank's GPU; a
+/// CPU device for Gloo). `kind` is what kind() reports.
+std::unique_ptr<Communicator> make_pairwise_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int size, const CommOptions& o, BackendFactory factory,
+                                                         torch::Device device, CommKind kind);
+
+/// The communicator of `kind` (comm_select.h): Gloo, NCCL (a pairwise communicator over
+/// c10d::ProcessGroupNCCL on `device`, the rank's GPU), or NCCL's pairwise logic over Gloo.
+/// UserError for nccl when this build has no NCCL.
+std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size, const CommOptions& o, torch::Device device);
+
+// Shared by the communicators: failures as CommError naming the operation and the peer.
+bool looks_like_timeout(const std::string& what);
+std::string dtype_name(int64_t code);
+template <class F>
+void guarded(const std::string& op, int peer, F&& f) {
+  try {
+    f();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    auto nl = what.find('\n');  // c10 messages carry a backtrace after the first line
+    if (nl != std::string::npos) what.resize(nl);
+    throw CommError(op + ": " + what, peer, looks_like_timeout(what));
+  }
+}
 
 }  // namespace gp::runtime::detail

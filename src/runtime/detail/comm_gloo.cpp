@@ -20,15 +20,6 @@ torch::Tensor header(const torch::Tensor& payload) {
   return h;
 }
 
-std::string dtype_name(int64_t code) {
-  if (code < 0 || code >= static_cast<int64_t>(c10::ScalarType::NumOptions)) return fmt::format("dtype code {}", code);
-  return c10::toString(static_cast<c10::ScalarType>(code));
-}
-
-bool looks_like_timeout(const std::string& what) {
-  return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
-}
-
 std::vector<torch::Tensor> flatten_all(const std::vector<torch::Tensor>& ts) {
   std::vector<torch::Tensor> out;
   for (auto& t : ts) out.push_back(t.reshape({-1}));
@@ -51,41 +42,16 @@ void from_host(torch::Tensor& dst, const torch::Tensor& host) {
   dst.copy_(host);
 }
 
-// Runs `f`, converting any failure into a CommError that names the operation and the peer.
-template <class F>
-void guarded(const std::string& op, int peer, F&& f) {
-  try {
-    f();
-  } catch (const CommError&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    auto nl = what.find('\n');  // c10 messages carry a backtrace after the first line
-    if (nl != std::string::npos) what.resize(nl);
-    throw CommError(fmt::format("{}: {}", op, what), peer, looks_like_timeout(what));
-  }
-}
-
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, CommOptions o)
       : store_(std::move(store)), rank_(rank), size_(size), o_(std::move(o)) {
-    auto opts = c10d::ProcessGroupGloo::Options::create(o_.timeout);
-    if (!o_.interface.empty()) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(o_.interface));
-    } else if (!o_.hostname.empty()) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o_.hostname));
-    } else {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    opts->threads = 1;
-    guarded(fmt::format("rendezvous of rank {} of {}", rank, size), -1, [&] {
-      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, opts);
-    });
+    pg_ = make_gloo_backend(store_, rank, size, o_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  CommKind kind() const override { return CommKind::gloo; }
 
   // Every p2p message is preceded by a 2 x int64 header (payload bytes, dtype) with the same tag,
   // so a receiver can check the size before it posts the payload buffer: Gloo aborts the whole
@@ -171,10 +137,36 @@ class GlooCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
   CommOptions o_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
 };
 
 }  // namespace
+
+bool looks_like_timeout(const std::string& what) {
+  return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+}
+
+std::string dtype_name(int64_t code) {
+  if (code < 0 || code >= static_cast<int64_t>(c10::ScalarType::NumOptions)) return fmt::format("dtype code {}", code);
+  return c10::toString(static_cast<c10::ScalarType>(code));
+}
+
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                    int size, const CommOptions& o) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
+  if (!o.interface.empty()) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(o.interface));
+  } else if (!o.hostname.empty()) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.hostname));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  opts->threads = 1;
+  c10::intrusive_ptr<c10d::Backend> pg;
+  guarded(fmt::format("rendezvous of rank {} of {}", rank, size), -1,
+          [&] { pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts); });
+  return pg;
+}
 
 std::atomic<int64_t>& host_staged_bytes() {
   static std::atomic<int64_t> bytes{0};

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
 
 namespace gp::runtime::detail {
@@ -14,6 +15,25 @@ torch::Device select_device(const std::string& kind, int local_rank);
 
 /// Waits until the work queued on `d` is done (a no-op on the CPU): for host timing of CUDA work.
 void synchronize(const torch::Device& d);
+
+/// Times spans of the work queued on a device. On a GPU (a CUDA build): CUDA events recorded on the
+/// current stream, so a span is the stream's own time between the two points, without the host's
+/// synchronization around it. Elsewhere: the host clock (`cpu_clock`: the calling thread's CPU time,
+/// else wall time) read after the device's queued work is done.
+class SpanTimer {
+ public:
+  SpanTimer(const torch::Device& device, bool cpu_clock);
+  ~SpanTimer();
+  void start();
+  /// Seconds since start() (waits for the span's work on a GPU).
+  double stop();
+  /// "cuda events", "thread cpu time" or "wall time".
+  std::string method() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// The name of GPU `index` from the NVIDIA driver (/proc/driver/nvidia/gpus/*/information), or
 /// "CUDA device <index>" when the driver does not say.

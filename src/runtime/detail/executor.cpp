@@ -1,4 +1,5 @@
 // StageModule (parameters + forward of a set of ops) and the synthetic, partition-independent data.
+#include <fmt/ranges.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>

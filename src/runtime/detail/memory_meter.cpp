@@ -2,6 +2,9 @@
 #include "runtime/detail/memory_meter.h"
 
 #include <c10/core/CPUAllocator.h>
+#if GP_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -110,6 +113,35 @@ int64_t live_tensor_bytes() { return g_live.load(std::memory_order_relaxed); }
 int64_t peak_tensor_bytes() { return std::max(g_peak.load(std::memory_order_relaxed), live_tensor_bytes()); }
 void reset_peak_tensor_bytes() { g_peak.store(live_tensor_bytes(), std::memory_order_relaxed); }
 
+#if GP_HAVE_CUDA
+namespace {
+const c10::CachingAllocator::Stat& cuda_allocated(const torch::Device& d) {
+  thread_local c10::CachingDeviceAllocator::DeviceStats stats;
+  stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+}
+}  // namespace
+#endif
+
+int64_t live_tensor_bytes(const torch::Device& d) {
+#if GP_HAVE_CUDA
+  if (d.is_cuda()) return cuda_allocated(d).current;
+#endif
+  return live_tensor_bytes();
+}
+int64_t peak_tensor_bytes(const torch::Device& d) {
+#if GP_HAVE_CUDA
+  if (d.is_cuda()) return cuda_allocated(d).peak;
+#endif
+  return peak_tensor_bytes();
+}
+void reset_peak_tensor_bytes(const torch::Device& d) {
+#if GP_HAVE_CUDA
+  if (d.is_cuda()) return c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+#endif
+  reset_peak_tensor_bytes();
+}
+
 Resident resident_memory() { return {proc_status_kb("VmRSS") * 1024, proc_status_kb("VmHWM") * 1024}; }
 
 MemoryBreakdown MemoryMeter::state_now() const {
@@ -131,13 +163,13 @@ MemoryBreakdown MemoryMeter::state_now() const {
 }
 
 void MemoryMeter::begin_action() {
-  reset_peak_tensor_bytes();
-  start_live_ = static_cast<double>(live_tensor_bytes());
+  reset_peak_tensor_bytes(device_);
+  start_live_ = static_cast<double>(live_tensor_bytes(device_));
   start_state_ = state_now();
 }
 
 double MemoryMeter::end_action(int64_t step, double t_s, bool sample) {
-  double peak = static_cast<double>(peak_tensor_bytes()), live = static_cast<double>(live_tensor_bytes());
+  double peak = static_cast<double>(peak_tensor_bytes(device_)), live = static_cast<double>(live_tensor_bytes(device_));
   if (sample) samples_.push_back({t_s, live, peak});
   if (peak > peak_) {
     // The model state of the two boundaries, whichever is larger (gradients appear during the first

@@ -26,6 +26,12 @@ int64_t peak_tensor_bytes();
 /// Starts a new peak window at the current live bytes.
 void reset_peak_tensor_bytes();
 
+/// The same three for the tensors on `device`: the counting allocator's on the CPU, LibTorch's CUDA
+/// caching allocator's statistics on a GPU (bytes handed to tensors, not the cache it keeps).
+int64_t live_tensor_bytes(const torch::Device& device);
+int64_t peak_tensor_bytes(const torch::Device& device);
+void reset_peak_tensor_bytes(const torch::Device& device);
+
 /// This process's resident set size now and its high-water mark (/proc/self/status VmRSS, VmHWM);
 /// 0 where /proc is missing.
 struct Resident {
@@ -44,8 +50,10 @@ struct MemorySample {
 /// tensors at each action boundary.
 class MemoryMeter {
  public:
-  MemoryMeter(std::vector<torch::Tensor> params, const torch::optim::Optimizer* optim)
-      : params_(std::move(params)), optim_(optim) {}
+  /// Counts the tensors on `device` (where the parameters live).
+  MemoryMeter(std::vector<torch::Tensor> params, const torch::optim::Optimizer* optim,
+              torch::Device device = torch::kCPU)
+      : params_(std::move(params)), optim_(optim), device_(device) {}
 
   void begin_action();
   /// Returns the peak bytes reached during the action.
@@ -61,6 +69,7 @@ class MemoryMeter {
   MemoryBreakdown state_now() const;
   std::vector<torch::Tensor> params_;
   const torch::optim::Optimizer* optim_;
+  torch::Device device_;
   double start_live_ = 0;
   MemoryBreakdown start_state_;
   double peak_ = 0;

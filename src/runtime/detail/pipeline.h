@@ -68,6 +68,7 @@ struct MeasuredEvent {
 struct WorkerIo {
   int rank = 0, world = 1;
   int local_rank = 0;  // on this host: picks the GPU with --device cuda (local_rank % GPUs)
+  int local_world = 0;  // ranks on this host (0: unknown): NCCL needs a GPU for each (comm_select.h)
   c10::intrusive_ptr<c10d::Store> store;
   /// Called before each action (step, index in the stage's list, action); for status + faults.
   std::function<void(int64_t, int, const schedule::Action&)> on_action;

@@ -17,9 +17,10 @@ using namespace std::chrono_literals;
 // Runs fn(rank) on `n` threads sharing one HashStore; fails the test if any thread takes longer
 // than `limit` (the threads are then detached so the test binary can still end).
 // With `staging`, every tensor goes through a host copy as a GPU tensor would (force_host_staging).
+// `kind`: the communicator (comm_select.h); gloo-pairs is NCCL's pairwise logic over Gloo.
 template <class F>
 void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn,
-               std::chrono::seconds limit = 30s, bool staging = false) {
+               std::chrono::seconds limit = 30s, bool staging = false, CommKind kind = CommKind::gloo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::future<void>> done;
   for (int r = 0; r < n; ++r) {
@@ -27,7 +28,8 @@ void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn,
       CommOptions o;
       o.timeout = comm_timeout;
       o.force_host_staging = staging;
-      auto comm = make_gloo_communicator(store, r, n, o);
+      auto comm = make_communicator(kind, store, r, n, o, torch::kCPU);
+      EXPECT_EQ(comm->kind(), kind);
       fn(r, *comm);
     }));
   }
@@ -212,6 +214,189 @@ TEST(DistComm, HostStagingKeepsTheSizeHeaderAndTimeouts) {
         finished->set_value();
       },
       30s, /*staging=*/true);
+}
+
+// --- The pairwise communicator (NCCL's logic) over Gloo, and the choice of backend ---
+
+template <class F>
+void run_pairs(int n, std::chrono::milliseconds comm_timeout, F fn) {
+  run_ranks(n, comm_timeout, fn, 30s, false, CommKind::gloo_pairs);
+}
+
+TEST(PairwiseComm, ConnectThenSendAlongAChainAndASkipEdge) {
+  run_pairs(3, 10s, [](int r, Communicator& c) {
+    c.connect({{0, 1}, {0, 2}, {1, 2}});
+    if (r == 0) {
+      auto p1 = c.send(torch::arange(6, torch::kFloat32).reshape({2, 3}), 1, 5);
+      auto p2 = c.send(torch::full({4}, 7.0), 2, 9);
+      p1.wait();
+      p2.wait();
+    } else if (r == 1) {
+      auto t = torch::empty({2, 3});
+      c.recv(t, 0, 5);
+      EXPECT_TRUE(torch::equal(t, torch::arange(6, torch::kFloat32).reshape({2, 3})));
+      c.send(t * 2, 2, 5).wait();
+    } else {
+      // Each pair is its own channel: the two senders' messages do not queue behind each other.
+      auto from1 = torch::empty({2, 3});
+      auto from0 = torch::empty({4});
+      c.recv(from1, 1, 5);
+      c.recv(from0, 0, 9);
+      EXPECT_FLOAT_EQ(from1[1][2].item<float>(), 10.0f);
+      EXPECT_TRUE(torch::equal(from0, torch::full({4}, 7.0)));
+    }
+  });
+}
+
+// Both directions of a pair at once (activations one way, gradients the other): separate channels.
+TEST(PairwiseComm, BothDirectionsOfAPairAtOnce) {
+  run_pairs(2, 10s, [](int r, Communicator& c) {
+    c.connect({{0, 1}, {1, 0}});
+    std::vector<Pending> ps;
+    for (int i = 0; i < 4; ++i) ps.push_back(c.send(torch::full({1000}, double(10 * r + i)), 1 - r, i));
+    for (int i = 0; i < 4; ++i) {
+      auto t = torch::empty({1000});
+      c.recv(t, 1 - r, i);
+      EXPECT_EQ(t[999].item<float>(), float(10 * (1 - r) + i));
+    }
+    for (auto& p : ps) p.wait();
+  });
+}
+
+// A channel delivers in order: a receiver that expects another message than the next one refuses it,
+// naming the tag it got, instead of reading one tensor's bytes into another.
+TEST(PairwiseComm, MessageOutOfOrderIsRefusedNamingItsTag) {
+  run_pairs(2, 3s, [](int r, Communicator& c) {
+    c.connect({{0, 1}});
+    if (r == 0) {
+      try {
+        c.send(torch::ones({4}), 1, 11).wait();
+        c.send(torch::ones({4}), 1, 12).wait();
+      } catch (const CommError&) {  // the receiver gave up on the channel
+      }
+      return;
+    }
+    auto t = torch::zeros({4});
+    try {
+      c.recv(t, 0, 12);
+      ADD_FAILURE() << "received tag 12 before tag 11";
+    } catch (const CommError& e) {
+      EXPECT_TRUE(e.rejected()) << e.what();
+      EXPECT_EQ(e.peer(), 0);
+      EXPECT_NE(std::string(e.what()).find("carries tag 11"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("recv from rank 0 (tag 12, gloo-pairs)"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(torch::equal(t, torch::zeros({4})));
+  });
+}
+
+TEST(PairwiseComm, WrongSizedMessageIsRefused) {
+  run_pairs(2, 3s, [](int r, Communicator& c) {
+    c.connect({{0, 1}});
+    if (r == 0) {
+      try {
+        c.send(torch::arange(10, torch::kFloat32), 1, 4).wait();
+      } catch (const CommError&) {
+      }
+      return;
+    }
+    auto t = torch::zeros({8});
+    try {
+      c.recv(t, 0, 4);
+      ADD_FAILURE() << "a 10-float message was received into 8 floats";
+    } catch (const CommError& e) {
+      EXPECT_TRUE(e.rejected());
+      EXPECT_NE(std::string(e.what()).find("the peer sent 40 bytes of Float, expected 32 bytes"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(PairwiseComm, SilentPeerTimesOutNamingThePeer) {
+  auto finished = std::make_shared<std::promise<void>>();
+  auto finished_f = finished->get_future().share();
+  run_pairs(2, 500ms, [=](int r, Communicator& c) {
+    c.connect({{0, 1}});
+    if (r == 0) return finished_f.wait();
+    auto t = torch::empty({1});
+    try {
+      c.recv(t, 0, 3);
+      ADD_FAILURE() << "recv returned without a sender";
+    } catch (const CommError& e) {
+      EXPECT_EQ(e.peer(), 0);
+      EXPECT_TRUE(e.timed_out()) << e.what();
+    }
+    finished->set_value();
+  });
+}
+
+TEST(PairwiseComm, AllReduceInSubGroupsAndTheWorld) {
+  run_pairs(4, 10s, [](int r, Communicator& c) {
+    std::vector<int> members = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    auto g = c.subgroup(members, r % 2 == 0 ? "even" : "odd");
+    EXPECT_EQ(g->kind(), CommKind::gloo_pairs);
+    std::vector<torch::Tensor> ts{torch::full({2}, double(r + 1)), torch::full({1}, 10.0 * r)};
+    g->all_reduce(ts, Reduce::sum).wait();
+    EXPECT_EQ(ts[0][1].item<float>(), r % 2 == 0 ? 4.0f : 6.0f);
+    EXPECT_EQ(ts[1][0].item<float>(), r % 2 == 0 ? 20.0f : 40.0f);
+    std::vector<torch::Tensor> m{torch::full({2, 2}, double(r)).t()};  // non-contiguous
+    c.all_reduce(m, Reduce::max).wait();
+    EXPECT_TRUE(torch::equal(m[0], torch::full({2, 2}, 3.0)));
+  });
+}
+
+TEST(CommSelect, AutoPicksNcclOnlyWithAGpuPerRankAndNcclBuilt) {
+  EXPECT_EQ(choose_comm("auto", "cpu", 4, 8, true).kind, CommKind::gloo);
+  EXPECT_EQ(choose_comm("auto", "cpu", 4, 8, true).why, "CPU tensors");
+  CommChoice eight = choose_comm("auto", "cuda", 8, 8, true);
+  EXPECT_EQ(eight.kind, CommKind::nccl);
+  EXPECT_TRUE(eight.nccl_possible);
+  CommChoice shared = choose_comm("auto", "cuda", 4, 1, true);  // one GPU shared by four ranks
+  EXPECT_EQ(shared.kind, CommKind::gloo);
+  EXPECT_FALSE(shared.nccl_possible);
+  EXPECT_NE(shared.why.find("4 ranks on this host share 1 GPU"), std::string::npos) << shared.why;
+  EXPECT_EQ(choose_comm("auto", "cuda", 2, 2, false).kind, CommKind::gloo);  // a build without NCCL
+  EXPECT_EQ(choose_comm("auto", "cuda", 0, 1, true).kind, CommKind::nccl);   // local size unknown: 1
+  EXPECT_EQ(choose_comm("gloo", "cuda", 8, 8, true).kind, CommKind::gloo);
+  EXPECT_EQ(choose_comm("gloo-pairs", "cpu", 2, 0, false).kind, CommKind::gloo_pairs);
+}
+
+TEST(CommSelect, ImpossibleRequestsAreUserErrors) {
+  EXPECT_THROW(choose_comm("mpi", "cpu", 1, 0, true), UserError);
+  try {
+    choose_comm("nccl", "cpu", 1, 0, true);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs --device cuda"), std::string::npos) << e.what();
+  }
+  try {
+    choose_comm("nccl", "cuda", 1, 1, false);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("built without NCCL"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommSelect, EveryRankSettlesOnTheSameBackend) {
+  CommChoice yes = choose_comm("auto", "cuda", 2, 2, true), no = choose_comm("auto", "cuda", 4, 2, true);
+  EXPECT_EQ(settle_comm("auto", yes, 8, 8).kind, CommKind::nccl);
+  // Two hosts, one short of GPUs: all eight fall back to Gloo, those that could use NCCL too.
+  CommChoice fallback = settle_comm("auto", yes, 2, 8);
+  EXPECT_EQ(fallback.kind, CommKind::gloo);
+  EXPECT_NE(fallback.why.find("6 of 8 ranks have no GPU of their own"), std::string::npos) << fallback.why;
+  EXPECT_EQ(settle_comm("auto", no, 2, 8).kind, CommKind::gloo);
+  // --comm nccl: every rank fails alike, this one saying why it cannot.
+  CommChoice asked = choose_comm("nccl", "cuda", 4, 2, true);
+  try {
+    settle_comm("nccl", asked, 2, 8);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("6 of 8 ranks cannot use NCCL (this one: 4 ranks on this host share 2 GPUs"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(settle_comm("nccl", choose_comm("nccl", "cuda", 2, 2, true), 7, 8), UserError);
+  EXPECT_EQ(settle_comm("gloo", choose_comm("gloo", "cuda", 2, 2, true), 0, 8).kind, CommKind::gloo);
 }
 
 }  // namespace

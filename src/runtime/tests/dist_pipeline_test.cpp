@@ -50,6 +50,16 @@ TEST(DistPipeline, HostStagedTransfersEqualSingle) {
   EXPECT_GT(detail::host_staged_bytes().load(), before);
 }
 
+// --comm gloo-pairs: NCCL's way (one channel per directed pair of ranks, messages matched by order and
+// checked by their header) over Gloo. Replicas, per-stage micro-batch sizes (pieces regrouped between
+// stages) and a skip edge: every pair of ranks must send in the order its peer receives.
+TEST(DistPipeline, PairwiseChannelsInOrderEqualSingle) {
+  expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{"m1."}, {1, 2}, 4}, {{}, {3}, 2}}), 2, "sgd", 0.05,
+                    "gloo-pairs");
+  expect_equivalent(make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}}), 3, "sgd", 0.05,
+                    "gloo-pairs");
+}
+
 TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {
   // l0's output feeds both l1.attn (s1) and the residual add l1.add1 (s2): a skip edge s0 -> s2.
   auto p = make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}});

@@ -125,11 +125,13 @@ inline TrainOptions options(int steps, const std::string& optimizer, double lr) 
 }
 
 /// Trains `p` with every rank as a thread and compares with the single-process reference:
-/// per-step losses within 1e-5 relative, every final weight within 1e-5.
+/// per-step losses within 1e-5 relative, every final weight within 1e-5. `comm`: --comm.
 inline void expect_equivalent(const plan::Plan& p, int steps, const std::string& optimizer = "adam",
-                              double lr = 1e-2) {
+                              double lr = 1e-2, const std::string& comm = "auto") {
   PreparedRun run = prepare_run(p, "1f1b");
-  auto results = run_threads(run, options(steps, optimizer, lr));
+  TrainOptions opt = options(steps, optimizer, lr);
+  opt.comm = comm;
+  auto results = run_threads(run, opt);
   auto ref = single_reference(p.model_spec, p.mini_batch_size, steps, optimizer, lr);
   for (size_t r = 0; r < results.size(); ++r) {
     ASSERT_EQ(results[r].step_losses.size(), size_t(steps)) << "rank " << r;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
@@ -93,10 +94,41 @@ TEST_F(DistProcess, DeviceCudaWithoutCudaIsAUserError) {
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_NE(r.err.find("--device cuda: CUDA is not available in this build or on this machine"), std::string::npos)
         << args << "\n" << r.err;
+#if GP_HAVE_CUDA
+    EXPECT_NE(r.err.find("has CUDA compiled in (LibTorch " TORCH_VERSION ") but sees no GPU"), std::string::npos)
+        << args << "\n" << r.err;
+#endif
   }
   Proc bad = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device tpu");
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--device: expected cpu or cuda, found \"tpu\""), std::string::npos) << bad.err;
+  // --comm: an unknown backend, and NCCL for CPU tensors, are refused before any worker starts.
+  Proc mpi = graphpipe("train --plan " + plan + " --steps 1 --comm mpi");
+  EXPECT_EQ(mpi.code, 2) << mpi.err;
+  EXPECT_NE(mpi.err.find("--comm: expected auto, gloo, nccl or gloo-pairs, found \"mpi\""), std::string::npos) << mpi.err;
+  Proc nccl_cpu = graphpipe("train --plan " + plan + " --steps 1 --comm nccl");
+  EXPECT_EQ(nccl_cpu.code, 2) << nccl_cpu.err;
+  EXPECT_NE(nccl_cpu.err.find("--comm nccl moves GPU tensors: it needs --device cuda"), std::string::npos)
+      << nccl_cpu.err;
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+// --version: the LibTorch it was built with, whether CUDA and NCCL are compiled in, the GPUs it sees.
+TEST_F(DistProcess, VersionNamesLibTorchCudaNcclAndGpus) {
+  Proc v = graphpipe("--version");
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("graphpipe ", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find(std::string("LibTorch ") + TORCH_VERSION + "\n"), std::string::npos) << v.out;
+#if GP_HAVE_CUDA
+  EXPECT_NE(v.out.find("CUDA: compiled in (CUDA "), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("NCCL: compiled in (NCCL 2."), std::string::npos) << v.out;
+#else
+  EXPECT_NE(v.out.find("CUDA: not compiled in"), std::string::npos) << v.out;
+#endif
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  EXPECT_NE(v.out.find(gpus == 0 ? std::string("GPUs: none visible") : "GPUs: " + std::to_string(gpus) + " visible"),
+            std::string::npos)
+      << v.out;
   EXPECT_EQ(leftover_processes(), 0);
 }
 
@@ -122,6 +154,31 @@ TEST_F(DistProcess, ProfileLinksFitsP2pAndAllReduceBetweenTwoProcesses) {
   Proc bad = graphpipe("profile --links --link-sizes 4096,6 --out x.json");
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("not a positive multiple of 4"), std::string::npos) << bad.err;
+}
+
+// PyTorch's own launcher (torchrun from the torch wheel the build links): three workers, one per
+// stage, over torchrun's agent store, with Gloo and with NCCL's pairwise channels over Gloo; each run
+// equals --single within 1e-5.
+TEST_F(DistProcess, RealTorchrunThreeRanksEqualsSingle) {
+  std::string plan = write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{"m1."}, {1}, 2}, {{}, {2}, 4}}));
+  Proc single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
+  ASSERT_EQ(single.code, 0) << single.err;
+  auto b = losses(dir_ / "single.jsonl");
+  ASSERT_EQ(b.size(), 3u);
+  for (std::string comm : {"gloo", "gloo-pairs"}) {
+    // --standalone: torchrun's own rendezvous on a free port; --no-python: the workers are graphpipe.
+    Proc run = ScratchDirTest::run(std::string(GP_PYTHON) + " -m torch.distributed.run --standalone --nproc-per-node 3 "
+                                   "--no-python " + GP_BINARY + " train --plan " + plan + " --steps 3 --lr 0.01 "
+                                   "--timeout 30 --comm " + comm + " --log torchrun-" + comm + ".jsonl",
+                                   "GP_TEST_MARKER=" + marker(), 120);
+    ASSERT_EQ(run.code, 0) << comm << ": " << run.out << run.err;
+    EXPECT_NE(run.out.find("communication: " + comm), std::string::npos) << run.out;
+    auto a = losses(dir_ / ("torchrun-" + comm + ".jsonl"));
+    ASSERT_EQ(a.size(), 3u) << comm;
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << comm << " step " << i;
+  }
+  for (int i = 0; i < 100 && leftover_processes() > 0; ++i) ::usleep(100000);
+  EXPECT_EQ(leftover_processes(), 0);
 }
 
 TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {

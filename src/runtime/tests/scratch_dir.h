@@ -43,10 +43,14 @@ class ScratchDirTest : public ::testing::Test {
 
   /// Runs `[ENV] graphpipe ARGS` in `dir_`, killed after `limit_s` seconds.
   Proc graphpipe(const std::string& args, const std::string& env = "", int limit_s = 60) {
+    return run(std::string(GP_BINARY) + " " + args, env, limit_s);
+  }
+  /// Runs `[ENV] COMMAND` (a shell command line) in `dir_`, killed after `limit_s` seconds.
+  Proc run(const std::string& command, const std::string& env = "", int limit_s = 60) {
     const std::filesystem::path out = dir_ / ("out" + std::to_string(runs_)), err = dir_ / ("err" + std::to_string(runs_));
     ++runs_;
     const std::string cmd = "cd " + dir_.string() + " && env " + env + " timeout -s KILL " + std::to_string(limit_s) +
-                            " " + GP_BINARY + " " + args + " >" + out.string() + " 2>" + err.string();
+                            " " + command + " >" + out.string() + " 2>" + err.string();
     const auto t0 = std::chrono::steady_clock::now();
     const int st = std::system(cmd.c_str());
     Proc r;

@@ -1,0 +1,24 @@
+// What this graphpipe was built with and what it sees (`graphpipe --version`). Torch-free.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace gp::runtime {
+
+struct BuildInfo {
+  std::string torch_version;   // LibTorch's TORCH_VERSION, e.g. "2.11.0"
+  bool cuda_built = false;     // built against a CUDA LibTorch (GP_HAVE_CUDA)
+  std::string cuda_version;    // the CUDA runtime LibTorch was built with ("13.0"); "" without CUDA
+  bool nccl_built = false;     // c10d's NCCL process group compiled in (GP_HAVE_NCCL)
+  std::string nccl_version;    // "2.28.9"; "" without NCCL
+  int gpus = 0;                // CUDA devices visible to this process
+  std::vector<std::string> gpu_names;
+};
+
+/// Fills BuildInfo; counting GPUs asks the CUDA runtime (no context is made).
+BuildInfo build_info();
+
+/// The lines `graphpipe --version` prints after the graphpipe version.
+std::string describe(const BuildInfo& b);
+
+}  // namespace gp::runtime
