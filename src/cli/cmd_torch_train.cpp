@@ -26,7 +26,8 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--optimizer", o.optimizer, "adam | sgd (with momentum)")->capture_default_str();
   c->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
   c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  c->add_option("--log", o.log_path, "Write one JSON object per step to this .jsonl file");
+  // --log-file: the same, for launchers whose own options --log would abbreviate (torchrun: --log-dir).
+  c->add_option("--log,--log-file", o.log_path, "Write one JSON object per step to this .jsonl file");
   c->add_option("--trace", o.trace_path, "Write the measured timeline (Chrome trace JSON) of the last step");
   c->add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of per-worker checkpoints");
   c->add_option("--checkpoint-every", o.checkpoint_every, "Save every K steps (and at the end)")->capture_default_str();

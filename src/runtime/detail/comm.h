@@ -101,6 +101,14 @@ std::atomic<bool>& wrong_size_next_send();
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      int rank, int size, const CommOptions& o);
 
+/// Turns c10d's flight recorder off unless the user set TORCH_FR_BUFFER_SIZE: from PyTorch 2.x every
+/// process group records each collective and transfer, with a Python/C++ traceback, into one
+/// process-wide buffer (2000 entries). That costs a traceback per message, and the recorder inserts
+/// into a shared map before taking its lock (torch 2.11, FlightRecorderDetail.hpp), which crashed
+/// ranks run as threads of one process (the equivalence tests) in std::_Rb_tree_insert_and_rebalance.
+/// TORCH_FR_BUFFER_SIZE=2000 turns it back on (NCCL hang dumps). Called before any group is made.
+void limit_flight_recorder();
+
 /// A c10d::ProcessGroupGloo of `size` ranks over `store` (CommOptions: timeout, address), joined.
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int size, const CommOptions& o);

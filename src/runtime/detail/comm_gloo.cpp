@@ -8,6 +8,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <cstdlib>
+#include <mutex>
+
 #include "runtime/detail/comm.h"
 
 namespace gp::runtime::detail {
@@ -151,8 +154,14 @@ std::string dtype_name(int64_t code) {
   return c10::toString(static_cast<c10::ScalarType>(code));
 }
 
+void limit_flight_recorder() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0); });
+}
+
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int size, const CommOptions& o) {
+  limit_flight_recorder();
   auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
   if (!o.interface.empty()) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(o.interface));

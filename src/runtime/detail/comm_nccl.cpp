@@ -12,6 +12,7 @@ namespace gp::runtime::detail {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                     const CommOptions& o) {
+  limit_flight_recorder();
   auto opts = c10d::ProcessGroupNCCL::Options::create();
   opts->timeout = o.timeout;  // the watchdog aborts a collective or transfer that outlives it
   c10::intrusive_ptr<c10d::Backend> pg;

@@ -169,7 +169,7 @@ TEST_F(DistProcess, RealTorchrunThreeRanksEqualsSingle) {
     // --standalone: torchrun's own rendezvous on a free port; --no-python: the workers are graphpipe.
     Proc run = ScratchDirTest::run(std::string(GP_PYTHON) + " -m torch.distributed.run --standalone --nproc-per-node 3 "
                                    "--no-python " + GP_BINARY + " train --plan " + plan + " --steps 3 --lr 0.01 "
-                                   "--timeout 30 --comm " + comm + " --log torchrun-" + comm + ".jsonl",
+                                   "--timeout 30 --comm " + comm + " --log-file torchrun-" + comm + ".jsonl",
                                    "GP_TEST_MARKER=" + marker(), 120);
     ASSERT_EQ(run.code, 0) << comm << ": " << run.out << run.err;
     EXPECT_NE(run.out.find("communication: " + comm), std::string::npos) << run.out;
