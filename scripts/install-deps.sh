@@ -17,9 +17,11 @@ PKGS=(build-essential cmake ninja-build pkg-config
   libbenchmark-dev librapidcheck-dev graphviz)
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${GP_TORCH_VERSION:-2.11.0}
-# torchvision's release that matches each torch we pin (torchvision's README table).
+# torchvision's release that matches each torch we pin (torchvision's README table). The others are
+# pinned too: tests/fixtures/check_reproduce.py compares what these versions produce with the record.
 declare -A TORCHVISION=([2.11.0]=0.26.0 [2.10.0]=0.25.0 [2.9.1]=0.24.1)
-PIP_PKGS=("torch==$TORCH_VERSION" "torchvision==${TORCHVISION[$TORCH_VERSION]:-0.26.0}" numpy onnx onnxscript)
+PIP_PKGS=("torch==$TORCH_VERSION" "torchvision==${TORCHVISION[$TORCH_VERSION]:-0.26.0}" numpy==2.4.6 onnx==1.23.2
+  onnxscript==0.7.2)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -38,16 +40,16 @@ fi
 [ "${GP_SKIP_PIP:-0}" = 1 ] && exit 0
 command -v "$PYTHON" >/dev/null || { echo "install-deps: $PYTHON not found (set PYTHON=...)" >&2; exit 2; }
 # One Python call checks every pip package: prints what is missing or at another version.
-pip_missing=$("$PYTHON" - "$TORCH_VERSION" <<'EOF' 2>/dev/null || echo all
+pip_missing=$("$PYTHON" - "${PIP_PKGS[@]}" <<'EOF' 2>/dev/null || echo all
 import importlib.metadata as md, sys
-want = {"torch": sys.argv[1], "torchvision": None, "numpy": None, "onnx": None, "onnxscript": None}
 out = []
-for name, version in want.items():
+for spec in sys.argv[1:]:
+    name, version = spec.split("==")
     try:
         have = md.version(name)
     except md.PackageNotFoundError:
         out.append(name); continue
-    if version and have.split("+")[0] != version:
+    if have.split("+")[0] != version:
         out.append(f"{name} (have {have}, want {version})")
 print(", ".join(out))
 EOF
