@@ -157,5 +157,72 @@ TEST_F(TiedTest, BuiltinGptWithTiedEmbeddingsTrainsLikeSingle) {
   testing::expect_equivalent(testing::make_plan(spec, 8, {{{"wte", "l0."}, {0}, 4}, {{}, {1, 2}, 4}}), 4, "sgd", 0.05);
 }
 
+// --- A model exported with torch.onnx.export's defaults (issue 34, part 0) ---
+// Constant folding merged equal initializers (two LayerNorm weights, four zero biases) behind Identity
+// nodes; they are separate parameters in PyTorch and must stay so (tests/fixtures/defaults).
+
+const fs::path kDefaults = fs::path(GP_SOURCE_DIR) / "tests/fixtures/defaults";
+const std::string kDefaultModel = (kDefaults / "two_tower_defaults.onnx").string();
+
+Json defaults_reference() {
+  std::ifstream f(kDefaults / "reference.json");
+  return Json::parse(f);
+}
+
+TrainOptions defaults_options(const Json& ref, const std::string& optimizer) {
+  TrainOptions o = testing::options(ref["steps"].get<int>(), optimizer, ref[optimizer]["lr"].get<double>());
+  if (optimizer == "sgd") o.momentum = ref[optimizer]["momentum"].get<double>();
+  o.model_spec = kDefaultModel;
+  o.data_dir = (kDefaults / ref["train"].get<std::string>()).string();
+  return o;
+}
+
+using DefaultExport = TiedTest;
+
+TEST_F(DefaultExport, InitializersTheExporterMergedArePyTorchsSeparateParameters) {
+  const Json ref = defaults_reference();
+  ir::Graph g = importers::load_graph(kDefaultModel);
+  EXPECT_EQ(g.total_params(), ref["params"].get<int64_t>());  // 1,829 (1,701 as ties)
+  EXPECT_TRUE(g.model().shared_params.empty());
+  // The one warning names every merged name; GRAPHPIPE_ONNX_TIES=keep brings the ties back.
+  testing::Proc info = graphpipe("model info --model " + kDefaultModel);
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("parameters   1,829"), std::string::npos) << info.out;
+  EXPECT_NE(info.err.find("warning: " + kDefaultModel + ": the exporter merged initializers of equal value"),
+            std::string::npos)
+      << info.err;
+  for (const auto& name : ref["merged_by_the_exporter"]) EXPECT_NE(info.err.find(name.get<std::string>()), std::string::npos) << info.err;
+  testing::Proc keep = graphpipe("model info --model " + kDefaultModel, "GRAPHPIPE_ONNX_TIES=keep");
+  ASSERT_EQ(keep.code, 0) << keep.err;
+  EXPECT_NE(keep.out.find("parameters   1,701"), std::string::npos) << keep.out;
+  EXPECT_NE(keep.err.find("each set is trained as ONE parameter, unlike PyTorch"), std::string::npos) << keep.err;
+  testing::Proc bad = graphpipe("model info --model " + kDefaultModel, "GRAPHPIPE_ONNX_TIES=merge");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("GRAPHPIPE_ONNX_TIES: expected auto"), std::string::npos) << bad.err;
+}
+
+// --single and a 2-stage pipeline (one tower per stage) train like PyTorch's own training of the module.
+TEST_F(DefaultExport, TrainsLikePyTorchSingleAndPipelined) {
+  const Json ref = defaults_reference();
+  const plan::Plan p = testing::make_plan(kDefaultModel, 8, {{{"/a/"}, {0}, 4}, {{}, {1}, 4}});
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    const std::vector<double> torch_losses = ref[optimizer]["losses"].get<std::vector<double>>();
+    TrainOptions s = defaults_options(ref, optimizer);
+    s.single = true;
+    s.batch = 8;
+    s.log_path = (dir_ / (optimizer + ".jsonl")).string();
+    ASSERT_EQ(run_single(s), 0);
+    const std::vector<double> single = log_losses(s.log_path);
+    expect_close(single, torch_losses, 1e-4, "default export --single " + optimizer + " vs PyTorch");
+    TrainOptions o = defaults_options(ref, optimizer);
+    PreparedRun run = prepare_run(p, "1f1b");
+    RunData data = open_run_data(o, run.graph, true);
+    run.data = data.train;
+    auto results = testing::run_threads(run, o);
+    for (size_t r = 0; r < results.size(); ++r)
+      expect_close(results[r].step_losses, single, 1e-5, "default export 2 stages " + optimizer + " rank " + std::to_string(r));
+  }
+}
+
 }  // namespace
 }  // namespace gp::runtime
