@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak fidelity clean test-asan test-tsan fuzz
+.PHONY: all deps configure build cli test demo bench paper soak fidelity vs-torch clean test-asan test-tsan fuzz
 
 all: build
 
@@ -42,6 +42,11 @@ paper: cli
 # profile and with the calibrated cpu preset), train, compare (docs/results.md, "Fidelity").
 fidelity: cli
 	@scripts/fidelity.sh $(BUILD)
+
+# graphpipe train vs torch.distributed.pipelining on the same models, weights and data (2 CPU
+# processes): losses must agree; median step times side by side in $(BUILD)/vs-torch.json (docs/vs-torch.md).
+vs-torch: cli
+	@scripts/vs-torch.sh $(BUILD)
 
 # 500 steps on 4 workers with a crash and resume in the middle; final weights must be bit-identical.
 soak: cli
