@@ -17,6 +17,7 @@
 namespace c10d {
 class Store;
 class Backend;
+class Work;
 }
 
 namespace gp::runtime::detail {
@@ -133,9 +134,21 @@ std::unique_ptr<Communicator> make_pairwise_communicator(const c10::intrusive_pt
 std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size, const CommOptions& o, torch::Device device);
 
-// Shared by the communicators: failures as CommError naming the operation and the peer.
+// Shared by the communicators (defined in comm_gloo.cpp).
 bool looks_like_timeout(const std::string& what);
 std::string dtype_name(int64_t code);
+/// The payload as sent: one element too many when GP_FAULT kind=size asked for it (wrong_size_next_send).
+torch::Tensor faulted_payload(torch::Tensor payload);
+/// Refuses (CommError, rejected) a message whose header announced `bytes` of `dtype` that do not fit `t`.
+void check_announced(const std::string& op, int src, int64_t bytes, int64_t dtype, const torch::Tensor& t);
+/// A header and a payload in flight to `dst`: waiting waits on both (bounded by `timeout`); `keep`
+/// holds the sent tensors until then.
+Pending pending_send(c10::intrusive_ptr<c10d::Work> head, c10::intrusive_ptr<c10d::Work> payload,
+                     std::vector<torch::Tensor> keep, std::string op, int dst, std::chrono::milliseconds timeout);
+/// An all-reduce's tensors as one flat buffer (a view of `ts[0]` when it is the only one, contiguous),
+/// and the reduced buffer's values back into them.
+torch::Tensor join_for_reduce(const std::vector<torch::Tensor>& ts);
+void scatter_reduced(const torch::Tensor& joined, std::vector<torch::Tensor>& ts);
 template <class F>
 void guarded(const std::string& op, int peer, F&& f) {
   try {

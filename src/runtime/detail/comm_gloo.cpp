@@ -23,12 +23,6 @@ torch::Tensor header(const torch::Tensor& payload) {
   return h;
 }
 
-std::vector<torch::Tensor> flatten_all(const std::vector<torch::Tensor>& ts) {
-  std::vector<torch::Tensor> out;
-  for (auto& t : ts) out.push_back(t.reshape({-1}));
-  return out;
-}
-
 // Host staging: Gloo reads and writes host memory, so a tensor elsewhere (a GPU) travels as a CPU
 // copy; `force` stages CPU tensors too (a separate copy), so the same path runs without a GPU.
 bool staged(const torch::Tensor& t, bool force) { return force || !t.is_cpu(); }
@@ -62,11 +56,7 @@ class GlooCommunicator final : public Communicator {
   // silently unwritten when it is shorter.
   Pending send(const torch::Tensor& t, int dst, int tag) override {
     GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
-    torch::Tensor payload = to_host(t.contiguous(), o_.force_host_staging);
-    if (wrong_size_next_send().exchange(false)) {  // GP_FAULT kind=size: one element too many
-      torch::Tensor flat = payload.reshape({-1});
-      payload = torch::cat({flat, flat.narrow(0, 0, 1)});
-    }
+    torch::Tensor payload = faulted_payload(to_host(t.contiguous(), o_.force_host_staging));
     std::vector<torch::Tensor> head{header(payload)}, v{payload};
     c10::intrusive_ptr<c10d::Work> work_head, work;
     std::string op = fmt::format("send to rank {} (tag {})", dst, tag);
@@ -74,13 +64,7 @@ class GlooCommunicator final : public Communicator {
       work_head = pg_->send(head, dst, tag);
       work = pg_->send(v, dst, tag);
     });
-    auto timeout = o_.timeout;
-    return Pending([work_head, work, head, v, op, dst, timeout] {
-      guarded(op, dst, [&] {
-        work_head->wait(timeout);
-        work->wait(timeout);
-      });
-    });
+    return pending_send(work_head, work, {head[0], v[0]}, op, dst, o_.timeout);
   }
 
   void recv(torch::Tensor& t, int src, int tag) override {
@@ -89,14 +73,7 @@ class GlooCommunicator final : public Communicator {
     std::string op = fmt::format("recv from rank {} (tag {})", src, tag);
     std::vector<torch::Tensor> head{torch::empty({2}, torch::kInt64)};
     guarded(op, src, [&] { pg_->recv(head, src, tag)->wait(o_.timeout); });
-    int64_t bytes = head[0].data_ptr<int64_t>()[0], dtype = head[0].data_ptr<int64_t>()[1];
-    int64_t want = static_cast<int64_t>(t.nbytes());
-    if (bytes != want || dtype != static_cast<int64_t>(t.scalar_type()))
-      throw CommError(fmt::format("{}: the peer sent {} bytes of {}, expected {} bytes of {} (shape [{}]); "
-                                  "the ranks disagree on the plan or the peer is faulty",
-                                  op, bytes, dtype_name(dtype), want, dtype_name(static_cast<int64_t>(t.scalar_type())),
-                                  fmt::join(t.sizes(), ", ")),
-                      src, false, /*rejected=*/true);
+    check_announced(op, src, head[0].data_ptr<int64_t>()[0], head[0].data_ptr<int64_t>()[1], t);
     std::vector<torch::Tensor> v{staged(t, o_.force_host_staging) ? torch::empty_like(t, t.options().device(torch::kCPU))
                                                                  : t};
     guarded(op, src, [&] { pg_->recv(v, src, tag)->wait(o_.timeout); });
@@ -109,7 +86,7 @@ class GlooCommunicator final : public Communicator {
     ao.reduceOp = op == Reduce::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     ao.timeout = o_.timeout;
     // Gloo reduces a list of equal-sized tensors as one per device: flatten into one buffer.
-    torch::Tensor joined = ts.size() == 1 && ts[0].is_contiguous() ? ts[0].view({-1}) : torch::cat(flatten_all(ts));
+    torch::Tensor joined = join_for_reduce(ts);
     std::vector<torch::Tensor> flat{to_host(joined, o_.force_host_staging)};
     c10::intrusive_ptr<c10d::Work> work;
     std::string what = fmt::format("all-reduce over {} ranks", size_);
@@ -118,12 +95,7 @@ class GlooCommunicator final : public Communicator {
     return Pending([work, what, timeout, flat, joined, ts]() mutable {
       guarded(what, -1, [&] { work->wait(timeout); });
       from_host(joined, flat[0]);
-      int64_t off = 0;
-      for (auto& t : ts) {
-        int64_t n = t.numel();
-        if (!t.is_contiguous() || ts.size() > 1) t.copy_(joined.narrow(0, off, n).view_as(t));
-        off += n;
-      }
+      scatter_reduced(joined, ts);
     });
   }
 
@@ -152,6 +124,48 @@ bool looks_like_timeout(const std::string& what) {
 std::string dtype_name(int64_t code) {
   if (code < 0 || code >= static_cast<int64_t>(c10::ScalarType::NumOptions)) return fmt::format("dtype code {}", code);
   return c10::toString(static_cast<c10::ScalarType>(code));
+}
+
+torch::Tensor faulted_payload(torch::Tensor payload) {
+  if (!wrong_size_next_send().exchange(false)) return payload;
+  torch::Tensor flat = payload.reshape({-1});
+  return torch::cat({flat, flat.narrow(0, 0, 1)});
+}
+
+void check_announced(const std::string& op, int src, int64_t bytes, int64_t dtype, const torch::Tensor& t) {
+  const int64_t want = static_cast<int64_t>(t.nbytes());
+  if (bytes != want || dtype != static_cast<int64_t>(t.scalar_type()))
+    throw CommError(fmt::format("{}: the peer sent {} bytes of {}, expected {} bytes of {} (shape [{}]); "
+                                "the ranks disagree on the plan or the peer is faulty",
+                                op, bytes, dtype_name(dtype), want, dtype_name(static_cast<int64_t>(t.scalar_type())),
+                                fmt::join(t.sizes(), ", ")),
+                    src, false, /*rejected=*/true);
+}
+
+Pending pending_send(c10::intrusive_ptr<c10d::Work> head, c10::intrusive_ptr<c10d::Work> payload,
+                     std::vector<torch::Tensor> keep, std::string op, int dst, std::chrono::milliseconds timeout) {
+  return Pending([head, payload, keep = std::move(keep), op = std::move(op), dst, timeout] {
+    guarded(op, dst, [&] {
+      head->wait(timeout);
+      payload->wait(timeout);
+    });
+  });
+}
+
+torch::Tensor join_for_reduce(const std::vector<torch::Tensor>& ts) {
+  if (ts.size() == 1 && ts[0].is_contiguous()) return ts[0].view({-1});
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : ts) flat.push_back(t.reshape({-1}));
+  return torch::cat(flat);
+}
+
+void scatter_reduced(const torch::Tensor& joined, std::vector<torch::Tensor>& ts) {
+  int64_t off = 0;
+  for (auto& t : ts) {
+    const int64_t n = t.numel();
+    if (!t.is_contiguous() || ts.size() > 1) t.copy_(joined.narrow(0, off, n).view_as(t));
+    off += n;
+  }
 }
 
 void limit_flight_recorder() {

@@ -47,11 +47,7 @@ class PairwiseCommunicator final : public Communicator {
   Pending send(const torch::Tensor& t, int dst, int tag) override {
     GP_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "bad send peer {}", dst);
     const std::string op = fmt::format("send to rank {} (tag {}, {})", dst, tag, comm_name(kind_));
-    torch::Tensor payload = on_device(t.contiguous());
-    if (wrong_size_next_send().exchange(false)) {  // GP_FAULT kind=size: one element too many
-      torch::Tensor flat = payload.reshape({-1});
-      payload = torch::cat({flat, flat.narrow(0, 0, 1)});
-    }
+    torch::Tensor payload = faulted_payload(on_device(t.contiguous()));
     std::vector<torch::Tensor> head{header(payload, tag)}, v{payload};
     auto& ch = channel(rank_, dst);
     c10::intrusive_ptr<c10d::Work> work_head, work;
@@ -59,13 +55,7 @@ class PairwiseCommunicator final : public Communicator {
       work_head = ch->send(head, /*dstRank=*/1, /*tag=*/0);
       work = ch->send(v, 1, 0);
     });
-    auto timeout = o_.timeout;
-    return Pending([work_head, work, head, v, op, dst, timeout] {
-      guarded(op, dst, [&] {
-        work_head->wait(timeout);
-        work->wait(timeout);
-      });
-    });
+    return pending_send(work_head, work, {head[0], v[0]}, op, dst, o_.timeout);
   }
 
   void recv(torch::Tensor& t, int src, int tag) override {
@@ -76,19 +66,13 @@ class PairwiseCommunicator final : public Communicator {
     std::vector<torch::Tensor> head{torch::empty({3}, torch::TensorOptions(torch::kInt64).device(device_))};
     guarded(op, src, [&] { ch->recv(head, /*srcRank=*/0, /*tag=*/0)->wait(o_.timeout); });
     torch::Tensor h = head[0].cpu();
-    const int64_t bytes = h.data_ptr<int64_t>()[0], dtype = h.data_ptr<int64_t>()[1], sent_tag = h.data_ptr<int64_t>()[2];
-    const int64_t want = static_cast<int64_t>(t.nbytes());
+    const int64_t sent_tag = h.data_ptr<int64_t>()[2];
     if (sent_tag != tag)
       throw CommError(fmt::format("{}: the next message from rank {} carries tag {}: messages between two ranks "
                                   "arrive in the order they were sent, and the ranks disagree on that order",
                                   op, src, sent_tag),
                       src, false, /*rejected=*/true);
-    if (bytes != want || dtype != static_cast<int64_t>(t.scalar_type()))
-      throw CommError(fmt::format("{}: the peer sent {} bytes of {}, expected {} bytes of {} (shape [{}]); "
-                                  "the ranks disagree on the plan or the peer is faulty",
-                                  op, bytes, dtype_name(dtype), want, dtype_name(static_cast<int64_t>(t.scalar_type())),
-                                  fmt::join(t.sizes(), ", ")),
-                      src, false, /*rejected=*/true);
+    check_announced(op, src, h.data_ptr<int64_t>()[0], h.data_ptr<int64_t>()[1], t);
     std::vector<torch::Tensor> v{t.device() == device_ ? t : torch::empty_like(t, t.options().device(device_))};
     guarded(op, src, [&] { ch->recv(v, 0, 0)->wait(o_.timeout); });
     if (!v[0].is_same(t)) t.copy_(v[0]);
@@ -99,7 +83,7 @@ class PairwiseCommunicator final : public Communicator {
     c10d::AllreduceOptions ao;
     ao.reduceOp = op == Reduce::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     ao.timeout = o_.timeout;
-    torch::Tensor joined = ts.size() == 1 && ts[0].is_contiguous() ? ts[0].view({-1}) : torch::cat(flatten(ts));
+    torch::Tensor joined = join_for_reduce(ts);
     std::vector<torch::Tensor> flat{on_device(joined)};
     c10::intrusive_ptr<c10d::Work> work;
     std::string what = fmt::format("all-reduce over {} ranks ({})", size_, comm_name(kind_));
@@ -108,12 +92,7 @@ class PairwiseCommunicator final : public Communicator {
     return Pending([work, what, timeout, flat, joined, ts]() mutable {
       guarded(what, -1, [&] { work->wait(timeout); });
       if (!flat[0].is_same(joined)) joined.copy_(flat[0]);
-      int64_t off = 0;
-      for (auto& t : ts) {
-        int64_t n = t.numel();
-        if (!t.is_contiguous() || ts.size() > 1) t.copy_(joined.narrow(0, off, n).view_as(t));
-        off += n;
-      }
+      scatter_reduced(joined, ts);
     });
   }
 
@@ -132,11 +111,6 @@ class PairwiseCommunicator final : public Communicator {
     h.data_ptr<int64_t>()[1] = static_cast<int64_t>(payload.scalar_type());
     h.data_ptr<int64_t>()[2] = tag;
     return h.to(payload.device());
-  }
-  static std::vector<torch::Tensor> flatten(const std::vector<torch::Tensor>& ts) {
-    std::vector<torch::Tensor> out;
-    for (auto& t : ts) out.push_back(t.reshape({-1}));
-    return out;
   }
   torch::Tensor on_device(const torch::Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
 
