@@ -268,8 +268,8 @@ TEST(OnnxImportErrors, AutoPadAndReflectPadNameTheNode) {
   for (auto& n : *d.mutable_graph()->mutable_node())
     if (n.op_type() == "Pad" && changed++ == 0) {
       onnx::AttributeProto* mode = nullptr;
-      for (auto& a : *n.mutable_attribute())
-        if (a.name() == "mode") mode = &a;
+      for (auto& attr : *n.mutable_attribute())
+        if (attr.name() == "mode") mode = &attr;
       if (!mode) mode = n.add_attribute();
       mode->set_name("mode");
       mode->set_type(onnx::AttributeProto::STRING);

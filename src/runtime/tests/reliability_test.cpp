@@ -232,7 +232,7 @@ TEST_F(Reliability, CheckpointWithoutManifestLoadsUnverified) {
   auto named = m.named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     names.push_back(named[i].first);
-    ar.write("p" + std::to_string(i), named[i].second.detach(), /*is_buffer=*/true);
+    ar.write(fmt::format("p{}", i), named[i].second.detach(), /*is_buffer=*/true);
   }
   ar.write("names", c10::IValue(names));
   ar.write("steps_done", c10::IValue(int64_t{5}));
