@@ -40,34 +40,33 @@ void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn,
   }
 }
 
-TEST(DistComm, SendRecvAlongAChainAndASkipEdge) {
-  run_ranks(3, 10s, [](int r, Communicator& c) {
-    EXPECT_EQ(c.rank(), r);
-    EXPECT_EQ(c.size(), 3);
-    if (r == 0) {
-      auto a = torch::arange(6, torch::kFloat32).reshape({2, 3});
-      auto b = torch::full({4}, 7.0);
-      auto p1 = c.send(a, 1, 5);
-      auto p2 = c.send(b, 2, 9);  // skip edge 0 -> 2
-      p1.wait();
-      p2.wait();
-    } else if (r == 1) {
-      auto t = torch::empty({2, 3});
-      c.recv(t, 0, 5);
-      EXPECT_TRUE(torch::equal(t, torch::arange(6, torch::kFloat32).reshape({2, 3})));
-      auto p = c.send(t * 2, 2, 5);
-      p.wait();
-    } else {
-      // Receive in the opposite order of arrival: tags keep the two messages apart.
-      auto from1 = torch::empty({2, 3});
-      auto from0 = torch::empty({4});
-      c.recv(from1, 1, 5);
-      c.recv(from0, 0, 9);
-      EXPECT_FLOAT_EQ(from1[1][2].item<float>(), 10.0f);
-      EXPECT_TRUE(torch::equal(from0, torch::full({4}, 7.0)));
-    }
-  });
+// Rank 0 -> 1 -> 2 and a skip edge 0 -> 2; rank 2 receives in the opposite order of arrival (tags
+// keep the two messages apart on Gloo; on the pairwise communicator each pair is its own channel).
+void chain_and_skip_edge(int r, Communicator& c) {
+  EXPECT_EQ(c.rank(), r);
+  EXPECT_EQ(c.size(), 3);
+  c.connect({{0, 1}, {0, 2}, {1, 2}});
+  if (r == 0) {
+    auto p1 = c.send(torch::arange(6, torch::kFloat32).reshape({2, 3}), 1, 5);
+    auto p2 = c.send(torch::full({4}, 7.0), 2, 9);  // skip edge 0 -> 2
+    p1.wait();
+    p2.wait();
+  } else if (r == 1) {
+    auto t = torch::empty({2, 3});
+    c.recv(t, 0, 5);
+    EXPECT_TRUE(torch::equal(t, torch::arange(6, torch::kFloat32).reshape({2, 3})));
+    c.send(t * 2, 2, 5).wait();
+  } else {
+    auto from1 = torch::empty({2, 3});
+    auto from0 = torch::empty({4});
+    c.recv(from1, 1, 5);
+    c.recv(from0, 0, 9);
+    EXPECT_FLOAT_EQ(from1[1][2].item<float>(), 10.0f);
+    EXPECT_TRUE(torch::equal(from0, torch::full({4}, 7.0)));
+  }
 }
+
+TEST(DistComm, SendRecvAlongAChainAndASkipEdge) { run_ranks(3, 10s, chain_and_skip_edge); }
 
 TEST(DistComm, SameTagMessagesArriveInOrder) {
   run_ranks(2, 10s, [](int r, Communicator& c) {
@@ -223,30 +222,7 @@ void run_pairs(int n, std::chrono::milliseconds comm_timeout, F fn) {
   run_ranks(n, comm_timeout, fn, 30s, false, CommKind::gloo_pairs);
 }
 
-TEST(PairwiseComm, ConnectThenSendAlongAChainAndASkipEdge) {
-  run_pairs(3, 10s, [](int r, Communicator& c) {
-    c.connect({{0, 1}, {0, 2}, {1, 2}});
-    if (r == 0) {
-      auto p1 = c.send(torch::arange(6, torch::kFloat32).reshape({2, 3}), 1, 5);
-      auto p2 = c.send(torch::full({4}, 7.0), 2, 9);
-      p1.wait();
-      p2.wait();
-    } else if (r == 1) {
-      auto t = torch::empty({2, 3});
-      c.recv(t, 0, 5);
-      EXPECT_TRUE(torch::equal(t, torch::arange(6, torch::kFloat32).reshape({2, 3})));
-      c.send(t * 2, 2, 5).wait();
-    } else {
-      // Each pair is its own channel: the two senders' messages do not queue behind each other.
-      auto from1 = torch::empty({2, 3});
-      auto from0 = torch::empty({4});
-      c.recv(from1, 1, 5);
-      c.recv(from0, 0, 9);
-      EXPECT_FLOAT_EQ(from1[1][2].item<float>(), 10.0f);
-      EXPECT_TRUE(torch::equal(from0, torch::full({4}, 7.0)));
-    }
-  });
-}
+TEST(PairwiseComm, ConnectThenSendAlongAChainAndASkipEdge) { run_pairs(3, 10s, chain_and_skip_edge); }
 
 // Both directions of a pair at once (activations one way, gradients the other): separate channels.
 TEST(PairwiseComm, BothDirectionsOfAPairAtOnce) {

@@ -30,11 +30,14 @@ Json reference() {
   return Json::parse(f);
 }
 
-TrainOptions reference_options(const Json& ref, const std::string& optimizer) {
+/// The training options of a reference.json (steps, optimizer and its hyper-parameters, the data
+/// under `fixtures`) for `model`.
+TrainOptions reference_options(const Json& ref, const std::string& optimizer, const std::string& model = kModel,
+                               const fs::path& fixtures = kFixtures) {
   TrainOptions o = testing::options(ref["steps"].get<int>(), optimizer, ref[optimizer]["lr"].get<double>());
   if (optimizer == "sgd") o.momentum = ref[optimizer]["momentum"].get<double>();
-  o.model_spec = kModel;
-  o.data_dir = (kFixtures / ref["train"].get<std::string>()).string();
+  o.model_spec = model;
+  o.data_dir = (fixtures / ref["train"].get<std::string>()).string();
   return o;
 }
 
@@ -170,11 +173,7 @@ Json defaults_reference() {
 }
 
 TrainOptions defaults_options(const Json& ref, const std::string& optimizer) {
-  TrainOptions o = testing::options(ref["steps"].get<int>(), optimizer, ref[optimizer]["lr"].get<double>());
-  if (optimizer == "sgd") o.momentum = ref[optimizer]["momentum"].get<double>();
-  o.model_spec = kDefaultModel;
-  o.data_dir = (kDefaults / ref["train"].get<std::string>()).string();
-  return o;
+  return reference_options(ref, optimizer, kDefaultModel, kDefaults);
 }
 
 using DefaultExport = TiedTest;
