@@ -4,8 +4,9 @@
 #   1. Debian packages (apt): compilers, CMake/ninja, the header and library packages below.
 #   2. PyTorch from PyPI (pip): the pinned torch wheel, whose LibTorch (C++ headers, libtorch*.so,
 #      CUDA 13 and NCCL compiled in) the build links (cmake/torch.cmake), plus what the fixture and
-#      reference scripts import (numpy, onnx, onnxscript, torchvision). About 4 GB with torch's CUDA
-#      libraries (nvidia-* wheels); about 2 minutes on a fast link.
+#      reference scripts import (numpy, onnx, onnxscript, torchvision), and pytest for the Python
+#      package's tests (python/tests). About 4 GB with torch's CUDA libraries (nvidia-* wheels);
+#      about 2 minutes on a fast link.
 # Environment: PYTHON (python3), GP_TORCH_VERSION (2.11.0: the GPU machine's torch, so both builds
 # agree), GP_SKIP_PIP=1 (apt only: a LibTorch of your own, given to CMake with -DTorch_DIR).
 # libgloo-dev is for its headers only: c10d's ProcessGroupGloo.hpp includes gloo's headers, which the
@@ -21,7 +22,7 @@ TORCH_VERSION=${GP_TORCH_VERSION:-2.11.0}
 # pinned too: tests/fixtures/check_reproduce.py compares what these versions produce with the record.
 declare -A TORCHVISION=([2.11.0]=0.26.0 [2.10.0]=0.25.0 [2.9.1]=0.24.1)
 PIP_PKGS=("torch==$TORCH_VERSION" "torchvision==${TORCHVISION[$TORCH_VERSION]:-0.26.0}" numpy==2.4.6 onnx==1.23.2
-  onnxscript==0.7.2)
+  onnxscript==0.7.2 pytest==9.2.0)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
