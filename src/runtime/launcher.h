@@ -27,6 +27,12 @@ struct LaunchEnv {
 /// set but MASTER_ADDR/MASTER_PORT are missing or malformed.
 std::optional<LaunchEnv> launch_env_from_environment();
 
+/// The address of this host's interface that routes to `host` (a name or an address; found by
+/// connecting a UDP socket to it, nothing is sent), for Gloo to bind and announce on multi-node
+/// runs: a host name that resolves to loopback in /etc/hosts (the usual Debian setup) would make
+/// every rank announce 127.0.0.1 to its peers. "" when `host` does not resolve or has no route.
+std::string local_address_towards(const std::string& host);
+
 /// The arguments of the hidden `graphpipe worker` subcommand that reproduce `opt`
 /// (without the program name and the subcommand).
 std::vector<std::string> worker_args(const TrainOptions& opt);
@@ -39,7 +45,8 @@ std::vector<int> spawn_local_workers(const std::vector<std::string>& args, int w
                                      const std::string& status_dir);
 
 /// Runs this process as one worker of the plan (rank and rendezvous from the environment).
-/// Returns the exit code: 0 done, 1 own failure, 2 bad input, 3 a peer failed or timed out.
+/// Returns the exit code: 0 done, 1 own failure, 2 bad input, 3 a peer failed or timed out (under our
+/// launcher, which blames that peer; under torchrun, mpirun or srun that is 1, CONTRACT.md's code).
 int run_worker(const TrainOptions& opt);
 
 /// Worker exit code when a peer failed or stopped responding (the launcher blames that peer).

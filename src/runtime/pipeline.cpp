@@ -24,6 +24,7 @@
 #include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
+#include "runtime/launcher.h"
 #include "schedule/trace.h"
 #include "support/error.h"
 #include "support/json.h"
@@ -501,8 +502,9 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) co.interface = ifname;
   const char* addr = std::getenv("MASTER_ADDR");
   std::string a = addr ? addr : "127.0.0.1";
-  // Single-host runs bind loopback; multi-node runs bind the interface of this host's name.
-  co.hostname = (a == "127.0.0.1" || a == "localhost") ? "127.0.0.1" : "";
+  // Single-host runs bind loopback; multi-node runs the interface that routes to MASTER_ADDR ("": the
+  // interface of this host's name, Gloo's default, when no route is found).
+  co.hostname = (a == "127.0.0.1" || a == "localhost") ? "127.0.0.1" : local_address_towards(a);
   const char* staging = std::getenv("GP_HOST_STAGING");  // 1: stage CPU tensors too (tests the GPU path)
   co.force_host_staging = staging && std::string(staging) == "1";
   return co;

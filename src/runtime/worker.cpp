@@ -1,7 +1,10 @@
 // `graphpipe worker` / train under a launcher: reads the rank from the environment, joins the
 // rendezvous (TCPStore), runs execute_worker, and reports progress and failures through a small
 // status file the local launcher reads (GP_STATUS_FILE).
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -98,6 +101,32 @@ std::optional<LaunchEnv> launch_env_from_environment() {
   return e;
 }
 
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* ip = local.ss_family == AF_INET
+                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, ip, buf, sizeof buf)) out = buf;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 std::vector<std::string> worker_args(const TrainOptions& o) {
   std::vector<std::string> a = {"--plan", o.plan_path, "--steps", std::to_string(o.steps), "--seed",
                                 std::to_string(o.seed), "--optimizer", o.optimizer, "--lr", fmt::format("{}", o.lr),
@@ -183,7 +212,7 @@ int run_worker(const TrainOptions& opt) {
   } catch (const detail::CommError& e) {
     peer = e.peer();
     rejected = e.rejected();
-    code = kExitPeerFailure;
+    code = status.active() ? kExitPeerFailure : 1;  // 3 only tells our launcher whom to blame
     msg = e.what();
   } catch (const UserError& e) {
     code = 2;

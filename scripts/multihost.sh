@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# make multihost: graphpipe train across several "hosts" on a bad network, inside this machine.
+# Each host is a Linux network namespace with its own eth0 (10.77.0.<i+1>), all joined by veth pairs to
+# a bridge in a switch namespace; one rank per host, started with the torchrun/srun-style environment
+# (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = host 0's address, MASTER_PORT), no
+# launcher. Cases (docs/runtime.md "Several hosts"; figures in docs/results.md, issue 37):
+#   equal   2 and 3 hosts: the per-step losses equal `train --single` (1e-5 relative)
+#   delay   every host's egress delayed D ms +- J ms: completes, losses equal, the measured trace's
+#           receive waits grow, and the slowdown is compared with `simulate` given that link latency
+#   loss    P% of every host's outgoing packets dropped: completes, losses equal
+#   cut     one host's link taken down mid-run: every rank exits within --timeout (+ slack) naming
+#           the peer it lost; the link back up, --resume from the last checkpoint: the losses of the
+#           resumed steps are bit-identical to an uninterrupted run's
+#   rdzv    a rank that never arrives, a wrong WORLD_SIZE, a taken MASTER_PORT: one line each, exit
+#           1 or 2, within the timeout
+# Usage: scripts/multihost.sh [--quick] [CASE...]   (default: all cases; --quick: the ctest version:
+#        2 hosts, equal + 3% loss + a rank that never arrives, about 20 s)
+# Bad network: `tc qdisc ... netem` where the kernel has sch_netem; otherwise (this project's VMs) an
+# NFQUEUE rule and scripts/nfq_netem.py, the same delay/jitter/loss in userspace. Needs root, iproute2,
+# iptables (NFQUEUE fallback), python3. Exit 77 (skip) when namespaces cannot be made; 0 pass; 1 fail.
+# Every namespace (and every process in it) is removed on exit, failure or Ctrl-C.
+set -uo pipefail
+GP=$(realpath "${GP:-build/graphpipe}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+QUICK=0
+CASES=()
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    equal|delay|loss|cut|rdzv) CASES+=("$a") ;;
+    *) echo "usage: $0 [--quick] [equal|delay|loss|cut|rdzv ...]" >&2; exit 2 ;;
+  esac
+done
+[ ${#CASES[@]} -eq 0 ] && CASES=(equal delay loss cut rdzv)
+[ $QUICK = 1 ] && CASES=(quick)
+
+TAG="gp$$"            # unique per run: namespaces gp<pid>sw, gp<pid>h<i>
+NS=()                 # namespaces made so far (deleted by cleanup)
+T=$(mktemp -d /tmp/multihost.XXXXXX)
+FAILS=0
+PORT=29500            # each run has its own namespaces, hence its own port space
+
+skip() { echo "multihost: SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+ok() { echo "  ok: $*"; }
+
+cleanup() {
+  local n p
+  for n in "${NS[@]}"; do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  for n in "${NS[@]}"; do ip netns del "$n" 2>/dev/null; done
+  NS=()
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'echo "multihost: interrupted"; exit 130' INT TERM
+
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces (run as root, or make multihost under sudo)"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+[ -x "$GP" ] || { echo "multihost: $GP not built (make cli)"; exit 1; }
+ip netns add "${TAG}probe" 2>/dev/null || skip "cannot create a network namespace (ip netns add failed: no CAP_SYS_ADMIN or no netns support)"
+ip netns del "${TAG}probe"
+
+# --- hosts -------------------------------------------------------------------------------------
+# hosts N: the switch namespace with bridge br0 and N host namespaces, eth0 = 10.77.0.<i+1>/24.
+hosts() {
+  local n=$1 i sw="${TAG}sw"
+  ip netns add "$sw" && NS+=("$sw") || return 1
+  ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up
+  for ((i = 0; i < n; i++)); do
+    local h="${TAG}h$i"
+    ip netns add "$h" && NS+=("$h") || return 1
+    ip link add "${TAG}h$i" type veth peer name "${TAG}s$i" || return 1
+    ip link set "${TAG}h$i" netns "$h" && ip link set "${TAG}s$i" netns "$sw" || return 1
+    ip -n "$h" link set "${TAG}h$i" name eth0
+    ip -n "$h" addr add "10.77.0.$((i + 1))/24" dev eth0
+    ip -n "$h" link set eth0 up && ip -n "$h" link set lo up
+    ip -n "$sw" link set "${TAG}s$i" master br0 && ip -n "$sw" link set "${TAG}s$i" up
+  done
+}
+unhosts() { cleanup; T=$(mktemp -d /tmp/multihost.XXXXXX); }
+addr() { echo "10.77.0.$(($1 + 1))"; }
+
+# impair HOST DELAY_MS JITTER_MS LOSS_PCT: host HOST's outgoing packets on eth0.
+NETEM_KIND=""
+impair() {
+  local h="${TAG}h$1" d=$2 j=$3 l=$4
+  if [ -z "$NETEM_KIND" ]; then
+    if ip netns exec "$h" tc qdisc add dev eth0 root netem delay 1ms 2>/dev/null; then
+      ip netns exec "$h" tc qdisc del dev eth0 root
+      NETEM_KIND="tc netem"
+    else
+      command -v iptables >/dev/null || { echo "multihost: the kernel has no sch_netem and iptables is missing (scripts/install-deps.sh)"; return 1; }
+      NETEM_KIND="NFQUEUE + scripts/nfq_netem.py (this kernel has no sch_netem)"
+    fi
+    echo "  bad network through: $NETEM_KIND"
+  fi
+  if [ "$NETEM_KIND" = "tc netem" ]; then
+    ip netns exec "$h" tc qdisc replace dev eth0 root netem delay "${d}ms" "${j}ms" loss "${l}%"
+  else
+    ip netns exec "$h" python3 "$HERE/nfq_netem.py" --queue "$((10 + $1))" --delay "$(awk -v x="$d" 'BEGIN{print x/1000}')" \
+      --jitter "$(awk -v x="$j" 'BEGIN{print x/1000}')" --loss "$(awk -v x="$l" 'BEGIN{print x/100}')" \
+      --seed "$((7 + $1))" > "$T/nfq$1.out" 2>&1 &
+    for _ in $(seq 50); do grep -q "^nfq_netem: queue" "$T/nfq$1.out" 2>/dev/null && break; sleep 0.1; done
+    ip netns exec "$h" iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num "$((10 + $1))" || return 1
+  fi
+}
+
+# ranks HOSTS ARGS...: start rank i in host i (background), pids in RPIDS; output in $T/r<i>.{out,err}.
+# WORLD (default HOSTS) and SKIP_RANK (a rank not to start) adjust the environment.
+RPIDS=()
+ranks() {
+  local n=$1 i; shift
+  RPIDS=()
+  for ((i = 0; i < n; i++)); do
+    [ "${SKIP_RANK:--1}" = "$i" ] && { RPIDS+=(""); continue; }
+    ip netns exec "${TAG}h$i" env RANK=$i WORLD_SIZE="${WORLD:-$n}" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR="$(addr 0)" MASTER_PORT=$PORT "$GP" train "$@" > "$T/r$i.out" 2> "$T/r$i.err" &
+    RPIDS+=($!)
+  done
+}
+# wait_ranks LIMIT_S: waits for every started rank, at most LIMIT_S seconds (then kills them);
+# RCODES: exit codes; RSECS: seconds until each exited; returns 1 when a rank had to be killed.
+wait_ranks() {
+  local limit=$1 t0 i left=1 hung=0
+  t0=$(date +%s.%N)
+  RCODES=(); RSECS=()
+  while [ $left = 1 ]; do
+    left=0
+    for i in "${!RPIDS[@]}"; do
+      local p=${RPIDS[$i]}
+      [ -z "$p" ] || [ -n "${RCODES[$i]:-}" ] && continue
+      if kill -0 "$p" 2>/dev/null; then left=1; else
+        wait "$p"; RCODES[$i]=$?; RSECS[$i]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+      fi
+    done
+    if [ $left = 1 ] && awk -v a="$t0" -v b="$(date +%s.%N)" -v l="$limit" 'BEGIN{exit !(b-a > l)}'; then
+      for i in "${!RPIDS[@]}"; do
+        [ -n "${RPIDS[$i]}" ] && [ -z "${RCODES[$i]:-}" ] && { kill -9 "${RPIDS[$i]}" 2>/dev/null; hung=1; }
+      done
+    fi
+    [ $left = 1 ] && sleep 0.1
+  done
+  return $hung
+}
+
+# compare A.json B.json TOL: the "losses" of two train --json outputs (TOL 0: bit-identical).
+compare() {
+  python3 - "$@" <<'EOF'
+import json, sys
+a, b, tol = json.load(open(sys.argv[1]))["losses"], json.load(open(sys.argv[2]))["losses"], float(sys.argv[3])
+if len(a) != len(b): sys.exit(f"{len(a)} losses against {len(b)}")
+worst = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+if worst > tol: sys.exit(f"losses differ: worst relative difference {worst:.3g} > {tol:g}")
+print(f"{len(a)} losses equal (worst relative difference {worst:.2g}), {a[0]:.4f} -> {a[-1]:.4f}")
+EOF
+}
+
+MODEL_BASE="layers=1,seq=16,hidden=64,heads=4,ffn=128,classes=10"
+model() { echo "mmt:branches=$1,$MODEL_BASE"; }
+COMMON=(--seed 5 --optimizer adam --lr 0.001 --threads 1)
+# plan_for N: a plan with one stage per host (summit costs partition the branches: one per device,
+# the head with the last), and the --single reference of the same model for STEPS steps.
+plan_for() {
+  local n=$1 steps=$2
+  "$GP" plan --model "$(model "$n")" --cluster summit --devices "$n" --batch 16 --out "$T/plan$n.json" > /dev/null || return 1
+  "$GP" train --single --model "$(model "$n")" --batch 16 --steps "$steps" "${COMMON[@]}" --json > "$T/single$n.json" || return 1
+}
+
+# run_ok N LIMIT LABEL ARGS...: N ranks to completion; rank 0's --json in $T/<label>.json.
+run_ok() {
+  local n=$1 limit=$2 label=$3 i; shift 3
+  ranks "$n" "$@" --json
+  if ! wait_ranks "$limit"; then fail "$label: a rank hung past ${limit} s"; tail -n 3 "$T"/r*.err; return 1; fi
+  for i in "${!RCODES[@]}"; do
+    [ "${RCODES[$i]}" = 0 ] || { fail "$label: rank $i exited ${RCODES[$i]}: $(tail -n 1 "$T/r$i.err")"; return 1; }
+  done
+  cp "$T/r0.out" "$T/$label.json"
+}
+
+case_equal() {
+  local n
+  for n in 2 3; do
+    echo "== equal: $n hosts, 20 steps"
+    hosts "$n" || { fail "making $n hosts"; return; }
+    plan_for "$n" 20 || { fail "plan"; unhosts; return; }
+    local t0; t0=$(date +%s.%N)
+    if run_ok "$n" 120 "equal$n" --plan "$T/plan$n.json" --steps 20 "${COMMON[@]}" --timeout 20; then
+      local r; r=$(compare "$T/equal$n.json" "$T/single$n.json" 1e-5) && ok "$n hosts vs --single: $r (wall $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s)" || fail "$n hosts vs --single: $r"
+    fi
+    unhosts
+  done
+}
+
+main() {
+  echo "multihost: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $GP"
+  local c
+  for c in "${CASES[@]}"; do "case_$c"; done
+  if [ $FAILS -gt 0 ]; then echo "multihost: $FAILS failure(s)"; exit 1; fi
+  echo "multihost passed"
+}
+main
