@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak fidelity vs-torch clean test-asan test-tsan fuzz
+.PHONY: all deps configure build cli test demo bench paper soak fidelity vs-torch clean test-asan test-tsan fuzz python
 
 all: build
 
@@ -47,6 +47,11 @@ fidelity: cli
 # processes): losses must agree; median step times side by side in $(BUILD)/vs-torch.json (docs/vs-torch.md).
 vs-torch: cli
 	@scripts/vs-torch.sh $(BUILD)
+
+# The Python package's tests alone (python/tests with pytest, as ctest python_package runs them);
+# `pip install .` installs the package itself (docs/python.md).
+python: cli
+	GRAPHPIPE_BIN=$(abspath $(GP)) python3 -m pytest -q -p no:cacheprovider python/tests
 
 # 500 steps on 4 workers with a crash and resume in the middle; final weights must be bit-identical.
 soak: cli
