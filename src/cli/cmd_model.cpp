@@ -2,10 +2,13 @@
 // activation memory, op kinds, branch structure from the series-parallel tree, Graphviz output).
 #include <cstdio>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "importers/model_json.h"
+#include "importers/onnx_import.h"
 #include "importers/resolve.h"
 #include "models/inspect.h"
 #include "support/json.h"
@@ -30,8 +33,35 @@ void run_export(const ModelArgs& a) {
   }
 }
 
+bool is_onnx(const std::string& spec) { return spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".onnx") == 0; }
+
+// How an ONNX file's parameters were read: every shared initializer and the decision, and the
+// parameters without values (docs/onnx.md, "Default exports and ties").
+Json params_json(const importers::OnnxImportReport& r) {
+  Json shared = Json::array();
+  for (const auto& n : r.shared)
+    shared.push_back({{"initializer", n.initializer}, {"names", n.names}, {"kind", n.kind},
+                      {"trained_as_one", n.trained_as_one}});
+  return {{"ties_mode", r.ties_mode}, {"shared", shared}, {"without_values", r.without_values}};
+}
+
+void print_params(const importers::OnnxImportReport& r) {
+  std::printf("ties         %s (--ties auto|keep|split; \"exact\": the file's graphpipe.export metadata names them)\n",
+              r.ties_mode.c_str());
+  for (const auto& n : r.shared) {
+    std::string also = n.names.empty() ? "" : fmt::format(" ({})", fmt::join(n.names, ", "));
+    std::printf("  %-16s %s%s: %s\n", n.kind.c_str(), n.initializer.c_str(), also.c_str(),
+                n.trained_as_one ? "one parameter" : "separate parameters");
+  }
+  if (!r.without_values.empty())
+    std::printf("no values    %zu parameter input(s) (export_params=False): %s\n", r.without_values.size(),
+                fmt::format("{}", fmt::join(r.without_values, ", ")).c_str());
+}
+
 void run_info(const ModelArgs& a) {
   ir::Graph g = importers::load_graph(a.spec);
+  std::optional<importers::OnnxImportReport> report;
+  if (is_onnx(a.spec)) importers::import_onnx(a.spec, &report.emplace());
   models::ModelSummary s = models::summarize(g);
   models::SpStructure sp = models::sp_structure(g);
   std::string structure = models::describe_structure(g, sp);
@@ -52,6 +82,7 @@ void run_info(const ModelArgs& a) {
                 {"max_parallel_width", sp.max_parallel_width()},
                 {"structure", structure}};
     if (!sp.series_parallel) out["sp_failure"] = sp.failure;
+    if (report) out["onnx_parameters"] = params_json(*report);
     if (!a.dot.empty()) out["dot"] = a.dot;
     std::printf("%s\n", out.dump(1).c_str());
     return;
@@ -68,6 +99,7 @@ void run_info(const ModelArgs& a) {
   std::printf("activations  %s per sample saved for backward\n", models::si(s.saved_bytes, "B").c_str());
   std::printf("op kinds     %s\n", kinds.c_str());
   std::printf("%s\n", structure.c_str());
+  if (report) print_params(*report);
   if (!a.dot.empty()) std::printf("wrote %s (render: dot -Tpng %s -o graph.png)\n", a.dot.c_str(), a.dot.c_str());
 }
 

@@ -1,6 +1,7 @@
 // graphpipe: the command-line entry point. Dispatches to the registered subcommands.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,15 @@ int main(int argc, char** argv) {
         return v;
       },
       "Print the graphpipe version, its LibTorch, whether CUDA and NCCL are compiled in, and the GPUs it sees");
+  // Read by the ONNX importer of this process and of every worker the launcher starts (they inherit
+  // the environment), so all of them read the file alike. Given after any subcommand (fallthrough).
+  app.add_option_function<std::string>(
+         "--ties", [](const std::string& v) { setenv("GRAPHPIPE_ONNX_TIES", v.c_str(), 1); },
+         "ONNX files exported with constant folding: auto (default: initializers the exporter merged are the separate "
+         "parameters PyTorch has, a folded transposed copy of a tied weight is that weight), keep (the file as "
+         "written) or split (neither tied). Same as GRAPHPIPE_ONNX_TIES; `model info` lists every decision")
+      ->check(CLI::IsMember({"auto", "keep", "split"}));
+  app.fallthrough();
   // Before the subcommands are added: they copy the root's failure message when created.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "graphpipe: error: " + gp::cli::one_line(e.what()) + " (see --help)\n";

@@ -3,6 +3,7 @@
 #pragma once
 #include <onnx/onnx_pb.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -35,12 +36,20 @@ struct Net {
   std::vector<onnx::NodeProto> nodes;  // topologically sorted, Constant nodes removed
   std::unordered_map<std::string, TensorInfo> t;
   std::vector<std::string> data_inputs;  // graph inputs that are data (not parameters)
+  std::vector<std::string> weight_inputs;  // graph inputs that are parameters (export_params=False): no values
   std::vector<std::string> outputs;      // graph outputs
   std::vector<bool> folded;              // per node: computes shapes/constants only, no IR op
   std::vector<bool> has_schema;          // per node: libonnx knows the operator (else shapes past it are unknown)
   // Initializers and Constant-node values by tensor name, full size; filled only when load_net is
   // asked to keep them (import_onnx_weights), never for planning.
   std::unordered_map<std::string, onnx::TensorProto> values;
+  // Provenance of initializers (onnx_shared.cpp), read while the file is loaded:
+  // an anonymous ("onnx::...") 2-d initializer that constant folding made from a named one's transpose
+  // (equal values, transposed, not all equal): copy -> the named original.
+  std::unordered_map<std::string, std::string> transposed_copy_of;
+  // The "graphpipe.export" metadata that graphpipe.export (python/) writes: initializer -> every
+  // PyTorch parameter name bound to it. Set only for such a file: then nothing is guessed.
+  std::optional<std::map<std::string, std::vector<std::string>>> export_names;
 
   const TensorInfo& at(const std::string& name) const;
   /// Concrete shape of a tensor; throws UserError naming the tensor when inference could not give one.
@@ -50,6 +59,9 @@ struct Net {
 /// Reads, checks, sorts and shape-infers an ONNX file (errors name the file). With `keep_values`,
 /// Net::values holds every initializer and Constant value (for the weights).
 Net load_net(const std::string& path, bool keep_values = false);
+
+/// Fills net.transposed_copy_of and net.export_names from the parsed file (onnx_shared.cpp).
+void read_provenance(const onnx::ModelProto& model, Net& net);
 
 
 // Attribute helpers over NodeProto.

@@ -646,7 +646,7 @@ ir::Model Mapper::finish() {
   return model;
 }
 
-ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
+ir::Model map_net(const Net& net, std::vector<ParamSource>* sources, OnnxImportReport* report) {
   const std::string& path = net.path;
   Mapper m{net};
   std::string stem = path.substr(path.find_last_of('/') + 1);
@@ -680,15 +680,15 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources) {
     if (!unknown) throw;
   }
   ir::Model model = m.finish();
-  tie_shared_params(net, m.param_sources, model);
+  tie_shared_params(net, m.param_sources, model, report);
   if (sources) *sources = std::move(m.param_sources);
   return model;
 }
 
 }  // namespace onnx_detail
 
-ir::Model import_onnx(const std::string& path) {
-  return onnx_detail::map_net(onnx_detail::load_net(path), nullptr);
+ir::Model import_onnx(const std::string& path, OnnxImportReport* report) {
+  return onnx_detail::map_net(onnx_detail::load_net(path), nullptr, report);
 }
 
 }  // namespace gp::importers

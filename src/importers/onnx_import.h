@@ -2,14 +2,33 @@
 // batch dimension and a loss appended. Supported operators and the mapping are listed in docs/onnx.md.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "ir/model.h"
 
 namespace gp::importers {
 
+/// One initializer whose sharing the file may not state exactly, and what the importer made of it
+/// (docs/onnx.md, "Default exports and ties").
+struct OnnxSharedNote {
+  std::string initializer;         // the tensor in the file
+  std::vector<std::string> names;  // the other names it stands for (Identity outputs, a folded copy)
+  std::string kind;                // "tie" | "merged" (Identity) | "transposed copy" | "named tie" (graphpipe.export)
+  bool trained_as_one = false;     // the decision
+};
+
+/// What `import_onnx` decided about parameters: how ties were read (GRAPHPIPE_ONNX_TIES / --ties, or
+/// "exact" for a file graphpipe.export wrote), every shared initializer, and the parameters that
+/// arrive as graph inputs without values (export_params=False).
+struct OnnxImportReport {
+  std::string ties_mode;
+  std::vector<OnnxSharedNote> shared;
+  std::vector<std::string> without_values;
+};
+
 /// Imports `path`. Throws UserError naming the file for a missing, corrupt, truncated or cyclic model,
 /// and one listing every unsupported operator (with counts) when any node cannot be mapped: never a
 /// partial graph. The result passes ir::validate; its outputs are the appended loss op(s).
-ir::Model import_onnx(const std::string& path);
+ir::Model import_onnx(const std::string& path, OnnxImportReport* report = nullptr);
 
 }  // namespace gp::importers

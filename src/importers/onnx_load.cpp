@@ -444,7 +444,7 @@ void classify_inputs(const onnx::GraphProto& g, const std::unordered_set<std::st
     ti.elem_type = in->type().tensor_type().elem_type();
     ti.param = weight;
     ti.activation = !weight;
-    if (!weight) net.data_inputs.push_back(in->name());
+    (weight ? net.weight_inputs : net.data_inputs).push_back(in->name());
   }
   GP_CHECK(!net.data_inputs.empty(), "{}: the model has no data input (every graph input is a weight)", net.path);
 }
@@ -657,6 +657,7 @@ Net load_net(const std::string& path, bool keep_values) {
   check_windowed_nodes(g, net);
   infer_and_fold(model, net);
   if (keep_values)  // the file's initializers (the folded ones added above are integer shape values)
+  read_provenance(model, net);
     for (auto& init : *g.mutable_initializer())
       if (initializers.count(init.name())) net.values[init.name()].Swap(&init);
   return net;

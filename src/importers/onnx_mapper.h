@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "importers/onnx_graph.h"
+#include "importers/onnx_import.h"
 
 namespace gp::importers::onnx_detail {
 
@@ -73,9 +74,15 @@ struct Mapper {
 
 /// Parameters read by several IR ops (one initializer behind several weight slots) become
 /// model.shared_params (onnx_shared.cpp); UserError when the ops use it in different layouts.
-void tie_shared_params(const Net& net, const std::vector<ParamSource>& sources, ir::Model& model);
+/// Merges and folded copies are read as --ties / GRAPHPIPE_ONNX_TIES says; `report` (optional) gets
+/// every decision.
+void tie_shared_params(const Net& net, const std::vector<ParamSource>& sources, ir::Model& model,
+                       OnnxImportReport* report = nullptr);
+
+/// Prints "graphpipe: warning: PATH: TEXT" once per (path, what) and process, from rank 0 only.
+void warn_once(const std::string& path, const std::string& what, const std::string& text);
 
 /// Maps a loaded net to the IR (import_onnx); `sources`, when given, receives every IR parameter's source.
-ir::Model map_net(const Net& net, std::vector<ParamSource>* sources);
+ir::Model map_net(const Net& net, std::vector<ParamSource>* sources, OnnxImportReport* report = nullptr);
 
 }  // namespace gp::importers::onnx_detail

@@ -160,6 +160,12 @@ ParamValues import_onnx_weights(const std::string& path, ir::Model* model) {
   ir::Model m = map_net(net, &sources);
   if (model) *model = std::move(m);
   ParamValues out;
+  if (!net.weight_inputs.empty())
+    warn_once(path, "without values",
+              fmt::format("{} parameter tensor(s) arrive as graph inputs without values (export_params=False): {}. "
+                          "They start from GraphPipe's seeded initialisation, not from the module's weights; "
+                          "export with export_params=True to train from those.",
+                          net.weight_inputs.size(), fmt::join(net.weight_inputs, ", ")));
   if (net.values.empty()) return out;
   for (const ParamSource& ps : sources) {
     if (!ps.error.empty()) {

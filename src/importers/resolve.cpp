@@ -24,7 +24,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
                               "use a build with libonnx, or export the model to graphpipe.model/1 JSON there",
                               spec));
 }
-ir::Model import_onnx(const std::string& spec) { no_onnx(spec); }
+ir::Model import_onnx(const std::string& spec, OnnxImportReport*) { no_onnx(spec); }
 ParamValues import_onnx_weights(const std::string& spec, ir::Model*) { no_onnx(spec); }
 #endif
 

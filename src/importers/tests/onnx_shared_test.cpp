@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
 #include "importers/model_json.h"
 #include "importers/onnx_import.h"
 #include "importers/resolve.h"
@@ -113,6 +117,144 @@ TEST(OnnxShared, ModelJsonRoundTripsSharedParamsAndOldFilesLoad) {
     FAIL() << "accepted";
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()), "m.json: shared_params[0] (\"tok.weight\"): uses[1]: unknown op \"nope\"");
+  }
+}
+
+
+// --- default exports (issue 34): folded transposed copies, --ties, graphpipe.export metadata ---
+
+// tied_embedding.onnx as constant folding writes it: the head's Transpose(tok.weight) replaced by an
+// anonymous initializer holding the transpose (`change` edits its values, e.g. to break the copy).
+onnx::ModelProto folded_tie(const std::function<void(std::vector<float>&)>& change = {}) {
+  onnx::ModelProto m = testing::load_proto(kDir + "/tied_embedding.onnx");
+  onnx::GraphProto* g = m.mutable_graph();
+  const onnx::TensorProto* tok = nullptr;
+  for (const auto& init : g->initializer())
+    if (init.name() == "tok.weight") tok = &init;
+  EXPECT_NE(tok, nullptr);
+  const int64_t rows = tok->dims(0), cols = tok->dims(1);
+  std::vector<float> table(static_cast<size_t>(rows * cols)), copy(table.size());
+  std::memcpy(table.data(), tok->raw_data().data(), table.size() * sizeof(float));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) copy[static_cast<size_t>(j * rows + i)] = table[static_cast<size_t>(i * cols + j)];
+  if (change) change(copy);
+  onnx::TensorProto* c = g->add_initializer();
+  c->set_name("onnx::MatMul_9");
+  c->set_data_type(onnx::TensorProto::FLOAT);
+  c->add_dims(cols);
+  c->add_dims(rows);
+  for (float x : copy) c->add_float_data(x);
+  for (int i = 0; i < g->node_size(); ++i)
+    if (g->node(i).op_type() == "Transpose" && g->node(i).input(0) == "tok.weight") {
+      const std::string out = g->node(i).output(0);
+      g->mutable_node()->DeleteSubrange(i, 1);
+      for (auto& n : *g->mutable_node())
+        for (auto& in : *n.mutable_input())
+          if (in == out) in = "onnx::MatMul_9";
+      break;
+    }
+  return m;
+}
+
+struct TiesEnv {
+  explicit TiesEnv(const char* mode) { setenv("GRAPHPIPE_ONNX_TIES", mode, 1); }
+  ~TiesEnv() { unsetenv("GRAPHPIPE_ONNX_TIES"); }
+};
+
+TEST(OnnxTies, AFoldedTransposedCopyIsTheWeightItCopies) {
+  const std::string path = save_temp(folded_tie(), "folded_tie");
+  OnnxImportReport report;
+  ir::Graph g = ir::Graph::build(import_onnx(path, &report));
+  EXPECT_EQ(g.total_params(), 4256);  // PyTorch's count; the file holds the table twice (7,456)
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  EXPECT_EQ(g.model().shared_params[0].name, "tok.weight");
+  EXPECT_EQ(g.model().shared_params[0].uses, (std::vector<std::string>{"/tok/Gather/weight", "/out/MatMul/weight"}));
+  EXPECT_EQ(report.ties_mode, "auto");
+  ASSERT_EQ(report.shared.size(), 1u);
+  EXPECT_EQ(report.shared[0].kind, "transposed copy");
+  EXPECT_EQ(report.shared[0].names, (std::vector<std::string>{"onnx::MatMul_9"}));
+  EXPECT_TRUE(report.shared[0].trained_as_one);
+  // Both uses load the table (the copy turned back), as for the unfolded file.
+  ParamValues w = load_weights(path);
+  EXPECT_EQ(w.at("/out/MatMul/weight").data, w.at("/tok/Gather/weight").data);
+  for (const char* mode : {"keep", "split"}) {
+    TiesEnv env(mode);
+    OnnxImportReport r;
+    EXPECT_EQ(ir::Graph::build(import_onnx(path, &r)).total_params(), 7456) << mode;
+    EXPECT_EQ(r.ties_mode, mode);
+    ASSERT_EQ(r.shared.size(), 1u);
+    EXPECT_FALSE(r.shared[0].trained_as_one);
+  }
+}
+
+TEST(OnnxTies, OnlyAnExactNonConstantTransposeIsACopy) {
+  // One element off: two parameters that happen to be close, not a fold.
+  const std::string off = save_temp(folded_tie([](std::vector<float>& c) { c[17] += 1e-6f; }), "folded_off");
+  OnnxImportReport r;
+  EXPECT_EQ(ir::Graph::build(import_onnx(off, &r)).total_params(), 7456);
+  EXPECT_TRUE(r.shared.empty());
+  // All equal (zeros, ones): equal values say nothing about a tie.
+  const std::string zeros = save_temp(folded_tie([](std::vector<float>& c) { std::fill(c.begin(), c.end(), 0.f); }),
+                                      "folded_zeros");
+  EXPECT_EQ(load_graph(zeros).total_params(), 7456);
+}
+
+TEST(OnnxTies, ABadModeIsOneLineNamingTheVariable) {
+  TiesEnv env("merge");
+  try {
+    load_graph(kDir + "/tied_embedding.onnx");
+    FAIL() << "imported";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("GRAPHPIPE_ONNX_TIES (--ties): expected auto"));
+    EXPECT_THAT(e.what(), HasSubstr("found \"merge\""));
+  }
+}
+
+onnx::ModelProto with_metadata(const std::string& value) {
+  onnx::ModelProto m = folded_tie();
+  auto* p = m.add_metadata_props();
+  p->set_key("graphpipe.export");
+  p->set_value(value);
+  return m;
+}
+
+TEST(OnnxTies, GraphpipeExportMetadataDecidesExactly) {
+  // The metadata names the parameters: nothing is guessed, the anonymous copy is not read as a tie.
+  const std::string path = save_temp(
+      with_metadata(R"({"format":"graphpipe.export/1","torch":"2.11.0","parameters":{"tok.weight":["tok.weight"],)"
+                    R"("fc.weight":["fc.weight"],"fc.bias":["fc.bias"]}})"),
+      "meta_ok");
+  OnnxImportReport r;
+  EXPECT_EQ(ir::Graph::build(import_onnx(path, &r)).total_params(), 7456);
+  EXPECT_EQ(r.ties_mode, "exact");
+  EXPECT_TRUE(r.shared.empty());
+  // The committed tie, described by its metadata: one parameter with both PyTorch names listed.
+  onnx::ModelProto tied = testing::load_proto(kDir + "/tied_embedding.onnx");
+  auto* p = tied.add_metadata_props();
+  p->set_key("graphpipe.export");
+  p->set_value(R"({"format":"graphpipe.export/1","parameters":{"tok.weight":["tok.weight","out.weight"]}})");
+  OnnxImportReport rt;
+  EXPECT_EQ(ir::Graph::build(import_onnx(save_temp(tied, "meta_tied"), &rt)).total_params(), 4256);
+  ASSERT_EQ(rt.shared.size(), 1u);
+  EXPECT_EQ(rt.shared[0].kind, "named tie");
+  EXPECT_EQ(rt.shared[0].names, (std::vector<std::string>{"tok.weight", "out.weight"}));
+}
+
+TEST(OnnxTies, BadMetadataNamesTheFieldAndValue) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "metadata \"graphpipe.export\" is not a JSON object"},
+      {R"({"format":"graphpipe.export/9","parameters":{}})", "field \"format\" is \"graphpipe.export/9\""},
+      {R"({"format":"graphpipe.export/1"})", "field \"parameters\" must be an object"},
+      {R"({"format":"graphpipe.export/1","parameters":{"nope":["x"]}})", "parameters names \"nope\""},
+      {R"({"format":"graphpipe.export/1","parameters":{"fc.bias":[3]}})", "parameters[\"fc.bias\"] holds 3"},
+  };
+  for (const auto& [value, want] : cases) {
+    try {
+      load_graph(save_temp(with_metadata(value), "meta_bad"));
+      ADD_FAILURE() << "imported: " << value;
+    } catch (const UserError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(want)) << value;
+    }
   }
 }
 

@@ -195,9 +195,19 @@ TEST_F(DefaultExport, InitializersTheExporterMergedArePyTorchsSeparateParameters
   ASSERT_EQ(keep.code, 0) << keep.err;
   EXPECT_NE(keep.out.find("parameters   1,701"), std::string::npos) << keep.out;
   EXPECT_NE(keep.err.find("each set is trained as ONE parameter, unlike PyTorch"), std::string::npos) << keep.err;
+  // --ties keep is the same; model info lists each decision.
+  testing::Proc flag = graphpipe("model info --ties keep --model " + kDefaultModel);
+  ASSERT_EQ(flag.code, 0) << flag.err;
+  EXPECT_NE(flag.out.find("parameters   1,701"), std::string::npos) << flag.out;
+  EXPECT_NE(flag.out.find("merged           a.1.weight (b.1.weight): one parameter"), std::string::npos) << flag.out;
+  EXPECT_NE(info.out.find("merged           a.1.weight (b.1.weight): separate parameters"), std::string::npos)
+      << info.out;
   testing::Proc bad = graphpipe("model info --model " + kDefaultModel, "GRAPHPIPE_ONNX_TIES=merge");
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("GRAPHPIPE_ONNX_TIES: expected auto"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("GRAPHPIPE_ONNX_TIES (--ties): expected auto"), std::string::npos) << bad.err;
+  testing::Proc bad_flag = graphpipe("model info --ties merge --model " + kDefaultModel);
+  EXPECT_EQ(bad_flag.code, 2) << bad_flag.err;
+  EXPECT_NE(bad_flag.err.find("--ties: merge not in {auto,keep,split}"), std::string::npos) << bad_flag.err;
 }
 
 // --single and a 2-stage pipeline (one tower per stage) train like PyTorch's own training of the module.
@@ -220,6 +230,51 @@ TEST_F(DefaultExport, TrainsLikePyTorchSingleAndPipelined) {
     auto results = testing::run_threads(run, o);
     for (size_t r = 0; r < results.size(); ++r)
       expect_close(results[r].step_losses, single, 1e-5, "default export 2 stages " + optimizer + " rank " + std::to_string(r));
+  }
+}
+
+// GPT-2's tied output projection exported with the defaults: constant folding writes the head's
+// Transpose(tok.weight) as a second initializer. Read as the weight it copies (--ties auto), the model
+// has PyTorch's 4,256 parameters, trains like PyTorch --single and pipelined with the tie across
+// stages; --ties keep trains the copy as its own parameter, and says so.
+const fs::path kDefaultsTied = fs::path(GP_SOURCE_DIR) / "tests/fixtures/defaults_tied";
+const std::string kTiedDefaultModel = (kDefaultsTied / "tied_lm_defaults.onnx").string();
+
+TEST_F(DefaultExport, AFoldedCopyOfATiedWeightTrainsAsTheTieLikePyTorch) {
+  std::ifstream f(kDefaultsTied / "reference.json");
+  const Json ref = Json::parse(f);
+  ir::Graph g = importers::load_graph(kTiedDefaultModel);
+  EXPECT_EQ(g.total_params(), ref["params"].get<int64_t>());  // 4,256; the file holds 7,456
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  testing::Proc info = graphpipe("model info --model " + kTiedDefaultModel);
+  ASSERT_EQ(info.code, 0) << info.err;
+  for (const auto& name : ref["folded_copies"]) {
+    EXPECT_NE(info.err.find(name.get<std::string>() + " holds tok.weight transposed"), std::string::npos) << info.err;
+    EXPECT_NE(info.out.find("transposed copy  tok.weight (" + name.get<std::string>() + "): one parameter"),
+              std::string::npos)
+        << info.out;
+  }
+  testing::Proc keep = graphpipe("model info --ties keep --model " + kTiedDefaultModel);
+  EXPECT_NE(keep.out.find("parameters   7,456"), std::string::npos) << keep.out;
+  EXPECT_NE(keep.err.find("--ties keep: the copy is trained as a parameter of its own"), std::string::npos) << keep.err;
+  // The embedding on one stage, the head (reading the tie) on the other.
+  const plan::Plan p = testing::make_plan(kTiedDefaultModel, 8, {{{"/tok/", "/fc/"}, {0}, 4}, {{}, {1}, 4}});
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    const std::vector<double> torch_losses = ref[optimizer]["losses"].get<std::vector<double>>();
+    TrainOptions s = reference_options(ref, optimizer, kTiedDefaultModel, kDefaultsTied);
+    s.single = true;
+    s.batch = 8;
+    s.log_path = (dir_ / (optimizer + "_tied.jsonl")).string();
+    ASSERT_EQ(run_single(s), 0);
+    const std::vector<double> single = log_losses(s.log_path);
+    expect_close(single, torch_losses, 1e-4, "folded tie --single " + optimizer + " vs PyTorch");
+    TrainOptions o = reference_options(ref, optimizer, kTiedDefaultModel, kDefaultsTied);
+    PreparedRun run = prepare_run(p, "1f1b");
+    RunData data = open_run_data(o, run.graph, true);
+    run.data = data.train;
+    auto results = testing::run_threads(run, o);
+    for (size_t r = 0; r < results.size(); ++r)
+      expect_close(results[r].step_losses, single, 1e-5, "folded tie 2 stages " + optimizer + " rank " + std::to_string(r));
   }
 }
 
