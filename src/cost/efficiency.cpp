@@ -71,7 +71,8 @@ WorkClass work_class(ir::OpKind k) {
     case ir::OpKind::linear:
     case ir::OpKind::matmul: return WorkClass::gemm;
     case ir::OpKind::attention: return WorkClass::attention;
-    case ir::OpKind::conv2d: return WorkClass::conv;
+    case ir::OpKind::conv2d:
+    case ir::OpKind::conv_transpose2d: return WorkClass::conv;
     default: return WorkClass::other;
   }
 }

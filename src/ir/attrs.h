@@ -1,5 +1,6 @@
 // Typed, checked access to an op's attrs (internal to the IR library and its users).
 #pragma once
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -23,9 +24,23 @@ struct ConvGeometry {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   int64_t pt = 0, pl = 0, pb = 0, pr = 0;  // top, left, bottom, right
   int64_t groups = 1;
+  int64_t oph = 0, opw = 0;  // conv_transpose2d's output_padding (rows, cols)
   bool symmetric() const { return pt == pb && pl == pr; }
 };
 ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string& where);
+
+/// maxpool / avgpool geometry (kernel, stride = kernel, padding, dilation: an integer or [h, w]);
+/// checked: positive sizes, 0 <= padding <= half the dilated window, dilation only on maxpool.
+struct PoolGeometry {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avgpool: PyTorch's default
+};
+PoolGeometry pool_geometry(const Op& op, const std::string& where);
+
+/// A string attribute; missing -> dflt; an error naming op and key when it is not one of `allowed`.
+std::string attr_choice(const Op& op, const char* key, const char* dflt, std::initializer_list<const char*> allowed,
+                        const std::string& where);
 
 /// The per-sample shape of an add / mul / concat's learned parameter operand (attrs.param), or
 /// nothing when the op has none.

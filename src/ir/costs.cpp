@@ -170,6 +170,26 @@ void conv2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   c.saved_bytes = x.in0_bytes;
 }
 
+// Each input element scatters into out_channels/groups x kh x kw outputs (the adjoint of conv2d;
+// cropped padding still computed, as cuDNN and PyTorch's CPU kernels do).
+void conv_transpose2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const ConvGeometry g = conv_geometry(x.op, x.in[0][1], kWhere);
+  const double co = static_cast<double>(x.op.output_shape[1]);
+  const double ci = static_cast<double>(x.in[0][1]);
+  const double taps = co / static_cast<double>(g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
+  p.params = ci * taps + (attr_bool(x.op, "bias", true, kWhere) ? co : 0.0);
+  c.fwd_flops = 2 * x.in_elems0 * taps;
+  c.bwd_flops = 2 * c.fwd_flops;
+  c.saved_bytes = x.in0_bytes;
+}
+
+// nearest: one read per output element; linear: 4 taps (4 multiply-adds) per output element.
+// Backward scatters the output gradient the same way; only shapes are saved.
+void resize_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  const bool linear = attr_choice(x.op, "mode", "nearest", {"nearest", "linear"}, kWhere) == "linear";
+  per_element(x, c, linear ? 8 : 1, linear ? 8 : 1);
+}
+
 void batchnorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   p.params = 2 * static_cast<double>(x.in[0][1]);
   per_element(x, c, 8, 14);
@@ -178,9 +198,10 @@ void batchnorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
 
 // maxpool saves its input and the argmax; avgpool nothing.
 void pool_cost(const CostInput& x, OpCosts& c, ParamCount&) {
-  double k = static_cast<double>(attr_int(x.op, "kernel", std::nullopt, kWhere));
-  c.fwd_flops = x.out_elems * k * k;
-  c.bwd_flops = x.out_elems * k * k;
+  const PoolGeometry g = pool_geometry(x.op, kWhere);
+  const double window = static_cast<double>(g.kh) * static_cast<double>(g.kw);
+  c.fwd_flops = x.out_elems * window;
+  c.bwd_flops = x.out_elems * window;
   c.saved_bytes = x.op.kind == OpKind::maxpool ? x.in0_bytes + x.out_elems * 8 : 0;
 }
 
@@ -229,6 +250,8 @@ CostRule cost_rule(OpKind k) {
     case OpKind::embedding: return embedding_cost;
     case OpKind::attention: return attention_cost;
     case OpKind::conv2d: return conv2d_cost;
+    case OpKind::conv_transpose2d: return conv_transpose2d_cost;
+    case OpKind::resize: return resize_cost;
     case OpKind::batchnorm: return batchnorm_cost;
     case OpKind::maxpool:
     case OpKind::avgpool: return pool_cost;

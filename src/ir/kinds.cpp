@@ -29,6 +29,7 @@ constexpr std::array kKinds = {
     KindName{OpKind::cross_entropy, "cross_entropy"}, KindName{OpKind::embedding, "embedding"},
     KindName{OpKind::clip, "clip"},           KindName{OpKind::hardsigmoid, "hardsigmoid"},
     KindName{OpKind::hardswish, "hardswish"}, KindName{OpKind::pad, "pad"},
+    KindName{OpKind::conv_transpose2d, "conv_transpose2d"}, KindName{OpKind::resize, "resize"},
 };
 
 }  // namespace

@@ -64,17 +64,32 @@ enum class OpKind {
                   // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
                   // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or
                   // [top, left, bottom, right] (asymmetric, ONNX order)
+  conv_transpose2d,  // x [B,C,H,W] -> [B,out_channels,H',W'], PyTorch's ConvTranspose2d (weight
+                    // [C, out_channels/groups, kh, kw]); the conv2d attrs (padding may be
+                    // asymmetric: rows/cols cropped from the full output) plus output_padding (0;
+                    // an integer or [h, w]: rows/cols added at the bottom/right).
+                    // H' = (H-1) stride - top - bottom + dilation (kh-1) + 1 + output_padding
   batchnorm,      // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
-  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0), ceil_mode (default
-                     // false; true rounds the output size up as PyTorch does: the last window may
-                     // overhang the bottom/right edge, but never starts in the padding)
+  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0), each an integer or [h, w]
+                     // (padding symmetric, at most half the window); dilation (1, maxpool only);
+                     // ceil_mode (default false; true rounds the output size up as PyTorch does:
+                     // the last window may overhang the bottom/right edge, but never starts in the
+                     // padding); count_include_pad (avgpool, default true: PyTorch's default;
+                     // false divides by the window's cells inside the input)
+  resize,         // x [B,C,H,W] -> [B,C,size[0],size[1]]: attrs size [h, w], mode "nearest"
+                  // (PyTorch's 'nearest': source = floor(dst / scale)) or "linear" (bilinear;
+                  // align_corners, default false: half-pixel centres), scales (optional [sh, sw]:
+                  // the scale factors the coordinates use, as interpolate(scale_factor=...) does;
+                  // without them in/out)
   global_avgpool, // [B,C,H,W] -> [B,C]
   flatten,        // [B, ...] -> [B, prod(...)]
   reshape,        // attrs: shape (per-sample dims, without the batch dim)
   transpose,      // attrs: perm over all dims, perm[0] == 0
   mean, sum,      // reduce along attrs.axis; attrs: keepdim (default false)
   mse_loss,       // inputs (pred, target) of equal shape -> scalar: mean over all elements
-  cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch
+  cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch; or
+                  // per position (segmentation): logits [B, C, d1, ...], labels [B, d1, ...] ->
+                  // mean over the batch and every position
 };
 const char* to_string(OpKind k);
 OpKind op_kind_from_string(const std::string& s);  // throws UserError listing valid names

@@ -116,7 +116,49 @@ ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string&
   if (g.groups < 1 || in_channels % g.groups != 0 || co % g.groups != 0)
     fail(op, where, fmt::format("attrs.groups = {} must be positive and divide the {} input and {} output channels",
                                 g.groups, in_channels, co));
+  if (op.kind == OpKind::conv_transpose2d)
+    std::tie(g.oph, g.opw) = pair("output_padding", 0, 0);
+  else if (op.attrs.is_object() && op.attrs.contains("output_padding"))
+    fail(op, where, "attrs.output_padding is an attribute of conv_transpose2d only");
   return g;
+}
+
+PoolGeometry pool_geometry(const Op& op, const std::string& where) {
+  auto pair = [&](const char* key, std::optional<int64_t> dflt, int64_t lo) {
+    std::vector<int64_t> v = int_or_list(op, key, dflt, {2}, where);
+    if (v.size() == 1) v.push_back(v[0]);
+    for (int64_t x : v)
+      if (x < lo || x > kMaxExtent)
+        fail(op, where, fmt::format("attrs.{} has value {}, not in [{}, 2^40]", key, x, lo));
+    return std::pair{v[0], v[1]};
+  };
+  PoolGeometry g;
+  std::tie(g.kh, g.kw) = pair("kernel", std::nullopt, 1);
+  std::tie(g.sh, g.sw) = op.attrs.contains("stride") ? pair("stride", 1, 1) : std::pair{g.kh, g.kw};
+  std::tie(g.ph, g.pw) = pair("padding", 0, 0);
+  std::tie(g.dh, g.dw) = pair("dilation", 1, 1);
+  if (op.kind != OpKind::maxpool && (g.dh != 1 || g.dw != 1))
+    fail(op, where, fmt::format("attrs.dilation {}x{}: only maxpool is dilated", g.dh, g.dw));
+  if (2 * g.ph > g.dh * (g.kh - 1) + 1 || 2 * g.pw > g.dw * (g.kw - 1) + 1)
+    fail(op, where, fmt::format("attrs.padding {}x{} must be at most half the (dilated) kernel {}x{}", g.ph, g.pw,
+                                g.dh * (g.kh - 1) + 1, g.dw * (g.kw - 1) + 1));
+  g.ceil_mode = attr_bool(op, "ceil_mode", false, where);
+  if (op.kind != OpKind::avgpool && op.attrs.is_object() && op.attrs.contains("count_include_pad"))
+    fail(op, where, "attrs.count_include_pad is an attribute of avgpool only");
+  g.count_include_pad = attr_bool(op, "count_include_pad", true, where);
+  return g;
+}
+
+std::string attr_choice(const Op& op, const char* key, const char* dflt, std::initializer_list<const char*> allowed,
+                        const std::string& where) {
+  if (!op.attrs.is_object() || !op.attrs.contains(key)) return dflt;
+  const Json& v = op.attrs.at(key);
+  std::string names;
+  for (const char* a : allowed) {
+    if (v.is_string() && v.get<std::string>() == a) return a;
+    names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", a);
+  }
+  fail(op, where, fmt::format("attrs.{} = {} is not one of {}", key, v.dump(), names));
 }
 
 std::optional<Shape> param_shape(const Op& op, const std::string& where) {
@@ -355,23 +397,52 @@ Shape batchnorm_shape(const ShapeInput& x) {
   return x.in[0];
 }
 
+// conv_transpose2d: each input pixel scatters a kernel window; padding crops the full output.
+Shape conv_transpose2d_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  int64_t co = x.positive("out_channels", std::nullopt);
+  ConvGeometry cg = conv_geometry(x.op, x.in[0][1], x.where);
+  int64_t h = (x.in[0][2] - 1) * cg.sh - cg.pt - cg.pb + cg.dh * (cg.kh - 1) + 1 + cg.oph;
+  int64_t w = (x.in[0][3] - 1) * cg.sw - cg.pl - cg.pr + cg.dw * (cg.kw - 1) + 1 + cg.opw;
+  if (h <= 0 || w <= 0)
+    x.fail(fmt::format("padding crops the whole output of input {} (output would be {}x{})", shape_str(x.in[0]), h, w));
+  return Shape{kBatch, co, h, w};
+}
+
 // maxpool, avgpool. ceil_mode (PyTorch/ONNX): round the window count up, dropping a last window
 // that would start in the right padding.
 Shape pool_shape(const ShapeInput& x) {
   x.one_input(4, 4);
-  int64_t k = x.positive("kernel", std::nullopt), s = x.positive("stride", k), p = x.integer("padding", 0);
-  if (p < 0 || 2 * p > k) x.fail(fmt::format("attrs.padding = {} must be in [0, kernel/2]", p));
-  const bool ceil = x.flag("ceil_mode");
-  auto out_dim = [&](int64_t n) {
-    int64_t span = n + 2 * p - k;
+  const PoolGeometry pg = pool_geometry(x.op, x.where);
+  auto out_dim = [&](int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) {
+    int64_t span = n + 2 * p - d * (k - 1) - 1;
     if (span < 0) return int64_t{0};
-    int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
-    if (ceil && (o - 1) * s >= n + p) --o;
+    int64_t o = (pg.ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    if (pg.ceil_mode && (o - 1) * s >= n + p) --o;
     return o;
   };
-  int64_t h = out_dim(x.in[0][2]), w = out_dim(x.in[0][3]);
-  if (h <= 0 || w <= 0) x.fail(fmt::format("kernel {} does not fit input {}", k, shape_str(x.in[0])));
+  int64_t h = out_dim(x.in[0][2], pg.kh, pg.sh, pg.ph, pg.dh), w = out_dim(x.in[0][3], pg.kw, pg.sw, pg.pw, pg.dw);
+  if (h <= 0 || w <= 0) x.fail(fmt::format("kernel {}x{} does not fit input {}", pg.kh, pg.kw, shape_str(x.in[0])));
   return Shape{kBatch, x.in[0][1], h, w};
+}
+
+Shape resize_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  const std::string mode = attr_choice(x.op, "mode", "nearest", {"nearest", "linear"}, x.where);
+  if (mode == "nearest" && x.op.attrs.contains("align_corners"))
+    x.fail("attrs.align_corners is for mode \"linear\" only");
+  x.flag("align_corners");
+  std::vector<int64_t> size = attr_ints(x.op, "size", x.where);
+  if (size.size() != 2) x.fail(fmt::format("attrs.size has {} values, expected [h, w]", size.size()));
+  for (int64_t d : size)
+    if (d <= 0 || d > kMaxExtent) x.fail(fmt::format("attrs.size has value {}, not in [1, 2^40]", d));
+  if (x.op.attrs.contains("scales")) {
+    const Json& sc = x.op.attrs.at("scales");
+    if (!sc.is_array() || sc.size() != 2 || !sc[0].is_number() || !sc[1].is_number() || !(sc[0].get<double>() > 0) ||
+        !(sc[1].get<double>() > 0))
+      x.fail(fmt::format("attrs.scales = {} is not two positive numbers [sh, sw]", sc.dump()));
+  }
+  return Shape{kBatch, x.in[0][1], size[0], size[1]};
 }
 
 Shape global_avgpool_shape(const ShapeInput& x) {
@@ -433,10 +504,15 @@ Shape mse_loss_shape(const ShapeInput& x) {
   return Shape{};
 }
 
+// Logits [B, C] and labels [B], or per position: logits [B, C, d1, ...] and labels [B, d1, ...].
 Shape cross_entropy_shape(const ShapeInput& x) {
   x.need_inputs(2, 2);
-  x.need_rank(0, 2, 2);
-  x.need_rank(1, 1, 1);
+  x.need_rank(0, 2, 8);
+  Shape want = x.in[0];
+  want.erase(want.begin() + 1);
+  if (x.in[1] != want)
+    x.fail(fmt::format("labels have shape {}, expected {} for logits {} (classes on dim 1)", shape_str(x.in[1]),
+                       shape_str(want), shape_str(x.in[0])));
   return Shape{};
 }
 
@@ -464,9 +540,11 @@ ShapeRule shape_rule(OpKind k) {
     case OpKind::embedding: return embedding_shape;
     case OpKind::attention: return attention_shape;
     case OpKind::conv2d: return conv2d_shape;
+    case OpKind::conv_transpose2d: return conv_transpose2d_shape;
     case OpKind::batchnorm: return batchnorm_shape;
     case OpKind::maxpool:
     case OpKind::avgpool: return pool_shape;
+    case OpKind::resize: return resize_shape;
     case OpKind::global_avgpool: return global_avgpool_shape;
     case OpKind::flatten: return flatten_shape;
     case OpKind::reshape: return reshape_shape;

@@ -90,10 +90,12 @@ void add_eval_sums(const StageModule& m, const TensorMap& ext, const TensorMap& 
     torch::Tensor pred = lookup(outs, ext, op.inputs.at(0)).narrow(0, 0, counted);
     torch::Tensor target = lookup(outs, ext, op.inputs.at(1)).narrow(0, 0, counted);
     if (op.kind == ir::OpKind::cross_entropy) {
+      // Per sample: the mean over its positions (one for [B, C] logits), as the training loss.
+      const double positions = static_cast<double>(target.numel()) / static_cast<double>(counted);
       sums.loss += torch::nn::functional::cross_entropy(
                        pred, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                       .item<double>();
-      sums.correct += pred.argmax(1).eq(target).sum().item<double>();
+                       .item<double>() / positions;
+      sums.correct += pred.argmax(1).eq(target).sum().item<double>() / positions;
       sums.classified += static_cast<double>(counted);
     } else if (op.kind == ir::OpKind::mse_loss) {
       sums.loss += (pred - target).pow(2).reshape({counted, -1}).mean(1).sum().item<double>();

@@ -25,7 +25,7 @@ int64_t index_range(const ir::Graph& g, int input_index) {
       if (op.kind == ir::OpKind::cross_entropy && k == 1) {
         OpId logits = g.find(op.inputs[0]);
         const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
-        r = s.back();
+        r = s.at(1);  // classes: dim 1 of [B, C] or per-position [B, C, d1, ...] logits
       }
       if (r > 0) range = range == 0 ? r : std::min(range, r);
     }
@@ -113,13 +113,20 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   x = x.reshape({count, -1});
   x = x.narrow(1, 0, std::min<int64_t>(x.size(1), kTeacherInputs));
   int64_t per_sample = ir::per_sample_elems(input.shape);
-  int64_t outs = is_index ? range : std::min(per_sample, kTeacherOutputs);
+  // Per-position labels (segmentation): one class per position, up to kTeacherOutputs distinct
+  // positions, tiled like an mse target.
+  const int64_t positions = is_index ? std::min(per_sample, kTeacherOutputs) : 1;
+  int64_t outs = is_index ? range * positions : std::min(per_sample, kTeacherOutputs);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"teacher", input.name}, seed));
   torch::Tensor w = torch::randn({x.size(1), outs}, gen, torch::kFloat32) / std::sqrt(static_cast<double>(x.size(1)));
   torch::Tensor y = torch::matmul(x, w);  // [count, outs]
   std::vector<int64_t> shape{count};
   shape.insert(shape.end(), input.shape.begin() + 1, input.shape.end());
-  if (is_index) return y.argmax(1).to(torch::kLong).reshape(shape);
+  if (is_index && positions == 1) return y.argmax(1).to(torch::kLong).reshape(shape);
+  if (is_index) {
+    torch::Tensor cls = y.reshape({count, positions, range}).argmax(2).to(torch::kLong);  // [count, positions]
+    return cls.repeat({1, (per_sample + positions - 1) / positions}).narrow(1, 0, per_sample).reshape(shape).contiguous();
+  }
   return torch::tanh(y).repeat({1, (per_sample + outs - 1) / outs}).narrow(1, 0, per_sample).reshape(shape).contiguous();
 }
 

@@ -91,6 +91,13 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
       if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(co)});
       return s;
     }
+    case ir::OpKind::conv_transpose2d: {  // PyTorch's layout: [in, out / groups, kh, kw]
+      int64_t ci = in_shape(0)[1], co = ir::attr_int(op, "out_channels", std::nullopt, where);
+      ir::ConvGeometry cg = ir::conv_geometry(op, ci, where);
+      std::vector<std::pair<std::string, std::vector<int64_t>>> s{{"weight", {ci, co / cg.groups, cg.kh, cg.kw}}};
+      if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(co)});
+      return s;
+    }
     case ir::OpKind::add:
     case ir::OpKind::mul:
     case ir::OpKind::concat:
@@ -117,6 +124,11 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
       int64_t ci = shape_of(g, op.inputs[0])[1];
       ir::ConvGeometry cg = ir::conv_geometry(op, ci, g.name());
       fan_in = static_cast<double>(ci / cg.groups * cg.kh * cg.kw);
+      break;
+    }
+    case ir::OpKind::conv_transpose2d: {  // PyTorch: fan_in of weight [in, out / groups, kh, kw]
+      ir::ConvGeometry cg = ir::conv_geometry(op, shape_of(g, op.inputs[0])[1], g.name());
+      fan_in = static_cast<double>(ir::attr_int(op, "out_channels", std::nullopt, g.name()) / cg.groups * cg.kh * cg.kw);
       break;
     }
     case ir::OpKind::add:
@@ -170,6 +182,43 @@ torch::Tensor conv2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& 
   if (cg.symmetric()) return torch::conv2d(x, w[0], bias, stride, padding, dilation, cg.groups);
   torch::Tensor padded = pad(x, {0, cg.pt, cg.pl, 0, cg.pb, cg.pr}, 0.0);  // asymmetric: pad first
   return torch::conv2d(padded, w[0], bias, stride, none, dilation, cg.groups);
+}
+
+// PyTorch's conv_transpose2d takes symmetric padding and output_padding < stride or dilation;
+// otherwise the full output (no padding) is cropped: rows [top, top + H') of it, with zero rows
+// past its end where output_padding reaches beyond the bottom padding (columns alike).
+torch::Tensor conv_transpose2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+                               const std::vector<torch::Tensor>& w) {
+  ir::ConvGeometry cg = ir::conv_geometry(op, x.size(1), g.name());
+  c10::optional<torch::Tensor> bias = w.size() > 1 ? c10::optional<torch::Tensor>(w[1]) : c10::nullopt;
+  const std::vector<int64_t> stride{cg.sh, cg.sw}, dilation{cg.dh, cg.dw};
+  if (cg.symmetric() && cg.oph < std::max(cg.sh, cg.dh) && cg.opw < std::max(cg.sw, cg.dw))
+    return torch::conv_transpose2d(x, w[0], bias, stride, {cg.pt, cg.pl}, {cg.oph, cg.opw}, cg.groups, dilation);
+  torch::Tensor full = torch::conv_transpose2d(x, w[0], c10::nullopt, stride, {0, 0}, {0, 0}, cg.groups, dilation);
+  const int64_t h = full.size(2) - cg.pt - cg.pb + cg.oph, wd = full.size(3) - cg.pl - cg.pr + cg.opw;
+  const int64_t extra_h = std::max<int64_t>(0, cg.oph - cg.pb), extra_w = std::max<int64_t>(0, cg.opw - cg.pr);
+  if (extra_h > 0 || extra_w > 0) full = torch::constant_pad_nd(full, {0, extra_w, 0, extra_h}, 0.0);
+  torch::Tensor y = full.narrow(2, cg.pt, h).narrow(3, cg.pl, wd);
+  return bias ? y + bias->view({1, -1, 1, 1}) : y;
+}
+
+torch::Tensor pool2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x) {
+  const ir::PoolGeometry pg = ir::pool_geometry(op, g.name());
+  const std::vector<int64_t> k{pg.kh, pg.kw}, s{pg.sh, pg.sw}, p{pg.ph, pg.pw};
+  if (op.kind == ir::OpKind::maxpool) return torch::max_pool2d(x, k, s, p, {pg.dh, pg.dw}, pg.ceil_mode);
+  return torch::avg_pool2d(x, k, s, p, pg.ceil_mode, pg.count_include_pad);
+}
+
+torch::Tensor resize(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x) {
+  const std::vector<int64_t> size = ir::attr_ints(op, "size", g.name());
+  c10::optional<double> sh, sw;
+  if (op.attrs.contains("scales")) {
+    sh = op.attrs.at("scales")[0].get<double>();
+    sw = op.attrs.at("scales")[1].get<double>();
+  }
+  if (ir::attr_choice(op, "mode", "nearest", {"nearest", "linear"}, g.name()) == "nearest")
+    return torch::upsample_nearest2d(x, size, sh, sw);
+  return torch::upsample_bilinear2d(x, size, ir::attr_bool(op, "align_corners", false, g.name()), sh, sw);
 }
 
 /// add / mul over broadcast operands, the parameter (if any) last.
@@ -255,14 +304,10 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::conv2d: return conv2d(g, op, in[0], w);
     case ir::OpKind::batchnorm:  // training mode: statistics of this micro-batch
       return torch::batch_norm(in[0], w[0], w[1], {}, {}, true, 0.1, ir::attr_num(op, "eps", 1e-5, where), false);
+    case ir::OpKind::conv_transpose2d: return conv_transpose2d(g, op, in[0], w);
     case ir::OpKind::maxpool:
-    case ir::OpKind::avgpool: {
-      int64_t k = ir::attr_int(op, "kernel", std::nullopt, where), s = ir::attr_int(op, "stride", k, where);
-      int64_t p = ir::attr_int(op, "padding", 0, where);
-      bool ceil = ir::attr_bool(op, "ceil_mode", false, where);  // ONNX imports (googlenet) set it
-      return op.kind == ir::OpKind::maxpool ? torch::max_pool2d(in[0], {k, k}, {s, s}, {p, p}, {1, 1}, ceil)
-                                            : torch::avg_pool2d(in[0], {k, k}, {s, s}, {p, p}, ceil);
-    }
+    case ir::OpKind::avgpool: return pool2d(g, op, in[0]);
+    case ir::OpKind::resize: return resize(g, op, in[0]);
     case ir::OpKind::global_avgpool: return in[0].mean({2, 3});
     case ir::OpKind::flatten: return in[0].flatten(1);
     case ir::OpKind::reshape: {

@@ -44,6 +44,10 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
     std::string ap = b.op("avgpool", OpKind::avgpool, {mp}, {{"kernel", 2}});
     feats.push_back(b.op("gap", OpKind::global_avgpool, {ap}));
     feats.push_back(b.op("flatten", OpKind::flatten, {ap}));
+    std::string up = b.op("deconv", OpKind::conv_transpose2d, {mp},
+                          {{"out_channels", 2}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}});
+    std::string rz = b.op("resize", OpKind::resize, {up}, {{"size", {12, 12}}, {"mode", "linear"}});
+    feats.push_back(b.op("gap3", OpKind::global_avgpool, {rz}));
     std::string pd = b.op("pad", OpKind::pad, {bn}, {{"pads", {0, 1, 1, 0, 1, 1}}});
     std::string hs = b.op("hardsigmoid", OpKind::hardsigmoid, {pd});
     std::string hw = b.op("hardswish", OpKind::hardswish, {hs});
