@@ -193,6 +193,53 @@ case_equal() {
   done
 }
 
+# expect_fault LABEL LIMIT: every started rank exited non-zero within LIMIT s, with 1 or 2, and one
+# line on stderr; prints each rank's line.
+expect_fault() {
+  local label=$1 limit=$2 i bad=0
+  wait_ranks "$limit" || { fail "$label: a rank hung past $limit s"; bad=1; }
+  for i in "${!RPIDS[@]}"; do
+    [ -z "${RPIDS[$i]}" ] && continue
+    local code=${RCODES[$i]} lines
+    lines=$(grep -cv '^$' "$T/r$i.err")
+    echo "    rank $i: exit $code after ${RSECS[$i]} s: $(tail -n 1 "$T/r$i.err")"
+    case "$code" in 1|2) ;; *) fail "$label: rank $i exited $code (want 1 or 2)"; bad=1 ;; esac
+    [ "$lines" = 1 ] || { fail "$label: rank $i printed $lines lines on stderr (want 1)"; sed 's/^/      /' "$T/r$i.err" | head -n 20; bad=1; }
+  done
+  [ $bad = 0 ] && ok "$label"
+}
+
+# The three rendezvous faults on 2 hosts with --timeout RDZV_TIMEOUT.
+RDZV_TIMEOUT=5
+rdzv_missing() {
+  echo "== rendezvous: rank 1 never arrives (--timeout $RDZV_TIMEOUT)"
+  SKIP_RANK=1 ranks 2 --plan "$T/plan2.json" --steps 3 "${COMMON[@]}" --timeout $RDZV_TIMEOUT
+  expect_fault "a rank that never arrives" $((RDZV_TIMEOUT + 10))
+}
+rdzv_world() {
+  echo "== rendezvous: WORLD_SIZE=3 for a 2-device plan, on every rank"
+  WORLD=3 ranks 2 --plan "$T/plan2.json" --steps 3 "${COMMON[@]}" --timeout $RDZV_TIMEOUT
+  expect_fault "a wrong WORLD_SIZE" $((RDZV_TIMEOUT + 10))
+}
+rdzv_port() {
+  echo "== rendezvous: MASTER_PORT taken on host 0 by a process that is not a store"
+  ip netns exec "${TAG}h0" python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', $PORT)); s.listen()
+print('listening', flush=True); time.sleep(120)" > "$T/squatter.out" 2>&1 &
+  local squatter=$!
+  for _ in $(seq 50); do grep -q listening "$T/squatter.out" 2>/dev/null && break; sleep 0.1; done
+  ranks 2 --plan "$T/plan2.json" --steps 3 "${COMMON[@]}" --timeout $RDZV_TIMEOUT
+  expect_fault "a taken MASTER_PORT" $((RDZV_TIMEOUT + 10))
+  { kill "$squatter"; wait "$squatter"; } 2>/dev/null
+}
+case_rdzv() {
+  hosts 2 || { fail "making 2 hosts"; return; }
+  plan_for 2 3 || { fail "plan"; unhosts; return; }
+  rdzv_missing; rdzv_world; rdzv_port
+  unhosts
+}
+
 main() {
   echo "multihost: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $GP"
   local c

@@ -9,9 +9,15 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <c10/util/Logging.h>
+#include <fmt/ranges.h>
+
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "runtime/detail/comm.h"
@@ -33,6 +39,75 @@ int env_int(const char* name, const char* v) {
   long x = std::strtol(v, &end, 10);
   GP_CHECK(end && *end == '\0' && x >= 0 && x < (1L << 30), "environment: {}={} is not a valid number", name, v);
   return static_cast<int>(x);
+}
+
+/// The variable a launcher sets the world size in, for messages.
+const char* world_size_variable(const std::string& source) {
+  return source == "mpirun" ? "OMPI_COMM_WORLD_SIZE" : source == "srun" ? "SLURM_NTASKS" : "WORLD_SIZE";
+}
+
+/// Bounds joining the store by a deadline: c10d's TCPStore client retries a refused or timed-out
+/// connection for up to about twice its timeout, and waits without a bound for the answer of a
+/// program that accepts the connection but is not a store (a MASTER_PORT another program took).
+/// Past the deadline `on_expiry` runs (it reports) and the process exits 1; disarmed when destroyed.
+class Deadline {
+ public:
+  Deadline(std::chrono::milliseconds after, std::function<void()> on_expiry)
+      : thread_([this, after, f = std::move(on_expiry)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_for(lock, after, [this] { return done_; })) {
+            f();
+            std::fflush(nullptr);
+            std::_Exit(1);
+          }
+        }) {}
+  ~Deadline() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+/// Every rank announces itself in the store and waits for all the others, so a rank that never
+/// arrives is named (CommError with that peer) rather than surfacing as Gloo's "wait timeout, keys:
+/// /0/1". Keys carry torchrun's restart count: a restarted torchrun job reuses its agent's store.
+void wait_for_all_ranks(c10d::Store& s, const LaunchEnv& le, std::chrono::milliseconds timeout,
+                        const std::string& where) {
+  const char* restart = env("TORCHELASTIC_RESTART_COUNT");
+  const std::string prefix = fmt::format("graphpipe/arrived/{}/", restart ? restart : "0");
+  std::vector<std::string> keys;
+  for (int r = 0; r < le.world; ++r) keys.push_back(prefix + std::to_string(r));
+  s.set(keys[static_cast<size_t>(le.rank)], std::vector<uint8_t>{'1'});
+  try {
+    s.wait(keys, timeout);
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < le.world; ++r)
+        if (!s.check({keys[static_cast<size_t>(r)]})) missing.push_back(r);
+    } catch (const std::exception&) {
+      std::string m = e.what();
+      if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+      throw RuntimeFailure(fmt::format("rendezvous: lost the store at {} while waiting for the other ranks: {}",
+                                       where, m));
+    }
+    if (missing.empty()) return;  // the last one arrived as the wait gave up
+    throw detail::CommError(
+        fmt::format("rendezvous: rank{} {} of {} did not arrive within --timeout {} s (store at {}): check that "
+                    "every rank was started with this MASTER_ADDR and MASTER_PORT",
+                    missing.size() > 1 ? "s" : "", fmt::join(missing, ", "), le.world,
+                    std::chrono::duration<double>(timeout).count(), where),
+        missing.front(), /*timed_out=*/true);
+  }
 }
 
 }  // namespace
@@ -164,6 +239,9 @@ int run_worker(const TrainOptions& opt) {
   }
   std::optional<FaultSpec> fault;
   if (const char* f = env("GP_FAULT")) fault = parse_fault(f);
+  // Every failure ends in the one line below; c10d's own warnings (retries, reverse DNS lookups that
+  // fail) would bury it. TORCH_CPP_LOG_LEVEL=INFO|WARNING brings them back.
+  if (!env("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 3;  // FATAL only
 
   int peer = -1, code = 0, stage = -1;
   bool rejected = false;
@@ -173,13 +251,37 @@ int run_worker(const TrainOptions& opt) {
     PreparedRun run = prepare_run(opt, /*check_data_values=*/!status.active());  // our launcher checked them
     RankRole role = role_of_rank(run.plan, le->rank);
     stage = role.stage;
+    // Before the rendezvous, so every rank of a wrongly sized job stops at once instead of waiting.
+    GP_CHECK(le->world == run.plan.num_devices,
+             "environment ({}): {}={} but the plan {} has {} devices (num_devices): start one process per device",
+             le->source, world_size_variable(le->source), le->world, opt.plan_path, run.plan.num_devices);
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(le->master_port);
     so.isServer = !le->agent_store && le->rank == 0;
     so.numWorkers = le->world;
     so.waitWorkers = false;
     so.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
-    auto store = c10::make_intrusive<c10d::TCPStore>(le->master_addr, so);
+    const std::string where = fmt::format("{}:{} (MASTER_ADDR:MASTER_PORT)", le->master_addr, le->master_port);
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    {
+      Deadline deadline(so.timeout + std::chrono::seconds(1), [&] {
+        std::string m = fmt::format("rendezvous: no store answered at {} within --timeout {} s: is rank 0 running "
+                                    "there, and is that port not taken by another program?",
+                                    where, opt.timeout_s);
+        if (status.active()) status.failure(-1, false, m);
+        else std::fprintf(stderr, "graphpipe worker rank %d of %d (stage %d) failed during start-up: %s\n", le->rank,
+                          le->world, stage, m.c_str());
+      });
+      try {
+        store = c10::make_intrusive<c10d::TCPStore>(le->master_addr, so);
+      } catch (const std::exception& e) {
+        std::string m = e.what();
+        if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+        throw RuntimeFailure(fmt::format("rendezvous: {} the store at {}: {}",
+                                         so.isServer ? "cannot host" : "cannot reach", where, m));
+      }
+    }
+    wait_for_all_ranks(*store, *le, so.timeout, where);
     WorkerIo io;
     io.rank = le->rank;
     io.world = le->world;
