@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak fidelity vs-torch clean test-asan test-tsan fuzz python
+.PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python
 
 all: build
 
@@ -56,6 +56,11 @@ python: cli
 # 500 steps on 4 workers with a crash and resume in the middle; final weights must be bit-identical.
 soak: cli
 	@GP=$(GP) scripts/soak.sh
+
+# 2 and 3 hosts as network namespaces (root), torchrun-style ranks in each: losses equal --single on
+# a clean, a delayed and a lossy network, a cut link then resume, rendezvous faults (docs/runtime.md).
+multihost: cli
+	@GP=$(GP) scripts/multihost.sh
 
 # Sanitizer builds (docs/hardening.md). ASan+UBSan: every library and test except the LibTorch ones
 # (runtime, profiler), Debug, any ASan/UBSan report fails the test.

@@ -51,6 +51,7 @@ cleanup() {
   done
   for n in "${NS[@]}"; do ip netns del "$n" 2>/dev/null; done
   NS=()
+  [ -n "${MH_KEEP:-}" ] && mkdir -p "$MH_KEEP" && cp -r "$T" "$MH_KEEP/"  # MH_KEEP=DIR: keep every run's files
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -79,11 +80,28 @@ hosts() {
     ip -n "$sw" link set "${TAG}s$i" master br0 && ip -n "$sw" link set "${TAG}s$i" up
   done
 }
-unhosts() { cleanup; T=$(mktemp -d /tmp/multihost.XXXXXX); }
+unhosts() { NFQ_PIDS=(); cleanup; T=$(mktemp -d /tmp/multihost.XXXXXX); }
+# netem_counts: stops the userspace emulators (netem: reads the qdisc statistics) and prints what they
+# did: packets seen and dropped per host.
+netem_counts() {
+  local i p
+  if [ "$NETEM_KIND" = "tc netem" ]; then
+    for i in "${!NS[@]}"; do
+      [[ "${NS[$i]}" == *h[0-9] ]] && echo -n "${NS[$i]##*h}: $(ip netns exec "${NS[$i]}" tc -s qdisc show dev eth0 | grep -o 'Sent [0-9]* bytes [0-9]* pkt (dropped [0-9]*' | sed 's/(//'); "
+    done
+    echo
+    return
+  fi
+  for p in "${NFQ_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${NFQ_PIDS[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done
+  NFQ_PIDS=()
+  cat "$T"/nfq*.out | sed -n 's/^nfq_netem: queue 1\([0-9]\): \([0-9]* packets, [0-9]* dropped\)$/host \1: \2/p' | paste -sd ';' -
+}
 addr() { echo "10.77.0.$(($1 + 1))"; }
 
 # impair HOST DELAY_MS JITTER_MS LOSS_PCT: host HOST's outgoing packets on eth0.
 NETEM_KIND=""
+NFQ_PIDS=()
 impair() {
   local h="${TAG}h$1" d=$2 j=$3 l=$4
   if [ -z "$NETEM_KIND" ]; then
@@ -102,6 +120,7 @@ impair() {
     ip netns exec "$h" python3 "$HERE/nfq_netem.py" --queue "$((10 + $1))" --delay "$(awk -v x="$d" 'BEGIN{print x/1000}')" \
       --jitter "$(awk -v x="$j" 'BEGIN{print x/1000}')" --loss "$(awk -v x="$l" 'BEGIN{print x/100}')" \
       --seed "$((7 + $1))" > "$T/nfq$1.out" 2>&1 &
+    NFQ_PIDS+=($!); disown $!
     for _ in $(seq 50); do grep -q "^nfq_netem: queue" "$T/nfq$1.out" 2>/dev/null && break; sleep 0.1; done
     ip netns exec "$h" iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num "$((10 + $1))" || return 1
   fi
@@ -176,7 +195,8 @@ run_ok() {
   for i in "${!RCODES[@]}"; do
     [ "${RCODES[$i]}" = 0 ] || { fail "$label: rank $i exited ${RCODES[$i]}: $(tail -n 1 "$T/r$i.err")"; return 1; }
   done
-  cp "$T/r0.out" "$T/$label.json"
+  # the JSON object (a resumed run prints "resumed from D after K steps" before it)
+  sed -n '/^{/,$p' "$T/r0.out" > "$T/$label.json"
 }
 
 case_equal() {
@@ -191,6 +211,130 @@ case_equal() {
     fi
     unhosts
   done
+}
+
+# recv_wait TRACE.json: per rank, the seconds the traced (last) step spent in receive actions.
+recv_wait() {
+  python3 - "$1" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+wait = {}
+for e in ev:
+    if e.get("ph") == "X" and "recv" in (e.get("cat", "") + e.get("name", "")):
+        wait[e["pid"]] = wait.get(e["pid"], 0) + e["dur"] / 1e6
+print(", ".join(f"{names.get(p, p)} {w * 1e3:.1f} ms" for p, w in sorted(wait.items())))
+EOF
+}
+
+# sim_cluster PLAN OUT ADD_S: the calibrated cpu preset for PLAN's device count (planned on `cpu`), every
+# link's latency + ADD_S seconds: what `simulate` is told about the delayed network.
+sim_cluster() {
+  local n; n=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['cluster']['num_devices'])" "$1")
+  "$GP" plan --model "$(model "$n")" --cluster cpu --devices "$n" --batch 16 --out "$T/cpuplan.json" > /dev/null || return 1
+  python3 - "$T/cpuplan.json" "$2" "$3" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["costs"]["cluster"]
+for link in ("intra", "inter"):
+    if link in c and c[link]:
+        c[link]["latency_s"] += float(sys.argv[3])
+json.dump(c, open(sys.argv[2], "w"))
+EOF
+}
+sim_time() { "$GP" simulate --plan "$1" --cluster "$2" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['iteration_time_s'])"; }
+
+case_delay() {
+  local d=${DELAY_MS:-20} j=${JITTER_MS:-5} steps=30
+  echo "== delay: 2 hosts, every host's egress ${d} ms +- ${j} ms, $steps steps"
+  hosts 2 || { fail "making 2 hosts"; return; }
+  plan_for 2 $steps || { fail "plan"; unhosts; return; }
+  run_ok 2 120 base --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 --trace "$T/base.trace.json" || { unhosts; return; }
+  impair 0 "$d" "$j" 0 && impair 1 "$d" "$j" 0 || { fail "impairing the links"; unhosts; return; }
+  run_ok 2 300 delay --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 --trace "$T/delay.trace.json" || { unhosts; return; }
+  local r; r=$(compare "$T/delay.json" "$T/single2.json" 1e-5) && ok "delayed run completes: $r" || fail "delayed losses: $r"
+  echo "  receive waits in the traced step: clean network: $(recv_wait "$T/base.trace.json"); delayed: $(recv_wait "$T/delay.trace.json")"
+  sim_cluster "$T/plan2.json" "$T/c0.json" 0 && sim_cluster "$T/plan2.json" "$T/cd.json" "$(awk -v x="$d" 'BEGIN{print x/1000}')" || { fail "cluster files"; unhosts; return; }
+  local mb md sb sd
+  mb=$(python3 -c "import json; print(json.load(open('$T/base.json'))['iteration_time_s'])")
+  md=$(python3 -c "import json; print(json.load(open('$T/delay.json'))['iteration_time_s'])")
+  sb=$(sim_time "$T/plan2.json" "$T/c0.json"); sd=$(sim_time "$T/plan2.json" "$T/cd.json")
+  python3 - "$mb" "$md" "$sb" "$sd" "$d" <<'EOF'
+import sys
+mb, md, sb, sd, d = map(float, sys.argv[1:])
+dm, ds = md - mb, sd - sb
+err = (ds - dm) / dm if dm > 0 else float("inf")
+print(f"  iteration time, measured: {mb * 1e3:.1f} ms clean, {md * 1e3:.1f} ms delayed (+{dm * 1e3:.1f} ms, x{md / mb:.2f})")
+print(f"  iteration time, simulated with link latency + {d:g} ms: {sb * 1e3:.1f} ms, {sd * 1e3:.1f} ms (+{ds * 1e3:.1f} ms, x{sd / sb:.2f})")
+print(f"  predicted slowdown (added time per iteration) vs measured: {err * 100:+.1f}%")
+sys.exit(0 if abs(err) <= 0.2 else 3)
+EOF
+  case $? in 0) ok "predicted slowdown within 20% of the measured" ;; *) fail "predicted slowdown off by more than 20% (above)" ;; esac
+  unhosts
+}
+
+case_loss() {
+  local l=${LOSS_PCT:-3} n
+  for n in 2 3; do
+    [ $n = 2 ] && [ "$QUICK" = 0 ] && continue
+    echo "== loss: $n hosts, ${l}% of every host's outgoing packets dropped, 20 steps"
+    hosts "$n" || { fail "making $n hosts"; return; }
+    plan_for "$n" 20 || { fail "plan"; unhosts; return; }
+    local i; for ((i = 0; i < n; i++)); do impair $i 0 0 "$l" || { fail "impairing the links"; unhosts; return; }; done
+    local t0; t0=$(date +%s.%N)
+    if run_ok "$n" 300 "loss$n" --plan "$T/plan$n.json" --steps 20 "${COMMON[@]}" --timeout 30; then
+      local r; r=$(compare "$T/loss$n.json" "$T/single$n.json" 1e-5) && ok "completes with ${l}% loss: $r (wall $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s)" || fail "losses with ${l}% loss: $r"
+    fi
+    echo "  outgoing packets: $(netem_counts)"
+    unhosts
+  done
+}
+
+# The cut: 3 hosts, a checkpoint every 5 steps; host 2's link goes down once rank 0 logged CUT_AT
+# steps. Every rank must exit 1 within --timeout + CUT_SLACK s of the cut, naming a peer; with the
+# link back up, --resume finishes the run and its losses must be bit-identical to an uninterrupted run.
+case_cut() {
+  local n=3 steps=60 cut_at=${CUT_AT:-20} to=${CUT_TIMEOUT:-5} slack=10 i
+  echo "== cut: $n hosts, $steps steps, checkpoint every 5, host 2's link down after step $cut_at, --timeout $to"
+  hosts $n || { fail "making $n hosts"; return; }
+  plan_for $n $steps || { fail "plan"; unhosts; return; }
+  local args=(--plan "$T/plan$n.json" --steps $steps "${COMMON[@]}" --timeout "$to")
+  run_ok $n 180 uncut "${args[@]}" || { unhosts; return; }
+  ranks $n "${args[@]}" --checkpoint-dir "$T/ck" --checkpoint-every 5 --log "$T/cut.jsonl"
+  local t_cut=""
+  for _ in $(seq 600); do
+    if [ "$( { wc -l < "$T/cut.jsonl"; } 2>/dev/null || echo 0)" -ge "$cut_at" ]; then
+      ip -n "${TAG}h2" link set eth0 down; t_cut=$(date +%s.%N); break
+    fi
+    kill -0 "${RPIDS[0]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -n "$t_cut" ] || { fail "cut: the run ended before step $cut_at"; wait_ranks 5; unhosts; return; }
+  wait_ranks $((to + slack + 20))
+  local t_end bad=0 logged; t_end=$(date +%s.%N)
+  logged=$(wc -l < "$T/cut.jsonl")
+  echo "  cut after $logged logged steps; every rank's last line:"
+  for i in "${!RPIDS[@]}"; do
+    echo "    rank $i: exit ${RCODES[$i]} after ${RSECS[$i]} s: $(tail -n 1 "$T/r$i.err")"
+    [ "${RCODES[$i]}" = 1 ] || { fail "cut: rank $i exited ${RCODES[$i]} (want 1)"; bad=1; }
+    tail -n 1 "$T/r$i.err" | grep -Eq "rank [0-9]" || { fail "cut: rank $i does not name a peer"; bad=1; }
+  done
+  local since; since=$(awk -v a="$t_cut" -v b="$t_end" 'BEGIN{printf "%.1f", b-a}')
+  awk -v s="$since" -v l="$((to + slack))" 'BEGIN{exit !(s <= l)}' && ok "every rank stopped ${since} s after the cut (--timeout $to)" || { fail "cut: ranks took ${since} s to stop (limit $((to + slack)) s)"; bad=1; }
+  echo "  checkpoints: $(ls "$T/ck" | tr '\n' ' ')"
+  ip -n "${TAG}h2" link set eth0 up
+  run_ok $n 180 resumed "${args[@]}" --checkpoint-dir "$T/ck" --resume || { unhosts; return; }
+  echo "  resumed: $(grep -o 'after [0-9]* steps' "$T/r0.err" "$T/r0.out" 2>/dev/null | sed -n 1p | sed 's/.*://')"
+  python3 - "$T/resumed.json" "$T/uncut.json" <<'EOF'
+import json, sys
+r, u = json.load(open(sys.argv[1]))["losses"], json.load(open(sys.argv[2]))["losses"]
+tail = u[len(u) - len(r):]
+if not r or r != tail:
+    sys.exit(f"resumed losses ({len(r)}) differ from the uninterrupted run's last {len(r)}")
+print(f"the {len(r)} resumed steps' losses are bit-identical to the uninterrupted run's (last {r[-1]:.6f})")
+EOF
+  [ $? = 0 ] && ok "resume after the cut" || fail "resume after the cut"
+  unhosts
 }
 
 # expect_fault LABEL LIMIT: every started rank exited non-zero within LIMIT s, with 1 or 2, and one
@@ -237,6 +381,25 @@ case_rdzv() {
   hosts 2 || { fail "making 2 hosts"; return; }
   plan_for 2 3 || { fail "plan"; unhosts; return; }
   rdzv_missing; rdzv_world; rdzv_port
+  unhosts
+}
+
+# The ctest version (multihost_quick): 2 hosts, the losses equal --single on a clean and on a lossy
+# network (3% dropped), and a rank that never arrives; about 20 s.
+case_quick() {
+  echo "== quick: 2 hosts, 10 steps clean and with 3% loss; a rank that never arrives"
+  hosts 2 || { fail "making 2 hosts"; return; }
+  plan_for 2 10 || { fail "plan"; unhosts; return; }
+  local r
+  if run_ok 2 60 clean --plan "$T/plan2.json" --steps 10 "${COMMON[@]}" --timeout 20; then
+    r=$(compare "$T/clean.json" "$T/single2.json" 1e-5) && ok "2 hosts vs --single: $r" || fail "2 hosts vs --single: $r"
+  fi
+  impair 0 0 0 3 && impair 1 0 0 3 || { fail "impairing the links"; unhosts; return; }
+  if run_ok 2 60 lossy --plan "$T/plan2.json" --steps 10 "${COMMON[@]}" --timeout 20; then
+    r=$(compare "$T/lossy.json" "$T/single2.json" 1e-5) && ok "3% loss: $r" || fail "3% loss: $r"
+  fi
+  echo "  outgoing packets: $(netem_counts)"
+  RDZV_TIMEOUT=3 rdzv_missing
   unhosts
 }
 
