@@ -13,6 +13,7 @@
 #include <set>
 
 #include "runtime/checkpoint_tool.h"
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/detail/optim.h"
 #include "support/error.h"
 
@@ -30,7 +31,9 @@ std::vector<std::string> files_of(const std::string& path) {
   GP_CHECK(fs::exists(path), "{}: no such checkpoint file or directory", path);
   if (!fs::is_directory(path)) return {path};
   std::vector<std::string> out;
-  for (auto& e : fs::directory_iterator(path))
+  std::optional<Generation> gen = published_generation(path);  // a --checkpoint-dir: its published generation
+  const std::string folder = gen ? gen->folder : path;
+  for (auto& e : fs::directory_iterator(folder))
     if (e.path().extension() == ".pt") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   GP_CHECK(!out.empty(), "{}: directory holds no checkpoint (*.pt) files", path);

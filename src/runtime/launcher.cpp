@@ -9,6 +9,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +22,7 @@
 
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/comm_select.h"
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
 #include "runtime/detail/status_file.h"
@@ -59,6 +63,36 @@ std::string other_run(const std::string& dir, const PreparedRun& run) {
   }
   return "";
 }
+
+// SIGTERM / SIGINT to the launcher: the handler kills the workers' process group at once (kill(2)
+// is async-signal-safe) and records the signal; the wait loop then reports it in one line.
+volatile sig_atomic_t g_stop_signal = 0;
+volatile pid_t g_worker_group = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  if (g_worker_group > 0) ::kill(-g_worker_group, SIGKILL);
+}
+
+/// Installs on_stop_signal for SIGTERM and SIGINT (no SA_RESTART: waitpid returns EINTR) and puts
+/// the previous handlers back when destroyed.
+struct StopSignals {
+  struct sigaction old_term {}, old_int {};
+  StopSignals() {
+    g_stop_signal = 0;
+    g_worker_group = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, &old_term);
+    ::sigaction(SIGINT, &sa, &old_int);
+  }
+  ~StopSignals() {
+    g_worker_group = 0;
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    ::sigaction(SIGINT, &old_int, nullptr);
+  }
+};
 
 std::string exe_path() {
   std::error_code ec;
@@ -188,14 +222,18 @@ int run_pipeline(const TrainOptions& opt) {
     local_bytes += double(st.devices.size()) * stage_bytes_estimate(run, st.id, opt.optimizer);
   check_fits_in_memory(local_bytes, fmt::format("train --plan {} ({} local workers)", opt.plan_path, world),
                        "parameters, gradients, optimizer state and in-flight activations of every stage");
-  if (opt.resume)
-    for (const auto& st : run.plan.stages)
-      for (int d : st.devices) {
-        std::string f = checkpoint_path(opt.checkpoint_dir, st.id, d);
-        if (!fs::exists(f))
-          throw UserError(fmt::format("--resume: checkpoint {} of stage {} (rank {}) does not exist{}", f, st.id, d,
-                                      other_run(opt.checkpoint_dir, run)));
-      }
+  // The checkpoint folder is ours while we run (detail/checkpoint_set.h); what --resume would load
+  // is checked before any worker starts.
+  CheckpointLock lock;
+  if (!opt.checkpoint_dir.empty()) lock = CheckpointLock(opt.checkpoint_dir);
+  if (opt.resume) {
+    SetIdentity set = pipeline_set_identity(opt, run.plan, run.graph);
+    try {
+      check_resumable(opt.checkpoint_dir, set);
+    } catch (const UserError& e) {
+      throw UserError(e.what() + other_run(opt.checkpoint_dir, run));
+    }
+  }
 
   c10d::TCPStoreOptions so;
   so.port = 0;  // any free port; the workers learn it from MASTER_PORT
@@ -216,7 +254,10 @@ int run_pipeline(const TrainOptions& opt) {
 
   std::vector<std::string> args = {"worker"};
   for (auto& a : worker_args(opt)) args.push_back(a);
+  StopSignals stop_signals;
   std::vector<pid_t> pids = spawn_local_workers(args, world, store->getPort(), status_dir.string());
+  g_worker_group = pids[0];
+  if (g_stop_signal) ::kill(-pids[0], SIGKILL);  // a signal that came while they started
   std::map<pid_t, int> rank_of;
   for (int r = 0; r < world; ++r) rank_of[pids[r]] = r;
   std::vector<bool> running(world, true);
@@ -230,12 +271,41 @@ int run_pipeline(const TrainOptions& opt) {
     Exit e{it->second, WIFSIGNALED(st), WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st)};
     if (e.signaled || e.value != 0) failures.push_back(e);
   };
-  while (alive > 0 && failures.empty()) {
+  while (alive > 0 && failures.empty() && !g_stop_signal) {
     int st = 0;
     pid_t pid = ::waitpid(-pids[0], &st, 0);
     if (pid < 0 && errno == EINTR) continue;
     GP_ASSERT(pid > 0, "waitpid failed: {}", std::strerror(errno));
     record(pid, st);
+  }
+  if (g_stop_signal) {
+    const int sig = g_stop_signal;
+    ::kill(-pids[0], SIGKILL);
+    while (::waitpid(-pids[0], nullptr, 0) > 0 || errno == EINTR) {
+    }
+    detail::WorkerStatus s0 = detail::read_status_file((status_dir / "rank0").string());
+    std::string where = s0.action.empty() ? "before its first action"
+                                          : fmt::format("in step {} at action '{}'", s0.step, s0.action);
+    std::string kept;
+    if (!opt.checkpoint_dir.empty()) {
+      try {
+        auto gen = published_generation(opt.checkpoint_dir);
+        kept = gen && !gen->flat() ? fmt::format("; the checkpoint of step {} in {} is complete", gen->steps_done,
+                                                 opt.checkpoint_dir)
+                                   : fmt::format("; {} holds no complete checkpoint", opt.checkpoint_dir);
+      } catch (const UserError&) {
+      }
+    }
+    const char* name = sigabbrev_np(sig);
+    std::fprintf(stderr, "graphpipe train: stopped by SIG%s: killed all %d workers (rank 0 was %s)%s\n",
+                 name ? name : "?", world, where.c_str(), kept.c_str());
+    std::fflush(stderr);
+    std::error_code ec;
+    fs::remove_all(status_dir, ec);
+    lock.release();
+    ::signal(sig, SIG_DFL);  // end as the signal asked: the shell sees 128 + sig
+    ::raise(sig);
+    std::_Exit(128 + sig);
   }
   if (failures.empty()) return 0;
 

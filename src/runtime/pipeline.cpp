@@ -17,6 +17,7 @@
 #include "runtime/op_timing.h"
 #include "plan/costs.h"
 #include "runtime/comm_select.h"
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
@@ -607,35 +608,6 @@ std::vector<RankMemory> gather_memory(const PreparedRun& run, const TrainOptions
   return all;
 }
 
-/// Two-phase save of every rank's checkpoint after `steps_done` steps: each rank with a stage
-/// writes its temporary file, all ranks agree, and only then are the files renamed into place. A
-/// rank that cannot write (a full disk) fails with its own message, the others as its peers, and
-/// the directory keeps the previous complete set.
-void save_checkpoints(Communicator& world, int rank, const std::string& ckpt, StageRunner* runner,
-                      int64_t steps_done, const Json& identity) {
-  std::string failure;
-  if (runner && !ckpt.empty()) {
-    try {
-      write_checkpoint_tmp(ckpt, runner->module(), runner->optimizer(), steps_done, identity);
-    } catch (const std::exception& e) {  // every rank must still vote
-      failure = e.what();
-    }
-  }
-  std::vector<torch::Tensor> v{torch::tensor({failure.empty() ? 0.0 : double(rank + 1)}, torch::kFloat64)};
-  world.all_reduce(v, detail::Reduce::max).wait();
-  int failed = static_cast<int>(v[0].item<double>()) - 1;
-  if (failed < 0) {
-    if (runner && !ckpt.empty()) commit_checkpoint(ckpt);
-    return;
-  }
-  if (!ckpt.empty()) abandon_checkpoint(ckpt);
-  if (!failure.empty()) throw RuntimeFailure(failure + "; no rank replaced its checkpoint");
-  throw detail::CommError(fmt::format("rank {} could not write its checkpoint after {} steps; kept the previous "
-                                      "checkpoints",
-                                      failed, steps_done),
-                          failed, /*timed_out=*/false);
-}
-
 /// Evaluates the current weights on --eval-data: every rank with a stage runs the forward-only
 /// batches, the sums are added over the world (every rank gets them).
 EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const PreparedRun& run) {
@@ -651,22 +623,6 @@ EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const Prepa
 }  // namespace
 
 namespace {
-
-/// --resume: every rank loads its own checkpoint; all must have stopped after the same step, which
-/// is returned (0 without --resume).
-int64_t resume_step(const TrainOptions& opt, Communicator& world, StageRunner* runner, const std::string& ckpt,
-                    const Json& identity) {
-  int64_t first = 0;
-  if (opt.resume && runner) first = load_checkpoint(ckpt, runner->module(), runner->optimizer(), identity);
-  double lo = runner ? -double(first) : -1e18, hi = runner ? double(first) : -1e18;
-  std::vector<torch::Tensor> v{torch::tensor({hi, lo}, torch::kFloat64)};
-  world.all_reduce(v, detail::Reduce::max).wait();
-  double max_first = v[0][0].item<double>(), min_first = -v[0][1].item<double>();
-  if (max_first != min_first)
-    throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})",
-                                     opt.checkpoint_dir, min_first, max_first));
-  return static_cast<int64_t>(max_first);
-}
 
 /// One step's actions of this rank's stage, metered; with `trace`, each action's measured event.
 void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step, bool trace, StageRunner& runner,
@@ -742,6 +698,7 @@ class StepStats {
     if (log_.is_open()) {
       log_ << step_json(rep).dump() << "\n";
       log_.flush();
+      check_written(log_, "--log", opt_.log_path);
     }
   }
 
@@ -769,6 +726,8 @@ void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo
   std::ofstream f(opt.trace_path);
   GP_CHECK(f.good(), "--trace: cannot open {} for writing", opt.trace_path);
   f << measured_trace_json(run.plan, all, memory);
+  f.close();
+  check_written(f, "--trace", opt.trace_path);
 }
 
 /// Rank 0's closing lines: the mean step time (the first step left out when there are more) against
@@ -814,10 +773,12 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   }
   world->connect(transfer_pairs(run.plan));
 
-  const std::string ckpt =
-      opt.checkpoint_dir.empty() || !runner ? "" : checkpoint_path(opt.checkpoint_dir, role.stage, io.rank);
-  const Json identity = pipeline_identity(run.graph, run.plan, role.stage, io.rank, opt.optimizer);
-  const int64_t first = resume_step(opt, *world, runner.get(), ckpt, identity);
+  // Checkpoint generations (detail/checkpoint_set.h): every rank's file, then latest.json.
+  CheckpointSaver ckpt;
+  if (!opt.checkpoint_dir.empty())
+    ckpt = pipeline_saver(opt, run.plan, run.graph, io.rank, io.local_rank, role.stage,
+                          runner ? &runner->module() : nullptr, runner ? &runner->optimizer() : nullptr, *world);
+  const int64_t first = opt.resume ? resume_generation(ckpt) : 0;
   if (opt.resume && io.rank == 0 && io.print)
     std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
 
@@ -834,7 +795,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     stats.submit(*world, step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoints(*world, io.rank, ckpt, runner.get(), step + 1, identity);
+      save_generation(ckpt, step + 1);
     if (run.eval_data && (step + 1) % opt.eval_every == 0)
       res.evals.emplace_back(step, evaluate_pipeline(*world, runner.get(), run));
   }

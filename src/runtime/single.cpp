@@ -10,6 +10,7 @@
 #include "importers/resolve.h"
 #include "runtime/checkpoint_manifest.h"
 #include "runtime/op_timing.h"
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/detail/data_feed.h"
 #include "runtime/detail/device.h"
 #include "runtime/detail/divergence.h"
@@ -119,12 +120,17 @@ int run_single(const TrainOptions& opt) {
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
   InputPrefetcher feed(m, data.train.get());
 
-  const std::string ckpt = opt.checkpoint_dir.empty() ? "" : checkpoint_path(opt.checkpoint_dir, -1, 0);
-  const Json identity = single_identity(g, opt.batch, opt.optimizer);
+  // Checkpoint generations (detail/checkpoint_set.h), the folder locked while we run.
+  CheckpointLock lock;
+  CheckpointSaver ckpt;
+  if (!opt.checkpoint_dir.empty()) {
+    lock = CheckpointLock(opt.checkpoint_dir);
+    ckpt = single_saver(opt, g, m, *optim);
+  }
   int64_t first = 0;
   if (opt.resume) {
-    first = load_checkpoint(ckpt, m, *optim, identity);
-    std::printf("resumed from %s after %lld steps\n", ckpt.c_str(), static_cast<long long>(first));
+    first = resume_generation(ckpt);
+    std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
   }
   std::ofstream log;
   if (!opt.log_path.empty()) {
@@ -163,10 +169,11 @@ int run_single(const TrainOptions& opt) {
     if (log.is_open()) {
       log << step_json(rep).dump() << "\n";
       log.flush();
+      check_written(log, "--log", opt.log_path);
     }
     bool last = step + 1 == opt.steps;
-    if (!ckpt.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
-      save_checkpoint(ckpt, m, *optim, step + 1, identity);
+    if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
+      save_generation(ckpt, step + 1);
   }
   const RankMemory mem = single_memory(meter, g, b, opt.optimizer);
   if (opt.json) {
@@ -177,6 +184,7 @@ int run_single(const TrainOptions& opt) {
   } else {
     print_memory_report({mem});
   }
+  check_stdout_written();  // train --json > FILE on a full disk is a failure, not an empty file
   return 0;
 }
 

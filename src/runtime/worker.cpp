@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/detail/comm.h"
 #include "runtime/detail/pipeline.h"
 #include "runtime/detail/status_file.h"
@@ -248,6 +249,9 @@ int run_worker(const TrainOptions& opt) {
   std::string msg, current = "start-up";
   int64_t current_step = -1;
   try {
+    // Under torchrun, mpirun or srun rank 0 holds the --checkpoint-dir lock (our launcher holds it itself).
+    CheckpointLock lock;
+    if (!status.active() && le->rank == 0 && !opt.checkpoint_dir.empty()) lock = CheckpointLock(opt.checkpoint_dir);
     PreparedRun run = prepare_run(opt, /*check_data_values=*/!status.active());  // our launcher checked them
     RankRole role = role_of_rank(run.plan, le->rank);
     stage = role.stage;
@@ -310,6 +314,7 @@ int run_worker(const TrainOptions& opt) {
       }
     };
     execute_worker(opt, run, io);
+    check_stdout_written();  // train --json > FILE on a full disk is a failure, not an empty file
     return 0;
   } catch (const detail::CommError& e) {
     peer = e.peer();

@@ -201,10 +201,9 @@ void write_checkpoint_tmp(const std::string& path, const StageModule& m, torch::
   ::unlink(tmp.c_str());
   throw RuntimeFailure(fmt::format(
       "{}: could not save the checkpoint after {} steps: {} (writing {}, {} bytes written); removed the partial "
-      "file, {}",
+      "file{}",
       path, steps_done, failure, tmp, w.written,
-      fs::exists(path) ? fmt::format("the previous checkpoint {} is intact", path)
-                       : std::string("there is no earlier checkpoint")));
+      fs::exists(path) ? fmt::format(", the previous checkpoint {} is intact", path) : std::string()));
 }
 
 void commit_checkpoint(const std::string& path) {
@@ -322,8 +321,8 @@ CheckpointContents read_checkpoint(const std::string& path) {
     throw UserError(fmt::format("{}: corrupt checkpoint: its optimizer state does not load: {}", path,
                                 first_line(e.what())));
   }
-  c.verified_tensors += verify_tensors(path, c.manifest, "optimizer_state", "optimizer state",
-                                       optimizer_state_tensors(*opt, names_of(c.params)));
+  c.optimizer_state = optimizer_state_tensors(*opt, names_of(c.params));
+  c.verified_tensors += verify_tensors(path, c.manifest, "optimizer_state", "optimizer state", c.optimizer_state);
   return c;
 }
 

@@ -28,6 +28,8 @@ std::string checkpoint_path(const std::string& dir, int stage, int rank);
 struct CheckpointContents {
   int64_t steps_done = 0;
   std::vector<std::pair<std::string, torch::Tensor>> params;  // "op/param" names, in file order
+  /// read_checkpoint only: the optimizer state by "op/param#field" (optimizer_state_tensors).
+  std::vector<std::pair<std::string, torch::Tensor>> optimizer_state;
   Json manifest;                 // null for a file written before manifests (nothing verified)
   int64_t verified_tensors = 0;  // tensors whose checksum was checked and matched
   bool has_manifest() const { return !manifest.is_null(); }
@@ -35,7 +37,7 @@ struct CheckpointContents {
 
 /// Writes `<path>.tmp` and fsyncs it; `identity` (checkpoint_manifest.h, may be null) goes into the
 /// manifest. On any failure (a full disk: ENOSPC) the temporary file is removed and RuntimeFailure
-/// says what happened and that the previous checkpoint at `path` is untouched.
+/// says what happened (and, when `path` exists, that it is untouched).
 /// Fault injection for tests: GP_FAULT="rank=R,kind=enospc,step=S" makes the save after step S of
 /// rank R (identity "rank", 0 for --single) fail with ENOSPC after its first 4 KiB.
 void write_checkpoint_tmp(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,

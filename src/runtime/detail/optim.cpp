@@ -5,6 +5,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include <fmt/ranges.h>
+
 #include "support/error.h"
 
 namespace gp::runtime {
@@ -41,6 +43,17 @@ auto find_state(const Map& state, const torch::Tensor& p) {
   }
 }
 
+template <class Map>
+void put_state(Map& state, const torch::Tensor& p, std::unique_ptr<torch::optim::OptimizerParamState> st) {
+  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    state[key.str()] = std::move(st);
+  } else {
+    state[static_cast<typename Map::key_type>(p.unsafeGetTensorImpl())] = std::move(st);
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
@@ -66,6 +79,43 @@ std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
       }
     }
   return out;
+}
+
+void set_optimizer_state(torch::optim::Optimizer& opt, const std::vector<std::string>& param_names,
+                         const std::map<std::string, torch::Tensor>& state, const std::string& source) {
+  const std::string kind = optimizer_kind(opt);
+  size_t i = 0;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params()) {
+      GP_ASSERT(i < param_names.size(), "set_optimizer_state: {} names for more parameters", param_names.size());
+      const std::string& name = param_names[i++];
+      auto get = [&](const char* field, bool like_param) -> torch::Tensor {
+        auto it = state.find(name + "#" + field);
+        GP_CHECK(it != state.end(), "{}: no optimizer state \"{}#{}\" for parameter {} (the checkpoint's other "
+                 "parameters have state)", source, name, field, name);
+        GP_CHECK(!like_param || it->second.sizes() == p.sizes(),
+                 "{}: optimizer state \"{}#{}\" has shape {} but the parameter has {}", source, name, field,
+                 fmt::format("{}", fmt::join(it->second.sizes(), "x")), fmt::format("{}", fmt::join(p.sizes(), "x")));
+        return it->second.detach().to(p.device(), it->second.scalar_type()).clone();
+      };
+      bool has = state.count(name + (kind == "adam" ? "#step" : "#momentum_buffer")) > 0;
+      if (!has) continue;
+      std::unique_ptr<torch::optim::OptimizerParamState> st;
+      if (kind == "adam") {
+        auto a = std::make_unique<torch::optim::AdamParamState>();
+        a->step(get("step", false).to(torch::kCPU).item<int64_t>());
+        a->exp_avg(get("exp_avg", true));
+        a->exp_avg_sq(get("exp_avg_sq", true));
+        if (state.count(name + "#max_exp_avg_sq")) a->max_exp_avg_sq(get("max_exp_avg_sq", true));
+        st = std::move(a);
+      } else {
+        GP_ASSERT(kind == "sgd", "set_optimizer_state: unknown optimizer");
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(get("momentum_buffer", true));
+        st = std::move(s);
+      }
+      put_state(opt.state(), p, std::move(st));
+    }
 }
 
 }  // namespace gp::runtime

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,5 +26,13 @@ std::string optimizer_kind(const torch::optim::Optimizer& opt);
 /// --lr etc. apply.)
 std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
     const torch::optim::Optimizer& opt, const std::vector<std::string>& param_names);
+
+/// The reverse of optimizer_state_tensors: gives each parameter of `opt` (named `param_names`, in
+/// order) the state `state` holds under "<param name>#<field>" (copied to the parameter's device),
+/// for loading a checkpoint by parameter name (resharding). A parameter without entries keeps no
+/// state (no step taken yet). UserError naming `source` and the tensor when one is missing or its
+/// shape differs from the parameter's.
+void set_optimizer_state(torch::optim::Optimizer& opt, const std::vector<std::string>& param_names,
+                         const std::map<std::string, torch::Tensor>& state, const std::string& source);
 
 }  // namespace gp::runtime

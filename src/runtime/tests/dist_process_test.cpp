@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <regex>
 #include <sstream>
 
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "runtime/detail/checkpoint_set.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
@@ -284,12 +287,12 @@ TEST_F(DistProcess, CheckpointsSurviveACrashAndResumeMatchesAnUninterruptedRun) 
   EXPECT_NE(crashed.err.find("worker rank 1 (stage 1, replica 0) was killed by signal 9"), std::string::npos)
       << crashed.err;
   EXPECT_EQ(leftover_processes(), 0);
-  int files = 0;
-  for (auto& e : fs::directory_iterator(dir_ / "ck")) {
-    EXPECT_EQ(e.path().extension(), ".pt") << "left-over temporary file " << e.path();
-    ++files;
-  }
-  EXPECT_EQ(files, 2);  // one per rank, no partial writes
+  // The generation of step 4, complete; the interrupted save of step 6 left at most its folder.
+  std::optional<Generation> gen = published_generation((dir_ / "ck").string());
+  ASSERT_TRUE(gen && !gen->flat());
+  EXPECT_EQ(gen->steps_done, 4);
+  EXPECT_EQ(gen->files().size(), 2u);  // one per rank, no partial writes
+  for (auto& e : fs::directory_iterator(gen->folder)) EXPECT_EQ(e.path().extension(), ".pt") << e.path();
   Proc resumed = graphpipe(common + " --checkpoint-dir ck --resume --log resumed.jsonl");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("after 4 steps"), std::string::npos) << resumed.out;
@@ -335,7 +338,7 @@ TEST_F(DistProcess, CorruptCheckpointIsRefusedNamingFileAndTensor) {
   Proc show_ok = graphpipe("checkpoint show ck");
   ASSERT_EQ(show_ok.code, 0) << show_ok.err;
   EXPECT_NE(show_ok.out.find("match their checksums"), std::string::npos) << show_ok.out;
-  fs::path f = dir_ / "ck" / "stage1-rank1.pt";
+  fs::path f = current_checkpoint_file((dir_ / "ck").string(), 1, 1);
   auto params = read_checkpoint(f.string()).params;
   auto victim = params.front();
   for (const auto& p : params)
@@ -355,27 +358,36 @@ TEST_F(DistProcess, CorruptCheckpointIsRefusedNamingFileAndTensor) {
   EXPECT_EQ(leftover_processes(), 0);
 }
 
-TEST_F(DistProcess, ResumingWithAnotherPlanIsRefusedNamingTheDifference) {
+// Another run's checkpoint (another --seed, another model) is refused naming the field or the op;
+// another plan of the same model (other micro-batches, other stages and devices) is resharded.
+TEST_F(DistProcess, ResumingAnotherRunIsRefusedAnotherPlanIsResharded) {
   std::string common = " --timeout 10 --checkpoint-dir ck";
-  ASSERT_EQ(graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2" + common).code, 0);
-  // Same stages, another micro-batch size.
+  std::string two = write_plan(two_stage_plan());
+  ASSERT_EQ(graphpipe("train --plan " + two + " --steps 2" + common).code, 0);
+  Proc seed = graphpipe("train --plan " + two + " --steps 3 --resume --seed 5" + common);
+  EXPECT_EQ(seed.code, 2) << seed.err;
+  EXPECT_NE(seed.err.find("ck/latest.json: the checkpoint was written by a different run: --seed: 1 in the "
+                          "checkpoint, 5 in this run"),
+            std::string::npos)
+      << seed.err;
+  EXPECT_EQ(lines(seed.err), 1) << seed.err;
+  // Same op names, another hidden size: the first op that differs is named.
+  const char* wider = "mmt:branches=2,layers=1,hidden=16,seq=8,heads=2,ffn=64";
+  Proc model = graphpipe("train --plan " + write_plan(make_plan(wider, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}})) +
+                         " --steps 3 --resume" + common);
+  EXPECT_EQ(model.code, 2) << model.err;
+  EXPECT_NE(model.err.find("written by a different run: "), std::string::npos) << model.err;
+  EXPECT_NE(model.err.find("op m0."), std::string::npos) << model.err;
+  // Same stages, another micro-batch size; then three stages on three devices.
   Proc mbs = graphpipe("train --plan " + write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{}, {1}, 2}})) +
                        " --steps 3 --resume" + common);
-  EXPECT_EQ(mbs.code, 2) << mbs.err;
-  EXPECT_NE(mbs.err.find("the checkpoint was written by a different run: this file's stage micro_batch_size: 4 in "
-                         "the checkpoint, 2 in this run"),
-            std::string::npos)
-      << mbs.err;
-  EXPECT_EQ(lines(mbs.err), 1) << mbs.err;
-  // Three stages: stage 2's file is missing, and the launcher says why.
+  EXPECT_EQ(mbs.code, 0) << mbs.err;
+  EXPECT_NE(mbs.out.find("resharding: the checkpoint of step 2"), std::string::npos) << mbs.out;
   Proc three = graphpipe("train --plan " +
                          write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{"m1."}, {1}, 4}, {{}, {2}, 4}})) +
-                         " --steps 3 --resume" + common);
-  EXPECT_EQ(three.code, 2) << three.err;
-  EXPECT_NE(three.err.find("does not exist; the checkpoints in ck were written by a different run: plan "
-                           "num_devices: 2 in the checkpoint, 3 in this run"),
-            std::string::npos)
-      << three.err;
+                         " --steps 4 --resume" + common);
+  EXPECT_EQ(three.code, 0) << three.err;
+  EXPECT_NE(three.out.find("after 3 steps"), std::string::npos) << three.out;
   EXPECT_EQ(leftover_processes(), 0);
 }
 
@@ -390,11 +402,16 @@ TEST_F(DistProcess, FullDiskInOneWorkerKeepsEveryPreviousCheckpoint) {
   EXPECT_NE(r.err.find("worker rank 1 (stage 1, replica 0) exited with code 1: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("could not save the checkpoint after 4 steps: No space left on device"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("no rank replaced its checkpoint"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no rank published its checkpoint: ck/latest.json still names the complete checkpoint of "
+                       "step 2"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_EQ(leftover_processes(), 0);
+  std::optional<Generation> gen = published_generation((dir_ / "ck").string());
+  ASSERT_TRUE(gen && !gen->flat());
   int files = 0;
-  for (auto& e : fs::directory_iterator(dir_ / "ck")) {
+  for (auto& e : fs::directory_iterator(gen->folder)) {
     ASSERT_EQ(e.path().extension(), ".pt") << "left-over temporary file " << e.path();
     EXPECT_EQ(read_checkpoint(e.path().string()).steps_done, 2) << e.path();  // verified, and the older set
     ++files;
@@ -410,7 +427,7 @@ TEST_F(DistProcess, FullDiskInOneWorkerKeepsEveryPreviousCheckpoint) {
 TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
   std::string model = std::string(" --single --model ") + kMmt + " --batch 8";
   ASSERT_EQ(graphpipe("train" + model + " --steps 1 --checkpoint-dir size").code, 0);
-  auto bytes = fs::file_size(dir_ / "size" / "single.pt");
+  auto bytes = fs::file_size(current_checkpoint_file((dir_ / "size").string(), -1, 0));
   auto kib = (bytes * 3 / 2 + 4095) / 4096 * 4;
   fs::create_directories(dir_ / "mnt");
   std::string gp = GP_BINARY;
@@ -426,8 +443,10 @@ TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
   std::string err = slurp(dir_ / "t.err");
   EXPECT_EQ(slurp(dir_ / "t.rc"), "1\n") << err;
   EXPECT_NE(err.find("could not save the checkpoint after 2 steps: No space left on device"), std::string::npos) << err;
-  EXPECT_NE(err.find("the previous checkpoint mnt/ck/single.pt is intact"), std::string::npos) << err;
-  EXPECT_EQ(slurp(dir_ / "t.ls"), ".\n..\nsingle.pt\n");  // the partial file was removed
+  EXPECT_NE(err.find("mnt/ck/latest.json still names the complete checkpoint of step 1"), std::string::npos) << err;
+  // The partial file and its folder were removed: the pointer and the generation of step 1 remain.
+  EXPECT_TRUE(std::regex_match(slurp(dir_ / "t.ls"), std::regex("\\.\n\\.\\.\nlatest\\.json\nstep-00000001-[0-9a-f]{8}\n")))
+      << slurp(dir_ / "t.ls");
   EXPECT_EQ(slurp(dir_ / "s.rc"), "0\n") << slurp(dir_ / "s.err");
   EXPECT_NE(slurp(dir_ / "s.out").find("1 steps done"), std::string::npos) << slurp(dir_ / "s.out");
   EXPECT_NE(slurp(dir_ / "s.out").find("match their checksums"), std::string::npos);
