@@ -3,6 +3,8 @@
 #include "importers/onnx_import.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <unordered_map>
 
@@ -66,24 +68,37 @@ namespace {
 
 int64_t norm_axis(int64_t a, size_t rank) { return a < 0 ? a + static_cast<int64_t>(rank) : a; }
 
-// Square kernel, equal strides, symmetric equal pads and no dilation, or an explanation.
+auto one_or_pair(const std::vector<int64_t>& v) { return v[0] == v[1] ? Json(v[0]) : Json(v); }
+
+// A 2-d pooling window: any kernel, stride and (MaxPool) dilation pairs; pads symmetric per axis
+// (PyTorch's exporter writes no others), or an explanation.
 std::string window_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, Json& attrs) {
-  if (kernel.size() != 2 || kernel[0] != kernel[1])
-    return fmt::format("only square 2-d kernels are supported, found {}", fmt::join(kernel, "x"));
+  if (kernel.size() != 2) return fmt::format("only 2-d pooling is supported, found kernel_shape {}", fmt::join(kernel, "x"));
   auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
   if (strides.empty()) strides = {1, 1};
   if (pads.empty()) pads = {0, 0, 0, 0};
-  if (strides.size() != 2 || strides[0] != strides[1])
-    return fmt::format("only equal strides are supported, found {}", fmt::join(strides, "x"));
-  if (pads.size() != 4 || std::count(pads.begin(), pads.end(), pads[0]) != 4)
-    return fmt::format("only equal padding on all sides is supported, found pads {}", fmt::join(pads, ","));
-  for (int64_t d : dil)
-    if (d != 1) return fmt::format("dilation {} is not supported", fmt::join(dil, "x"));
+  if (dil.empty()) dil = {1, 1};
+  if (strides.size() != 2 || pads.size() != 4 || dil.size() != 2)
+    return fmt::format("strides {}, dilations {} or pads {} do not fit a 2-d kernel", fmt::join(strides, "x"),
+                       fmt::join(dil, "x"), fmt::join(pads, ","));
+  if (pads[0] != pads[2] || pads[1] != pads[3])
+    return fmt::format("asymmetric pads {} are not supported (top/bottom and left/right must be equal)",
+                       fmt::join(pads, ","));
+  if (dil != std::vector<int64_t>{1, 1} && n.op_type() != "MaxPool")
+    return fmt::format("dilations {} are supported on MaxPool only", fmt::join(dil, "x"));
+  for (int k = 0; k < 2; ++k)
+    if (2 * pads[k] > dil[k] * (kernel[k] - 1) + 1)
+      return fmt::format("pads {} exceed half the kernel {} (PyTorch's pooling limit)", fmt::join(pads, ","),
+                         fmt::join(kernel, "x"));
   const auto* ap = find_attr(n, "auto_pad");
-  if (ap && ap->s() != "NOTSET") return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
-  attrs["kernel"] = kernel[0];
-  attrs["stride"] = strides[0];
-  attrs["padding"] = pads[0];
+  if (ap && ap->s() != "NOTSET" && ap->s() != "VALID")
+    return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
+  if (ap && ap->s() == "VALID") pads = {0, 0, 0, 0};
+  if (attr_i(n, "storage_order", 0) != 0) return "storage_order 1 (column-major indices) is not supported";
+  attrs["kernel"] = one_or_pair(kernel);
+  attrs["stride"] = one_or_pair(strides);
+  if (pads[0] != 0 || pads[1] != 0) attrs["padding"] = one_or_pair({pads[0], pads[1]});
+  if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
   return "";
 }
 
@@ -99,7 +114,6 @@ std::string conv_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& ker
                        fmt::join(dil, "x"), fmt::join(pads, ","));
   const auto* ap = find_attr(n, "auto_pad");
   if (ap && ap->s() != "NOTSET") return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
-  auto one_or_pair = [](const std::vector<int64_t>& v) { return v[0] == v[1] ? Json(v[0]) : Json(v); };
   attrs["kernel"] = one_or_pair(kernel);
   attrs["stride"] = one_or_pair(strides);
   if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
@@ -159,7 +173,145 @@ void map_pool(const Node& d) {
   std::string why = window_attrs(d.n, attr_ints(d.n, "kernel_shape"), attrs);
   if (!why.empty()) return d.unsupported(why);
   if (attr_i(d.n, "ceil_mode", 0)) attrs["ceil_mode"] = true;
+  // ONNX's default excludes the padding from the average, PyTorch's (and the IR's) includes it.
+  if (d.n.op_type() == "AveragePool" && attrs.contains("padding") && attr_i(d.n, "count_include_pad", 0) == 0)
+    attrs["count_include_pad"] = false;
   d.simple(d.n.op_type() == "MaxPool" ? ir::OpKind::maxpool : ir::OpKind::avgpool, attrs);
+}
+
+// ConvTranspose (nn.ConvTranspose2d): weight [C_in, C_out / group, kh, kw]. output_shape or
+// auto_pad SAME_* set the pads from the output size, as the ONNX spec says.
+void map_conv_transpose(const Node& d) {
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  if (d.is_act(1)) return d.unsupported("the weight must be a parameter, not an activation");
+  const auto& w = net.shape(n.input(1));
+  const auto& xs = net.shape(d.x);
+  if (w.size() != 4 || xs.size() != 4)
+    return d.unsupported(fmt::format("only 2-d transposed convolutions are supported, found weight [{}]", fmt::join(w, ", ")));
+  const std::vector<int64_t> kernel{w[2], w[3]};
+  auto strides = attr_ints(n, "strides"), dil = attr_ints(n, "dilations"), pads = attr_ints(n, "pads");
+  auto out_pad = attr_ints(n, "output_padding"), out_shape = attr_ints(n, "output_shape");
+  if (strides.empty()) strides = {1, 1};
+  if (dil.empty()) dil = {1, 1};
+  if (pads.empty()) pads = {0, 0, 0, 0};
+  if (out_pad.empty()) out_pad = {0, 0};
+  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || out_pad.size() != 2)
+    return d.unsupported(fmt::format("strides {}, dilations {}, pads {} or output_padding {} do not fit a 2-d kernel",
+                                     fmt::join(strides, "x"), fmt::join(dil, "x"), fmt::join(pads, ","),
+                                     fmt::join(out_pad, "x")));
+  for (int64_t p : out_pad)
+    if (p < 0) return d.unsupported(fmt::format("output_padding {} is negative", fmt::join(out_pad, "x")));
+  const auto* ap = find_attr(n, "auto_pad");
+  const std::string auto_pad = ap ? ap->s() : "NOTSET";
+  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
+    return d.unsupported(fmt::format("auto_pad {} is not an ONNX value", auto_pad));
+  if (auto_pad == "VALID") pads = {0, 0, 0, 0};
+  if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (!out_shape.empty() && out_shape.size() != 2)
+      return d.unsupported(fmt::format("output_shape {} is not [h, w]", fmt::join(out_shape, "x")));
+    for (int k = 0; k < 2; ++k) {
+      const int64_t want = out_shape.empty() ? xs[2 + k] * strides[k] : out_shape[k];
+      const int64_t total = strides[k] * (xs[2 + k] - 1) + out_pad[k] + (kernel[k] - 1) * dil[k] + 1 - want;
+      if (total < 0)
+        return d.unsupported(fmt::format("output size {} is larger than the full transposed convolution", want));
+      const bool upper = auto_pad == "SAME_UPPER";
+      pads[k] = upper ? total / 2 : total - total / 2;
+      pads[k + 2] = total - pads[k];
+    }
+  }
+  const auto& ys = net.shape(d.y);
+  for (int k = 0; k < 2; ++k) {  // libonnx's inference and the spec disagree for SAME with output_padding
+    const int64_t h = strides[k] * (xs[2 + k] - 1) + out_pad[k] + (kernel[k] - 1) * dil[k] + 1 - pads[k] - pads[k + 2];
+    if (h != ys[2 + k])
+      return d.unsupported(fmt::format("ONNX shape inference gives output [{}], the attributes (auto_pad {}, "
+                                       "output_padding {}) give {} on axis {}", fmt::join(ys, ", "), auto_pad,
+                                       fmt::join(out_pad, "x"), h, 2 + k));
+  }
+  const int64_t groups = attr_i(n, "group", 1), ci = xs[1];
+  if (groups < 1 || w[0] != ci || ci % groups != 0)
+    return d.unsupported(fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci,
+                                     fmt::join(w, ", ")));
+  const int64_t co = w[1] * groups;
+  Json attrs{{"out_channels", co}, {"kernel", one_or_pair(kernel)}, {"stride", one_or_pair(strides)}};
+  if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
+  if (std::count(pads.begin(), pads.end(), pads[0]) == 4)
+    attrs["padding"] = pads[0];
+  else if (pads[0] == pads[2] && pads[1] == pads[3])
+    attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
+  else
+    attrs["padding"] = pads;
+  if (out_pad != std::vector<int64_t>{0, 0}) attrs["output_padding"] = one_or_pair(out_pad);
+  if (groups != 1) attrs["groups"] = groups;
+  const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  attrs["bias"] = bias;
+  const std::string name = d.m.emit(n.name(), ir::OpKind::conv_transpose2d, {d.x}, d.y, attrs);
+  d.m.add_param(name, "weight", n.input(1), {w[0], w[1], w[2], w[3]});
+  if (bias) d.m.add_param(name, "bias", n.input(2), {co});
+}
+
+// Resize (opset 10+) and Upsample (7-9) of [B, C, H, W] over H and W, as PyTorch's interpolate
+// exports them: nearest with asymmetric coordinates and floor; (bi)linear with pytorch_half_pixel /
+// half_pixel (align_corners=False) or align_corners. The output size is ONNX's inferred shape; the
+// scales, when the node has them, are the coordinates' scale factors.
+void map_resize(const Node& d) {
+  const Net& net = d.net();
+  const onnx::NodeProto& n = d.n;
+  const bool upsample = n.op_type() == "Upsample";
+  const auto& xs = net.shape(d.x);
+  const auto& ys = net.shape(d.y);
+  if (xs.size() != 4) return d.unsupported(fmt::format("only [B,C,H,W] inputs are supported, found rank {}", xs.size()));
+  const auto* m = find_attr(n, "mode");
+  const std::string mode = m ? m->s() : "nearest";
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear")
+    return d.unsupported(fmt::format("mode {} is not supported (nearest and linear are)", mode));
+  const auto* ct = find_attr(n, "coordinate_transformation_mode");
+  // Upsample and opset-10 Resize have no attribute: their coordinates are asymmetric.
+  const std::string coord = ct ? ct->s() : upsample || net.opset < 11 ? "asymmetric" : "half_pixel";
+  Json attrs{{"size", std::vector<int64_t>{ys[2], ys[3]}}};
+  if (mode == "nearest") {
+    const auto* nm = find_attr(n, "nearest_mode");
+    const std::string nearest = nm ? nm->s() : "round_prefer_floor";
+    if (coord != "asymmetric" || (net.opset >= 11 && nearest != "floor"))
+      return d.unsupported(fmt::format("nearest with coordinate_transformation_mode {} and nearest_mode {} (supported: "
+                                       "asymmetric with floor, PyTorch's 'nearest')", coord, nearest));
+    attrs["mode"] = "nearest";
+  } else {
+    if (coord == "align_corners") {
+      attrs["align_corners"] = true;
+    } else if (coord == "half_pixel" && (ys[2] == 1 || ys[3] == 1)) {
+      return d.unsupported("linear with coordinate_transformation_mode half_pixel onto an output of size 1 (PyTorch's "
+                           "pytorch_half_pixel differs there)");
+    } else if (coord != "pytorch_half_pixel" && coord != "half_pixel") {
+      return d.unsupported(fmt::format("linear with coordinate_transformation_mode {} (supported: pytorch_half_pixel, "
+                                       "half_pixel, align_corners)", coord));
+    }
+    attrs["mode"] = "linear";
+  }
+  // Scales: Upsample's input 1 (opset 9) or attribute (7-8); Resize's input 2 when no sizes.
+  std::vector<double> scales;
+  if (upsample && find_attr(n, "scales")) {
+    for (float f : find_attr(n, "scales")->floats()) scales.push_back(f);
+  } else {
+    const int k = upsample || net.opset < 11 ? 1 : 2;  // opset 10's Resize is (X, scales)
+    const bool has_sizes = k == 2 && n.input_size() > 3 && !n.input(3).empty();
+    if (!has_sizes && k < n.input_size() && !n.input(k).empty()) {
+      const auto& t = net.at(n.input(k));
+      if (!t.reals) return d.unsupported("the scales are not a constant");
+      scales = *t.reals;
+    }
+  }
+  if (!scales.empty()) {
+    if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1)
+      return d.unsupported(fmt::format("scales [{}] resize the batch or channels", fmt::join(scales, ", ")));
+    if (ys[2] != static_cast<int64_t>(std::floor(static_cast<double>(xs[2]) * scales[2])) ||
+        ys[3] != static_cast<int64_t>(std::floor(static_cast<double>(xs[3]) * scales[3])))
+      return d.unsupported("the output size is not floor(input size x scale)");
+    attrs["scales"] = std::vector<double>{scales[2], scales[3]};
+  } else if (ys[0] != xs[0] || ys[1] != xs[1]) {
+    return d.unsupported(fmt::format("sizes [{}] resize the batch or channels", fmt::join(ys, ", ")));
+  }
+  d.simple(ir::OpKind::resize, attrs);
 }
 
 // ONNX keeps [B, C, 1, 1]; the IR's global_avgpool gives [B, C], reshaped back.
@@ -323,6 +475,9 @@ const std::unordered_map<std::string, NodeRule>& node_rules() {
       {"Gelu", map_gelu},
       {"Identity", [](const Node& d) { d.m.alias[d.y] = d.x; }},
       {"Conv", [](const Node& d) { d.m.map_conv(d.i); }},
+      {"ConvTranspose", map_conv_transpose},
+      {"Resize", map_resize},
+      {"Upsample", map_resize},
       {"BatchNormalization", map_batchnorm},
       {"MaxPool", map_pool},
       {"AveragePool", map_pool},
@@ -617,7 +772,13 @@ ir::Model Mapper::finish() {
   };
   for (auto& op : model.ops)
     for (auto& in : op.inputs) in = resolve(in);
-  // The loss: cross-entropy against an i64 "label" for [B, C] logits, else MSE against a "target".
+  // The loss: cross-entropy against an i64 "label" for [B, C] logits, else MSE against a "target";
+  // GRAPHPIPE_ONNX_LOSS=cross_entropy makes every output logits with the classes on dim 1 (per
+  // position for [B, C, H, W]: labels [B, H, W]), =mse makes every loss MSE.
+  const char* env = std::getenv("GRAPHPIPE_ONNX_LOSS");
+  const std::string loss_choice = env && *env ? env : "auto";
+  GP_CHECK(loss_choice == "auto" || loss_choice == "cross_entropy" || loss_choice == "mse",
+           "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy or mse, found \"{}\"", loss_choice);
   for (size_t k = 0; k < net.outputs.size(); ++k) {
     const std::string suffix = net.outputs.size() == 1 ? "" : fmt::format("_{}", k);
     const std::string pred = resolve(net.outputs[k]);
@@ -627,9 +788,13 @@ ir::Model Mapper::finish() {
     for (int j = 2; used_names.count(loss.name); ++j) loss.name = fmt::format("loss{}_{}", suffix, j);
     used_names.insert(loss.name);
     ir::Input target;
-    if (shape.size() == 2) {
+    if (loss_choice == "cross_entropy" || (loss_choice == "auto" && shape.size() == 2)) {
+      GP_CHECK(shape.size() >= 2, "{}: GRAPHPIPE_ONNX_LOSS=cross_entropy: output \"{}\" has shape {}, expected logits "
+               "[B, C, ...] with the classes on dim 1", net.path, net.outputs[k], ir::shape_str(shape));
       loss.kind = ir::OpKind::cross_entropy;
-      target = ir::Input{"label" + suffix, {ir::kBatch}, ir::DType::i64};
+      ir::Shape labels = shape;
+      labels.erase(labels.begin() + 1);
+      target = ir::Input{"label" + suffix, labels, ir::DType::i64};
     } else {
       loss.kind = ir::OpKind::mse_loss;
       target = ir::Input{"target" + suffix, shape, ir::DType::f32};

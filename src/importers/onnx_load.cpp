@@ -202,6 +202,7 @@ bool is_weight_slot(const onnx::NodeProto& n, int slot) {
 // known integer inputs, or returns false when it cannot.
 struct Folded {
   std::vector<int64_t> vals, vshape;
+  std::vector<double> reals;  // a Concat of float constants (Resize's scales) instead of vals
 };
 using FoldRule = bool (*)(const onnx::NodeProto& n, Net& net, Folded& f);
 
@@ -258,10 +259,13 @@ bool fold_passthrough(const onnx::NodeProto& n, Net& net, Folded& f) {
 bool fold_concat(const onnx::NodeProto& n, Net& net, Folded& f) {
   for (int k = 0; k < n.input_size(); ++k) {
     const auto* d = ints_of(n, net, k);
-    if (!d) return false;
-    f.vals.insert(f.vals.end(), d->begin(), d->end());
+    const auto& r = net.t[n.input(k)].reals;
+    if (!d && (!r || !f.vals.empty())) return false;
+    if (d) f.vals.insert(f.vals.end(), d->begin(), d->end());
+    if (!d) f.reals.insert(f.reals.end(), r->begin(), r->end());
+    if (d && !f.reals.empty()) return false;
   }
-  f.vshape = {length(f.vals)};
+  f.vshape = {length(f.vals) + static_cast<int64_t>(f.reals.size())};
   return true;
 }
 
@@ -354,19 +358,23 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
   Folded f;
   if (rule == rules.end() || !rule->second(n, net, f)) return false;
   TensorInfo& out = net.t[n.output(0)];
-  out.ints = f.vals;
+  if (!f.reals.empty()) out.reals = f.reals;
+  if (f.reals.empty()) out.ints = f.vals;
   out.value_shape = f.vshape;
   out.shape = f.vshape;
-  out.elem_type = onnx::TensorProto::INT64;
+  out.elem_type = f.reals.empty() ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT;
   return true;
 }
 
 onnx::TensorProto int_initializer(const std::string& name, const TensorInfo& ti) {
   onnx::TensorProto tp;
   tp.set_name(name);
-  tp.set_data_type(onnx::TensorProto::INT64);
+  tp.set_data_type(ti.ints ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT);
   for (int64_t d : ti.value_shape) tp.add_dims(d);
-  for (int64_t v : *ti.ints) tp.add_int64_data(v);
+  if (ti.ints)
+    for (int64_t v : *ti.ints) tp.add_int64_data(v);
+  else
+    for (double v : *ti.reals) tp.add_float_data(static_cast<float>(v));
   return tp;
 }
 

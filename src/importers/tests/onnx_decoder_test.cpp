@@ -1,0 +1,205 @@
+// ONNX import of decoder and dense-prediction ops (issue 34, item 1): the PyTorch exports in
+// tests/fixtures/unet (make_reference.py) map ConvTranspose, Resize, MaxPool/AveragePool variants to
+// the IR with PyTorch's parameter counts; what stays unsupported is refused naming the node and the
+// attribute.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "importers/onnx_import.h"
+#include "importers/tests/onnx_fixtures.h"
+#include "support/error.h"
+
+namespace gp::importers {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fx = testing;
+
+const std::string kUnet = GP_UNET_FIXTURES;
+
+Json reference() {
+  std::ifstream f(kUnet + "/reference.json");
+  return Json::parse(f);
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    import_onnx(path);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::map<std::string, int> kind_counts(const ir::Model& m) {
+  std::map<std::string, int> c;
+  for (const auto& op : m.ops) c[ir::to_string(op.kind)] += 1;
+  return c;
+}
+
+/// decoder_ops.onnx with node `name`'s attribute `attr` set by `set`; returns the saved path.
+template <class F>
+std::string mutated(const std::string& name, const std::string& attr, F set, const std::string& tag) {
+  onnx::ModelProto m = fx::load_proto(kUnet + "/decoder_ops.onnx");
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.name() != name) continue;
+    onnx::AttributeProto* a = nullptr;
+    for (auto& x : *n.mutable_attribute())
+      if (x.name() == attr) a = &x;
+    if (!a) {
+      a = n.add_attribute();
+      a->set_name(attr);
+    }
+    set(*a);
+  }
+  return fx::save_temp(m, tag);
+}
+
+void set_string(onnx::AttributeProto& a, const std::string& s) {
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(s);
+}
+
+void set_ints(onnx::AttributeProto& a, const std::vector<int64_t>& v) {
+  a.set_type(onnx::AttributeProto::INTS);
+  a.clear_ints();
+  for (int64_t x : v) a.add_ints(x);
+}
+
+TEST(OnnxDecoder, UnetImportsWithPyTorchsParameterCountAndItsSkipConcats) {
+  const Json ref = reference();
+  ir::Graph g = ir::Graph::build(import_onnx(kUnet + "/unet.onnx"), "unet");
+  EXPECT_EQ(g.total_params(), ref["unet"]["params"].get<int64_t>());  // 29,465
+  auto c = kind_counts(g.model());
+  EXPECT_EQ(c["conv2d"], 11);
+  EXPECT_EQ(c["conv_transpose2d"], 2);
+  EXPECT_EQ(c["maxpool"], 2);
+  EXPECT_EQ(c["concat"], 2);
+  EXPECT_EQ(c["mse_loss"], 1);  // per-pixel MSE against a [B, 1, 16, 16] target
+  EXPECT_EQ(g.find_input("target")->shape, (ir::Shape{ir::kBatch, 1, 16, 16}));
+  const ir::Op& up2 = g.op(g.find("/up2/ConvTranspose"));
+  EXPECT_EQ(up2.output_shape, (ir::Shape{ir::kBatch, 16, 8, 8}));
+  EXPECT_EQ(up2.attrs.at("kernel"), 2);
+  EXPECT_EQ(up2.attrs.at("stride"), 2);
+  EXPECT_EQ(g.costs(g.find("/up2/ConvTranspose")).params, 32 * 16 * 2 * 2 + 16);
+  // Each decoder concat joins the upsampled path with the encoder's output of the same size (a skip).
+  for (const char* cat : {"/Concat", "/Concat_1"}) {
+    const ir::Op& op = g.op(g.find(cat));
+    ASSERT_EQ(op.inputs.size(), 2u) << cat;
+    EXPECT_EQ(g.op(g.find(op.inputs[0])).kind, ir::OpKind::conv_transpose2d) << cat;
+    EXPECT_THAT(op.inputs[1], HasSubstr("/enc")) << cat;
+  }
+}
+
+TEST(OnnxDecoder, EveryDecoderOpVariantMapsWithItsAttributes) {
+  const Json ref = reference();
+  ir::Graph g = ir::Graph::build(import_onnx(kUnet + "/decoder_ops.onnx"), "decoder_ops");
+  EXPECT_EQ(g.total_params(), ref["decoder_ops"]["params"].get<int64_t>());
+  auto attrs = [&](const char* name) { return g.op(g.find(name)).attrs; };
+  auto shape = [&](const char* name) { return g.op(g.find(name)).output_shape; };
+  // ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=1) on 5x5: 10x10.
+  EXPECT_EQ(attrs("/t1/ConvTranspose"), (Json{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1},
+                                              {"output_padding", 1}, {"bias", true}}));
+  EXPECT_EQ(shape("/t1/ConvTranspose"), (ir::Shape{ir::kBatch, 3, 10, 10}));
+  EXPECT_EQ(attrs("/t2/ConvTranspose"), (Json{{"out_channels", 4}, {"kernel", {3, 2}}, {"stride", {2, 3}},
+                                              {"padding", {0, 1}}, {"groups", 2}, {"bias", false}}));
+  EXPECT_EQ(attrs("/t3/ConvTranspose").at("dilation"), 2);
+  EXPECT_EQ(attrs("/t4/ConvTranspose").at("output_padding"), Json({1, 0}));
+  // interpolate(scale_factor=2, nearest): the scales (a Concat of constants in torch 2.x's export) kept.
+  EXPECT_EQ(attrs("/Resize"), (Json{{"size", {10, 10}}, {"mode", "nearest"}, {"scales", {2.0, 2.0}}}));
+  EXPECT_EQ(attrs("/Resize_1"), (Json{{"size", {7, 9}}, {"mode", "nearest"}}));  // size=(7, 9)
+  EXPECT_EQ(attrs("/Resize_3"), (Json{{"size", {7, 7}}, {"mode", "linear"}, {"scales", {1.5, 1.5}}}));
+  EXPECT_EQ(attrs("/Resize_4"), (Json{{"size", {6, 8}}, {"mode", "linear"}, {"align_corners", true}}));
+  EXPECT_EQ(attrs("/MaxPool"), (Json{{"kernel", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 0}}, {"ceil_mode", true}}));
+  EXPECT_EQ(attrs("/MaxPool_1").at("dilation"), 2);
+  EXPECT_EQ(attrs("/AveragePool").at("count_include_pad"), false);
+  EXPECT_FALSE(attrs("/AveragePool_1").contains("count_include_pad"));  // 1: PyTorch's and the IR's default
+}
+
+TEST(OnnxDecoder, UnsupportedVariantsAreRefusedNamingTheNodeAndAttribute) {
+  EXPECT_THAT(error_of(mutated("/Resize_2", "mode", [](auto& a) { set_string(a, "cubic"); }, "cubic")),
+              HasSubstr("\"/Resize_2\" (Resize): mode cubic is not supported (nearest and linear are)"));
+  EXPECT_THAT(error_of(mutated("/Resize", "nearest_mode", [](auto& a) { set_string(a, "round_prefer_floor"); }, "nm")),
+              HasSubstr("\"/Resize\" (Resize): nearest with coordinate_transformation_mode asymmetric and nearest_mode "
+                        "round_prefer_floor"));
+  EXPECT_THAT(error_of(mutated("/Resize_2", "coordinate_transformation_mode",
+                               [](auto& a) { set_string(a, "tf_half_pixel_for_nn"); }, "ct")),
+              HasSubstr("\"/Resize_2\" (Resize): linear with coordinate_transformation_mode tf_half_pixel_for_nn"));
+  EXPECT_THAT(error_of(mutated("/MaxPool_1", "pads", [](auto& a) { set_ints(a, {1, 0, 0, 0}); }, "asym_pool")),
+              HasSubstr("\"/MaxPool_1\" (MaxPool): asymmetric pads 1,0,0,0 are not supported"));
+  EXPECT_THAT(error_of(mutated("/AveragePool", "dilations", [](auto& a) { set_ints(a, {2, 2}); }, "avg_dil")),
+              HasSubstr("\"/AveragePool\" (AveragePool): dilations 2x2 are supported on MaxPool only"));
+  // Every unsupported use is listed, not only the first.
+  onnx::ModelProto m = fx::load_proto(kUnet + "/decoder_ops.onnx");
+  for (auto& n : *m.mutable_graph()->mutable_node())
+    if (n.op_type() == "Resize")
+      for (auto& a : *n.mutable_attribute())
+        if (a.name() == "mode") a.set_s("cubic");
+  const std::string all = error_of(fx::save_temp(m, "all_cubic"));
+  for (const char* node : {"/Resize\"", "/Resize_1\"", "/Resize_2\"", "/Resize_3\"", "/Resize_4\""})
+    EXPECT_THAT(all, HasSubstr(node)) << all;
+}
+
+TEST(OnnxDecoder, ConvTransposeOutputShapeAndAutoPadSetThePadsAsTheOnnxSpecSays) {
+  // t1: 3x3, stride 2 on 5x5; output_shape 10x9: total padding 2*4 + 1 + 3 - 10 = 2 (1 + 1), and
+  // 3 for the width: SAME_LOWER / NOTSET put the odd one at the start, [2, 1, 1, 1] as [t, l, b, r].
+  const std::string path = mutated("/t1/ConvTranspose", "output_shape", [](auto& a) { set_ints(a, {10, 9}); }, "oshape");
+  ir::Model m = import_onnx(path);
+  const ir::Op* t1 = nullptr;
+  for (const auto& op : m.ops)
+    if (op.name == "/t1/ConvTranspose") t1 = &op;
+  ASSERT_NE(t1, nullptr);
+  EXPECT_EQ(t1->output_shape, (ir::Shape{ir::kBatch, 3, 10, 9}));
+  EXPECT_EQ(t1->attrs.at("padding"), Json({1, 2, 1, 1}));
+  // SAME_UPPER: output = input x stride (10x10); total padding 2*4 + 3 - 10 = 1: [0, 0, 1, 1].
+  auto same_upper = [](bool keep_output_padding) {
+    onnx::ModelProto p = fx::load_proto(kUnet + "/decoder_ops.onnx");
+    for (auto& n : *p.mutable_graph()->mutable_node())
+      if (n.name() == "/t1/ConvTranspose") {
+        auto* attrs = n.mutable_attribute();
+        for (int k = attrs->size() - 1; k >= 0; --k)
+          if (attrs->Get(k).name() == "pads" || (!keep_output_padding && attrs->Get(k).name() == "output_padding"))
+            attrs->DeleteSubrange(k, 1);
+        onnx::AttributeProto* a = n.add_attribute();
+        a->set_name("auto_pad");
+        set_string(*a, "SAME_UPPER");
+      }
+    return fx::save_temp(p, keep_output_padding ? "same_upper_op" : "same_upper");
+  };
+  ir::Model same = import_onnx(same_upper(false));
+  int found = 0;
+  for (const auto& op : same.ops)
+    if (op.name == "/t1/ConvTranspose") {
+      ++found;
+      EXPECT_EQ(op.output_shape, (ir::Shape{ir::kBatch, 3, 10, 10}));
+      EXPECT_EQ(op.attrs.at("padding"), Json({0, 0, 1, 1}));
+    }
+  EXPECT_EQ(found, 1);
+  // With output_padding, libonnx's shape inference (11x11) and the spec (10x10) disagree: refused.
+  EXPECT_THAT(error_of(same_upper(true)),
+              HasSubstr("\"/t1/ConvTranspose\" (ConvTranspose): ONNX shape inference gives output"));
+}
+
+TEST(OnnxDecoder, LossChoiceForDenseOutputs) {
+  // Default: [B, C, H, W] outputs get MSE; GRAPHPIPE_ONNX_LOSS=cross_entropy per-pixel cross-entropy.
+  const std::string seg = kUnet + "/unet_seg.onnx";
+  ir::Model mse = import_onnx(seg);
+  EXPECT_EQ(mse.ops.back().kind, ir::OpKind::mse_loss);
+  ASSERT_EQ(setenv("GRAPHPIPE_ONNX_LOSS", "cross_entropy", 1), 0);
+  ir::Model ce = import_onnx(seg);
+  EXPECT_EQ(ce.ops.back().kind, ir::OpKind::cross_entropy);
+  EXPECT_EQ(ce.inputs.back().name, "label");
+  EXPECT_EQ(ce.inputs.back().shape, (ir::Shape{ir::kBatch, 16, 16}));
+  EXPECT_EQ(ce.inputs.back().dtype, ir::DType::i64);
+  ASSERT_EQ(setenv("GRAPHPIPE_ONNX_LOSS", "dice", 1), 0);
+  EXPECT_EQ(error_of(seg), "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy or mse, found \"dice\"");
+  unsetenv("GRAPHPIPE_ONNX_LOSS");
+}
+
+}  // namespace
+}  // namespace gp::importers
