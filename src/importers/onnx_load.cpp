@@ -312,7 +312,13 @@ bool fold_arithmetic(const onnx::NodeProto& n, Net& net, Folded& f) {
   size_t len = std::max(a->size(), b->size());
   for (size_t i = 0; i < len; ++i) {
     int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
-    if (op == "Div" && y == 0) return false;
+    if ((op == "Div" || op == "Mod") && y == 0) return false;
+    if (op == "Mod") {  // integer Mod (fmod=0): the sign of the divisor, as Python's % (torch 2.x's dim wrapping)
+      if (attr_i(n, "fmod", 0) != 0) return false;
+      const int64_t r = x % y;
+      f.vals.push_back(r != 0 && (r < 0) != (y < 0) ? r + y : r);
+      continue;
+    }
     f.vals.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
   }
   const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
@@ -353,6 +359,7 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
       {"Reshape", fold_passthrough},  {"Concat", fold_concat},           {"ConstantOfShape", fold_constant_of_shape},
       {"Equal", fold_equal_where},    {"Where", fold_equal_where},       {"Add", fold_arithmetic},
       {"Sub", fold_arithmetic},       {"Mul", fold_arithmetic},          {"Div", fold_arithmetic},
+      {"Mod", fold_arithmetic},
       {"Range", fold_range},          {"Slice", fold_slice}};
   auto rule = rules.find(n.op_type());
   Folded f;
@@ -409,8 +416,17 @@ onnx::ModelProto parse_model(const std::string& path, Net& net) {
   for (const auto& os : model.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") net.opset = static_cast<int>(os.version());
   GP_CHECK(net.opset > 0, "{}: corrupt or truncated ONNX file (no opset_import for the default domain)", path);
-  GP_CHECK(net.opset >= 7 && net.opset <= 17, "{}: opset {} is not supported (supported: 7 to 17; export with opset_version=17)",
-           path, net.opset);
+  // torch 2.x's default exporter (dynamo=True) writes opset 18+ and tags its nodes with metadata
+  // "pkg.torch.onnx.*" (a NodeProto field newer than this libonnx: found in the bytes).
+  const bool dynamo = bytes.find("pkg.torch.onnx.") != std::string::npos;
+  GP_CHECK(net.opset >= 7 && net.opset <= 17, "{}: opset {} is not supported (supported: 7 to 17; export with opset_version=17{})",
+           path, net.opset,
+           dynamo ? ", dynamo=False: this file comes from torch.onnx.export's dynamo exporter (torch 2.x's default), "
+                    "whose graph optimizer also drops all-zero biases and merges equal initializers without a trace, "
+                    "so the file cannot say which parameters the module trains; export with dynamo=False, "
+                    "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, or with graphpipe.export "
+                    "from Python (docs/onnx.md, \"Default exports and ties\")"
+                  : "");
   // Every operator we read produces at least one output; a node without one (a corrupt file, found by
   // fuzz/fuzz_onnx) would otherwise be indexed at output(0) further down.
   for (const auto& n : model.graph().node())
@@ -657,6 +673,7 @@ Net load_net(const std::string& path, bool keep_values) {
     ti.param = true;
   }
   for (const auto& in : g.input()) sources.insert(in.name());
+  read_provenance(model, net);
   net.nodes = sort_nodes(path, g, sources);
   for (const auto& o : g.output()) net.outputs.push_back(o.name());
   classify_inputs(g, initializers, net);
@@ -665,7 +682,6 @@ Net load_net(const std::string& path, bool keep_values) {
   check_windowed_nodes(g, net);
   infer_and_fold(model, net);
   if (keep_values)  // the file's initializers (the folded ones added above are integer shape values)
-  read_provenance(model, net);
     for (auto& init : *g.mutable_initializer())
       if (initializers.count(init.name())) net.values[init.name()].Swap(&init);
   return net;

@@ -264,6 +264,67 @@ std::map<int, std::vector<int>> batch_moving_regions(const Mapper& mp, const Mat
   return regions;
 }
 
+// torch 2.x's MultiheadAttention splits the heads batch-first ([B, heads, S, d]): between the region
+// that projects and splits Q, K and V and the one that merges the heads back, the scaled scores,
+// Softmax and context are batch-first. A region whose outputs lead, only through such rank-4 nodes
+// (scale, MatMul, Softmax, transpose, dropout) that read nothing else, into exactly one other region
+// is joined with it and those nodes: one block, judged as a whole below.
+void join_head_split_regions(const Mapper& mp, const Matcher& m, std::map<int, std::vector<int>>& regions) {
+  const Net& net = mp.net;
+  static const std::set<std::string> kBetween = {"Mul",     "Div",  "MatMul",  "Softmax", "Transpose",
+                                                 "Reshape", "Cast", "Dropout", "Add",     "Sub"};
+  std::vector<int> region_of(net.nodes.size(), -1);
+  for (const auto& [root, nodes] : regions)
+    for (int i : nodes) region_of[static_cast<size_t>(i)] = root;
+  auto rank4 = [&](const std::string& t) { return net.at(t).shape && net.at(t).shape->size() == 4; };
+  for (bool joined = true; joined;) {
+    joined = false;
+    for (auto& [root, nodes] : regions) {
+      std::set<int> between, hit;
+      std::vector<std::string> work;
+      for (int i : nodes)
+        for (const auto& o : net.nodes[static_cast<size_t>(i)].output()) work.push_back(o);
+      bool ok = true;
+      while (ok && !work.empty()) {
+        const std::string t = work.back();
+        work.pop_back();
+        if (t.empty() || !net.at(t).activation) continue;
+        for (int c : net.at(t).consumers) {
+          const int r = region_of[static_cast<size_t>(c)];
+          if (net.folded[static_cast<size_t>(c)] || r == root) continue;
+          if (r >= 0) {
+            hit.insert(r);
+            continue;
+          }
+          const auto& cn = net.nodes[static_cast<size_t>(c)];
+          if (m.claimed[static_cast<size_t>(c)] || !kBetween.count(cn.op_type()) || !rank4(cn.output(0)) ||
+              m.is_output(cn.output(0))) {
+            ok = false;
+            break;
+          }
+          if (between.insert(c).second) work.push_back(cn.output(0));
+        }
+      }
+      if (!ok || hit.size() != 1 || between.empty()) continue;
+      for (int c : between)  // nothing from outside flows in (a mask input keeps them apart)
+        for (const auto& in : net.nodes[static_cast<size_t>(c)].input())
+          if (!in.empty() && net.at(in).activation) {
+            const int p = net.at(in).producer;
+            ok = ok && p >= 0 && (between.count(p) || region_of[static_cast<size_t>(p)] == root);
+          }
+      if (!ok) continue;
+      const int other = *hit.begin();
+      for (int c : between) nodes.push_back(c);
+      for (int c : regions.at(other)) nodes.push_back(c);
+      for (int c : nodes) region_of[static_cast<size_t>(c)] = root;
+      std::sort(nodes.begin(), nodes.end());
+      regions.erase(other);
+      joined = true;
+      break;
+    }
+  }
+}
+
 // A region as seen from outside: its activation inputs and outputs (shape-only readers do not
 // count), the parameters behind it, and what it computes inside.
 struct Region {
@@ -332,7 +393,9 @@ int64_t attention_heads(const Region& r, int64_t h) {
 // otherwise it is claimed with a reason, so the import fails naming it.
 void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
   const Net& net = mp.net;
-  for (const auto& [root, nodes] : batch_moving_regions(mp, m)) {
+  std::map<int, std::vector<int>> regions = batch_moving_regions(mp, m);
+  join_head_split_regions(mp, m, regions);
+  for (const auto& [root, nodes] : regions) {
     const Region r = summarize_region(net, m, nodes);
     int64_t h = 0;
     const std::string why = attention_mismatch(mp, r, h);

@@ -101,6 +101,12 @@ TEST(OnnxWeights, TokenEmbeddingEncoderOutputEqualsPyTorch) { compare_with_pytor
 // GPT-2 style: nn.Embedding(20, d) of arange(10) as the positions (rows 0..9 of a 20-row table).
 TEST(OnnxWeights, TokenPositionEmbeddingOutputEqualsPyTorch) { compare_with_pytorch("token_posemb"); }
 
+// Exported by torch 2.x (heads split batch-first, sqrt-scaled Q and K: issue 34, item 2).
+TEST(OnnxWeights, Torch2EncoderOutputEqualsPyTorch) { compare_with_pytorch("encoder_torch2"); }
+TEST(OnnxWeights, Torch2TokenPositionEmbeddingOutputEqualsPyTorch) { compare_with_pytorch("token_posemb_torch2"); }
+// torchvision's VisionTransformer with a random (not zero) head.
+TEST(OnnxWeights, Torch2TinyVitOutputEqualsPyTorch) { compare_with_pytorch("tiny_vit_torch2"); }
+
 // Issue 15: one small model per torchvision family, built from torchvision's own classes (batchnorm
 // in training mode on both sides: the batch's statistics).
 TEST(OnnxWeights, TorchvisionFamiliesOutputEqualsPyTorch) {

@@ -210,6 +210,19 @@ TEST_F(DefaultExport, InitializersTheExporterMergedArePyTorchsSeparateParameters
   EXPECT_NE(bad_flag.err.find("--ties: merge not in {auto,keep,split}"), std::string::npos) << bad_flag.err;
 }
 
+// torch 2.x's default exporter (dynamo=True) optimises parameters away without a trace: refused,
+// saying which exporter and which flags make a file that trains exactly.
+TEST_F(DefaultExport, TheDynamoExportersFileIsRefusedWithTheFlagsThatWork) {
+  const Json ref = defaults_reference();
+  testing::Proc info = graphpipe("model info --model " + (kDefaults / "two_tower_dynamo.onnx").string());
+  EXPECT_EQ(info.code, 2) << info.err;
+  EXPECT_NE(info.err.find("opset " + std::to_string(ref["dynamo_opset"].get<int>()) + " is not supported"),
+            std::string::npos)
+      << info.err;
+  EXPECT_NE(info.err.find("dynamo exporter (torch 2.x's default)"), std::string::npos) << info.err;
+  EXPECT_NE(info.err.find("do_constant_folding=False"), std::string::npos) << info.err;
+}
+
 // --single and a 2-stage pipeline (one tower per stage) train like PyTorch's own training of the module.
 TEST_F(DefaultExport, TrainsLikePyTorchSingleAndPipelined) {
   const Json ref = defaults_reference();
