@@ -268,11 +268,13 @@ TEST_F(UnetFixture, DecoderOpsForwardEqualsPyTorchAndTrainsLikeIt) {
                 "decoder_ops --single vs PyTorch");
 }
 
-plan::Plan unet_plan(const std::string& spec, int devices, int batch) {
+/// `graphpipe plan --cluster summit --devices N --batch B --micro-batch M --optimizer sgd`.
+plan::Plan unet_plan(const std::string& spec, int devices, int batch, int micro_batch) {
   ir::Graph g = importers::load_graph(spec);
   cost::CostModel cm(g, cost::load_cluster("summit", devices), cost::Optimizer::sgd);
   planner::PlannerOptions o;
   o.mini_batch = batch;
+  o.micro_batch = micro_batch;
   o.planner = "graphpipe";
   o.time_limit_s = 30;
   plan::Plan p = planner::run_planner(cm, o);
@@ -295,12 +297,12 @@ TEST_F(UnetFixture, UnetTrainsLikePyTorchSingleAndOnAFourDevicePlanWithSkipBranc
   expect_losses(single, torch_losses, 1e-4, "unet --single vs PyTorch");
 
   const std::string spec = (kDir / "unet.onnx").string();
-  const plan::Plan p = unet_plan(spec, 4, ref["batch"].get<int>());
+  const plan::Plan p = unet_plan(spec, 4, ref["batch"].get<int>(), 2);  // 4 micro-batches in flight
   std::string stages;
   for (const auto& s : p.stages)
     stages += fmt::format(" s{}:{}ops/dev[{}]/mb{}->[{}]", s.id, s.ops.size(), fmt::join(s.devices, ","),
                           s.micro_batch_size, fmt::join(s.outputs_to, ","));
-  std::printf("unet on 4 summit devices:%s\n", stages.c_str());
+  std::printf("unet on 4 summit devices, micro-batch 2:%s\n", stages.c_str());
   EXPECT_GE(p.stages.size(), 3u) << stages;
   EXPECT_TRUE(stage_dag_branches(p)) << "no stage feeds two stages:" << stages;
   TrainOptions o = fixture_options(ref, "unet");
