@@ -208,6 +208,54 @@ TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
   EXPECT_EQ(leftover_processes(), 0);
 }
 
+// Rendezvous faults under a torchrun-style environment on loopback (scripts/multihost.sh checks the
+// same across network namespaces): each is one line on stderr, exit 1 or 2, within the timeout.
+TEST_F(DistProcess, RendezvousFaultsAreOneLineAndBoundedByTheTimeout) {
+  std::string plan = write_plan(two_stage_plan());
+  int held = ::socket(AF_INET, SOCK_STREAM, 0);  // a port taken by a program that is not a store
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(held, 4), 0);
+  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string taken = std::to_string(ntohs(a.sin_port));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);  // a free one
+  a.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string free_port = std::to_string(ntohs(a.sin_port));
+  ::close(fd);
+  const std::string cmd = "train --plan " + plan + " --steps 2 --timeout 2";
+  auto one_line = [](const Proc& p) { return std::count(p.err.begin(), p.err.end(), '\n') == 1; };
+
+  Proc missing = graphpipe(cmd, "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + free_port + " WORLD_SIZE=2 RANK=0");
+  EXPECT_EQ(missing.code, 1) << missing.err;
+  EXPECT_NE(missing.err.find("rendezvous: rank 1 of 2 did not arrive within --timeout 2 s"), std::string::npos)
+      << missing.err;
+  EXPECT_TRUE(one_line(missing)) << missing.err;
+  EXPECT_LT(missing.seconds, 10);
+
+  Proc world = graphpipe(cmd, "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + free_port + " WORLD_SIZE=3 RANK=1");
+  EXPECT_EQ(world.code, 2) << world.err;
+  EXPECT_NE(world.err.find("WORLD_SIZE=3 but the plan"), std::string::npos) << world.err;
+  EXPECT_TRUE(one_line(world)) << world.err;
+
+  Proc host = graphpipe(cmd, "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + taken + " WORLD_SIZE=2 RANK=0");
+  EXPECT_EQ(host.code, 1) << host.err;
+  EXPECT_NE(host.err.find("rendezvous: cannot host the store at 127.0.0.1:" + taken), std::string::npos) << host.err;
+  EXPECT_TRUE(one_line(host)) << host.err;
+
+  // The client connects to the program holding the port and would wait for its answer forever.
+  Proc client = graphpipe(cmd, "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + taken + " WORLD_SIZE=2 RANK=1");
+  EXPECT_EQ(client.code, 1) << client.err;
+  EXPECT_NE(client.err.find("rendezvous: no store answered at 127.0.0.1:" + taken), std::string::npos) << client.err;
+  EXPECT_TRUE(one_line(client)) << client.err;
+  EXPECT_LT(client.seconds, 10);
+  ::close(held);
+}
+
 TEST_F(DistProcess, CrashedWorkerEndsAllWithOneMessage) {
   std::string plan = write_plan(two_stage_plan());
   Proc r = graphpipe("train --plan " + plan + " --steps 3 --timeout 10", "GP_FAULT=rank=1,action=3,kind=crash");
