@@ -57,6 +57,11 @@ python: cli
 soak: cli
 	@GP=$(GP) scripts/soak.sh
 
+# 24 SIGKILLs of a random worker or the launcher at random moments of a 3-stage run checkpointing
+# every step; every attempt resumes and every loss equals the uninterrupted run's (docs/runtime.md).
+crashtest: cli
+	@GP=$(GP) scripts/crashtest.sh
+
 # 2 and 3 hosts as network namespaces (root), torchrun-style ranks in each: losses equal --single on
 # a clean, a delayed and a lossy network, a cut link then resume, rendezvous faults (docs/runtime.md).
 multihost: cli

@@ -4,7 +4,7 @@
 #   2. train it uninterrupted for STEPS steps on 4 local worker processes (checkpoint at the end);
 #   3. train it again with a checkpoint every EVERY steps and an injected SIGKILL of one worker in
 #      step CRASH_STEP (GP_FAULT), check the job ended with a message naming the worker, that the
-#      checkpoint directory holds exactly one intact .pt per rank (no temporary files);
+#      published checkpoint generation holds exactly one intact .pt per rank (no temporary files);
 #   4. resume from those checkpoints to STEPS and compare: per-step losses of the resumed steps and
 #      the final checkpoints (every rank's weights, `graphpipe checkpoint diff`) must be bit-identical.
 # Prints a summary line per phase and exits non-zero on any difference.
@@ -47,9 +47,12 @@ if [ "$code" -eq 0 ]; then echo "FAIL: the injected crash did not stop the run";
 echo "crashed run: exit $code after $(wc -l < "$T/part1.jsonl") logged steps in $(secs "$t1" "$t2") s"
 echo "  message: $(tail -1 "$T/part1.err")"
 grep -q "worker rank $CRASH_RANK .* was killed by signal 9" "$T/part1.err" || { echo "FAIL: message does not name rank $CRASH_RANK"; exit 1; }
-ls "$T/ck" | grep -v '\.pt$' && { echo "FAIL: temporary files left in the checkpoint directory"; exit 1; }
-n=$(ls "$T/ck" | wc -l)
-[ "$n" -eq 4 ] || { echo "FAIL: expected 4 checkpoint files, found $n"; exit 1; }
+# The published generation (latest.json names it) holds exactly one intact .pt per rank; an interrupted
+# save may have left a folder of its own, which the resume names and the next save removes.
+gen=$(sed -nE 's/.*"generation":"([^"]+)".*/\1/p' "$T/ck/latest.json")
+ls "$T/ck/$gen" | grep -v '\.pt$' && { echo "FAIL: temporary files in the published generation $gen"; exit 1; }
+n=$(ls "$T/ck/$gen" | wc -l)
+[ "$n" -eq 4 ] || { echo "FAIL: expected 4 checkpoint files in $gen, found $n"; exit 1; }
 
 "$GP" train --plan "$T/plan.json" --steps "$STEPS" --lr 0.001 --optimizer adam --seed 11 \
   --checkpoint-dir "$T/ck" --resume --log "$T/part2.jsonl" --timeout 30 > "$T/part2.out"

@@ -1,4 +1,5 @@
-// `graphpipe checkpoint show|diff`: look into --checkpoint-dir files without a plan or a model.
+// `graphpipe checkpoint show|diff|reshard`: look into --checkpoint-dir files without a plan or a model,
+// or rewrite them for another plan of the same model.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -38,6 +39,21 @@ Registrar reg(70, [](CLI::App& root) {
                 static_cast<long long>(d.differing_values), static_cast<long long>(d.values), d.max_abs, d.files);
     std::fflush(stdout);
     std::exit(1);
+  });
+
+  auto from = std::make_shared<std::string>(), plan = std::make_shared<std::string>(),
+       out = std::make_shared<std::string>();
+  auto* reshard = ck->add_subcommand(
+      "reshard",
+      "Rewrite a checkpoint directory (any plan of a model, or --single) for another plan of the same\n"
+      "model: every parameter, shared parameter and optimizer state mapped by name. Resume it with\n"
+      "train --plan NEW.json --resume --checkpoint-dir OUT (train --resume under NEW.json does the same\n"
+      "in place).");
+  reshard->add_option("--from", *from, "Checkpoint directory to read (its latest.json generation)")->required();
+  reshard->add_option("--plan", *plan, "The plan to write checkpoints for (graphpipe.plan/1)")->required();
+  reshard->add_option("--out", *out, "New checkpoint directory (must not hold a checkpoint)")->required();
+  reshard->callback([from, plan, out] {
+    std::fputs(runtime::reshard_checkpoints(*from, *plan, *out).c_str(), stdout);
   });
 });
 

@@ -14,6 +14,9 @@
 
 #include "runtime/checkpoint_tool.h"
 #include "runtime/detail/checkpoint_set.h"
+#include "runtime/detail/pipeline.h"
+#include "runtime/checkpoint_manifest.h"
+#include "plan/plan.h"
 #include "runtime/detail/optim.h"
 #include "support/error.h"
 
@@ -153,6 +156,52 @@ CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
   }
   d.shared = shared_copies(a) + shared_copies(b);
   return d;
+}
+
+std::string reshard_checkpoints(const std::string& from, const std::string& plan_path, const std::string& out) {
+  std::optional<Generation> gen = published_generation(from);
+  GP_CHECK(gen && !gen->flat(), "checkpoint reshard: {} holds no checkpoint generation (no latest.json)", from);
+  const Json& was = gen->pointer["run"];
+  TrainOptions opt;
+  opt.plan_path = plan_path;
+  opt.steps = 1;  // prepare_run's checks want a run; nothing trains here
+  opt.seed = was.value("seed", uint64_t{1});
+  opt.optimizer = was.value("optimizer", std::string("adam"));
+  PreparedRun run = prepare_run(opt, /*check_data_values=*/false);
+  SetIdentity set = pipeline_set_identity(opt, run.plan, run.graph);
+  set.run["data"] = was.value("data", set.run["data"]);  // the run's data: not re-read here
+  std::string note = check_resumable(from, set);         // another model or run: exit 2 naming it
+  GP_CHECK(!fs::exists(fs::path(out) / "latest.json"),
+           "checkpoint reshard: --out {} already holds a checkpoint (latest.json); choose an empty directory", out);
+  CheckpointLock lock(out);
+  const std::string folder = generation_folder(out, gen->steps_done, new_attempt_token());
+  const std::vector<int> stage_of = plan::stage_of_ops(run.plan, run.graph);
+  int files = 0;
+  int64_t tensors = 0;
+  for (const auto& st : run.plan.stages) {
+    std::vector<OpId> ops;
+    for (size_t i = 0; i < stage_of.size(); ++i)
+      if (stage_of[i] == st.id) ops.emplace_back(static_cast<int32_t>(i));
+    StageModule m(run.graph, ops, opt.seed, run.weights);
+    auto optimizer = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
+    Json initial;
+    load_by_name(*gen, m, *optimizer, with_run_fields(pipeline_identity(run.graph, run.plan, st.id, st.devices.at(0),
+                                                                        opt.optimizer),
+                                                      opt.seed, set.run["data"], Json()),
+                 &initial);
+    for (int d : st.devices) {
+      Json id = with_run_fields(pipeline_identity(run.graph, run.plan, st.id, d, opt.optimizer), opt.seed,
+                                set.run["data"], initial);  // the initial weights the source run recorded
+      save_checkpoint(checkpoint_path(folder, st.id, d), m, *optimizer, gen->steps_done, id);
+      ++files;
+      tensors += static_cast<int64_t>(m.named_parameters().size());
+    }
+  }
+  publish_generation(out, folder, gen->steps_done, set, "reshard");
+  return fmt::format("{}\nwrote {}: {} files ({} parameter tensors with their optimizer state) after {} steps for {} "
+                     "({} stages on {} devices)\n",
+                     note.empty() ? "the plan is the one the checkpoint was written for: copied file by file" : note,
+                     out, files, tensors, gen->steps_done, plan_path, run.plan.stages.size(), run.plan.num_devices);
 }
 
 }  // namespace gp::runtime

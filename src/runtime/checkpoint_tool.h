@@ -29,4 +29,12 @@ std::string shared_copies(const std::string& path);
 /// file (same file names). UserError when they do not hold the same parameters (names, shapes).
 CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b);
 
+/// `graphpipe checkpoint reshard`: the published generation of checkpoint directory `from` (any plan
+/// of a model, or --single) rewritten for the plan in `plan_path` (same model, seed, data, mini-batch
+/// and optimizer; other stages, devices, replicas, micro-batches) as a new checkpoint directory
+/// `out` that `train --plan PLAN --resume --checkpoint-dir OUT` resumes. Every parameter, shared
+/// parameter and optimizer state is mapped by name. UserError (exit 2) naming the field or the op
+/// when the plan is of another model or run, or `out` already holds a checkpoint. Returns a summary.
+std::string reshard_checkpoints(const std::string& from, const std::string& plan_path, const std::string& out);
+
 }  // namespace gp::runtime

@@ -364,11 +364,16 @@ int64_t load_checkpoint(const std::string& path, StageModule& m, torch::optim::O
     named[i].second.copy_(t);
   }
   torch::serialize::InputArchive opt_ar = optimizer_archive(path, ar);
+  // LibTorch's load also replaces the hyper-parameters (lr, betas, momentum) by the file's: this run's
+  // flags apply on --resume, so they are put back.
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> flags;
+  for (const auto& group : opt.param_groups()) flags.push_back(group.options().clone());
   try {
     opt.load(opt_ar);
   } catch (const std::exception& e) {
     throw UserError(fmt::format("{}: optimizer state does not match --optimizer: {}", path, first_line(e.what())));
   }
+  for (size_t i = 0; i < flags.size(); ++i) opt.param_groups()[i].set_options(std::move(flags[i]));
   if (saved.has_manifest())
     verify_tensors(path, saved.manifest, "optimizer_state", "optimizer state",
                    optimizer_state_tensors(opt, names_of(saved.params)));

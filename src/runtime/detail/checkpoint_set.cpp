@@ -345,6 +345,17 @@ CheckpointSaver single_saver(const TrainOptions& opt, const ir::Graph& g, StageM
   return s;
 }
 
+void publish_generation(const std::string& dir, const std::string& folder, int64_t steps_done, const SetIdentity& set,
+                        const std::string& tag) {
+  Json pointer = {{"format", kCheckpointSetFormat},
+                  {"steps_done", steps_done},
+                  {"generation", fs::path(folder).filename().string()},
+                  {"files", set.files},
+                  {"run", set.run},
+                  {"model_ops", set.ops}};
+  write_atomically(latest_of(dir), pointer.dump() + "\n", tag);
+}
+
 void save_generation(const CheckpointSaver& s, int64_t steps_done) {
   const std::string folder = generation_folder(s.dir, steps_done, s.token);
   const std::string file = checkpoint_path(folder, s.stage, s.rank);
@@ -377,13 +388,7 @@ void save_generation(const CheckpointSaver& s, int64_t steps_done) {
         fmt::format("rank {} could not write its checkpoint after {} steps; {}", failed, steps_done, kept), failed,
         /*timed_out=*/false);
   }
-  Json pointer = {{"format", kCheckpointSetFormat},
-                  {"steps_done", steps_done},
-                  {"generation", fs::path(folder).filename().string()},
-                  {"files", s.set.files},
-                  {"run", s.set.run},
-                  {"model_ops", s.set.ops}};
-  write_atomically(latest_of(s.dir), pointer.dump() + "\n", fmt::format("{:08x}-r{}", s.token, s.rank));
+  publish_generation(s.dir, folder, steps_done, s.set, fmt::format("{:08x}-r{}", s.token, s.rank));
   if (s.world) reduce(*s.world, {0.0}, detail::Reduce::sum);  // everyone published: older ones may go
   if (s.cleans) remove_stale(s.dir);
 }
@@ -437,7 +442,8 @@ std::string check_resumable(const std::string& dir, const SetIdentity& set) {
                      g->steps_done, dir, plan_summary(g->pointer["run"]), plan_summary(set.run));
 }
 
-void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer& opt, const Json& identity) {
+void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer& opt, const Json& identity,
+                  Json* initial) {
   struct Copy {
     torch::Tensor t;
     std::string file;
@@ -473,6 +479,8 @@ void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer
   const Json mine = identity.contains("initial_weights") ? identity["initial_weights"].value("params", Json()) : Json();
   torch::NoGradGuard no_grad;
   std::vector<std::string> names;
+  std::vector<std::pair<std::string, std::string>> recorded;
+  bool all_recorded = true;
   for (auto& [n, p] : m.named_parameters()) {
     names.push_back(n);
     const std::string op = n.substr(0, n.find('/'));
@@ -488,8 +496,11 @@ void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer
                "in this run)",
                it->second.file, n, op, it->second.initial.dump(), mine[n].dump());
     p.copy_(it->second.t);
+    if (it->second.initial.is_string()) recorded.emplace_back(n, it->second.initial.get<std::string>());
+    else all_recorded = false;
   }
   set_optimizer_state(opt, names, state, gen.folder);
+  if (initial) *initial = all_recorded ? initial_weights_identity(recorded) : Json();
 }
 
 int64_t resume_generation(const CheckpointSaver& s) {

@@ -155,6 +155,13 @@ std::string check_resumable(const std::string& dir, const SetIdentity& set);
 /// Loads `m`'s parameters and `opt`'s state by name from the files of `gen` (any plan of the same
 /// model), verifying checksums, identities (model scope) and that copies of a parameter held by
 /// several files (replicas, shared parameters) are identical. `identity` is this stage's.
-void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer& opt, const Json& identity);
+/// With `initial`, fills it with the files' record of each loaded parameter's initial value
+/// (initial_weights_identity of them, in `m`'s order; null when the files predate the record).
+void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer& opt, const Json& identity,
+                  Json* initial = nullptr);
+
+/// Writes latest.json (atomically) naming `folder` as the generation of `steps_done`.
+void publish_generation(const std::string& dir, const std::string& folder, int64_t steps_done, const SetIdentity& set,
+                        const std::string& tag);
 
 }  // namespace gp::runtime
