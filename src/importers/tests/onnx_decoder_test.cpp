@@ -185,6 +185,50 @@ TEST(OnnxDecoder, ConvTransposeOutputShapeAndAutoPadSetThePadsAsTheOnnxSpecSays)
               HasSubstr("\"/t1/ConvTranspose\" (ConvTranspose): ONNX shape inference gives output"));
 }
 
+/// Upsample(x [B, 2, 5, 5], scales [1, 1, 2, 3]) at opset 9 (as torch exported interpolate before opset 10).
+std::string upsample_model(const std::string& mode) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(9);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("upsample");
+  auto value = [](onnx::ValueInfoProto* v, const char* name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value(g->add_input(), "x", {2, 5, 5});
+  value(g->add_output(), "y", {2, 10, 15});
+  onnx::TensorProto* sc = g->add_initializer();
+  sc->set_name("scales");
+  sc->set_data_type(onnx::TensorProto::FLOAT);
+  sc->add_dims(4);
+  for (float f : {1.f, 1.f, 2.f, 3.f}) sc->add_float_data(f);
+  onnx::NodeProto* n = g->add_node();
+  n->set_name("up");
+  n->set_op_type("Upsample");
+  n->add_input("x");
+  n->add_input("scales");
+  n->add_output("y");
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name("mode");
+  set_string(*a, mode);
+  return fx::save_temp(m, "upsample_" + mode);
+}
+
+TEST(OnnxDecoder, OpsetNineUpsampleNearestMapsAndLinearIsRefused) {
+  ir::Model m = import_onnx(upsample_model("nearest"));
+  ASSERT_EQ(m.ops.size(), 2u);  // resize + the appended mse_loss
+  EXPECT_EQ(m.ops[0].kind, ir::OpKind::resize);
+  EXPECT_EQ(m.ops[0].output_shape, (ir::Shape{ir::kBatch, 2, 10, 15}));
+  EXPECT_EQ(m.ops[0].attrs, (Json{{"size", {10, 15}}, {"mode", "nearest"}, {"scales", {2.0, 3.0}}}));
+  // Opset 9's linear Upsample uses asymmetric coordinates, which no PyTorch kernel computes.
+  EXPECT_THAT(error_of(upsample_model("linear")),
+              HasSubstr("\"up\" (Upsample): linear with coordinate_transformation_mode asymmetric"));
+}
+
 TEST(OnnxDecoder, LossChoiceForDenseOutputs) {
   // Default: [B, C, H, W] outputs get MSE; GRAPHPIPE_ONNX_LOSS=cross_entropy per-pixel cross-entropy.
   const std::string seg = kUnet + "/unet_seg.onnx";

@@ -51,7 +51,7 @@ class InputPrefetcher {
 /// ops, as the training loss), and for cross_entropy losses the argmax hits.
 struct EvalSums {
   double loss = 0;     // sum over counted samples of the per-sample loss
-  double correct = 0;  // cross_entropy: samples whose argmax(logits) is the label
+  double correct = 0;  // cross_entropy: samples whose argmax(logits) is the label (per position: the fraction)
   double samples = 0;  // counted samples
   double classified = 0;  // counted samples x cross_entropy ops (the accuracy's denominator)
 };
