@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -721,7 +722,7 @@ class StepStats {
     s.ps = world.all_reduce(s.sum, detail::Reduce::sum);
     s.pm = world.all_reduce(s.max, detail::Reduce::max);
     flush();
-    pending_ = std::move(s);
+    pending_ = std::make_unique<Stats>(std::move(s));
   }
   /// Reports the step still in flight, if any.
   void flush() {
@@ -763,7 +764,7 @@ class StepStats {
   const WorkerIo& io_;
   WorkerResult& res_;
   std::ofstream log_;
-  std::optional<Stats> pending_;
+  std::unique_ptr<Stats> pending_;  // not std::optional: GCC 12 warned maybe-uninitialized on its move
 };
 
 /// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
