@@ -44,7 +44,7 @@ compare_log() {  # every logged step's loss against the reference
   return $bad
 }
 
-kills=0 launcher_kills=0 attempts=0 logged=0 resumes=0
+kills=0 launcher_kills=0 attempts=0 logged=0 resumes=0 saves=0
 while [ "$kills" -lt "$KILLS" ]; do
   attempts=$((attempts + 1))
   resume=() before=none
@@ -100,11 +100,16 @@ while [ "$kills" -lt "$KILLS" ]; do
   fi
   at=$(sed -nE 's/.*"steps_done":([0-9]+).*/\1/p' "$T/ck/latest.json" 2> /dev/null || echo none)
   compare_log "$log"
+  # A kill inside a save (or its clean-up) leaves a generation folder latest.json does not name.
+  gen=$(sed -nE 's/.*"generation":"([^"]+)".*/\1/p' "$T/ck/latest.json" 2> /dev/null || true)
+  unpublished=$( (ls -d "$T"/ck/step-* 2> /dev/null || true) | grep -v -c "/${gen:-none}\$" || true)
+  in_save=""
+  if [ "$unpublished" -gt 0 ]; then in_save=", a save was in flight"; saves=$((saves + 1)); fi
   n=0
   [ -s "$log" ] && n=$(wc -l < "$log")
   [ -n "$from" ] && resumes=$((resumes + 1))
   logged=$((logged + n))
-  echo "kill $kills: $what $victim after $n logged steps (exit $code; ${from:+resumed }${from:-started fresh}); latest.json now at step $at"
+  echo "kill $kills: $what $victim after $n logged steps (exit $code; ${from:+resumed }${from:-started fresh}); latest.json now at step $at$in_save"
 done
 
 resume=()
@@ -118,6 +123,6 @@ echo "final: $(grep -o 'resumed from .* steps' "$T/final.out" || echo 'from scra
 left=$(ls "$T/ck" | grep -v -E '^(latest\.json|step-[0-9]{8}-[0-9a-f]{8})$' || true)
 [ -z "$left" ] || { echo "FAIL: left in the checkpoint directory: $left"; exit 1; }
 [ "$(ls -d "$T"/ck/step-* | wc -l)" -eq 1 ] || { echo "FAIL: more than one generation left"; ls "$T/ck"; exit 1; }
-echo "crashtest passed: $kills kills ($launcher_kills of the launcher) in $attempts attempts; $resumes killed attempts" \
+echo "crashtest passed: $kills kills ($launcher_kills of the launcher, $saves inside a save) in $attempts attempts; $resumes killed attempts" \
   "had resumed (the others were killed before their first line or started fresh), every one from latest.json's step;" \
   "$logged logged losses equal to the uninterrupted run's, final weights $(cat "$T/diff")"
