@@ -92,3 +92,19 @@ done
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT"
 echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
+
+# The ranking tables (issue 35): for an overhead-heavy and a compute-heavy model, 5 plans for this
+# machine (1 device; 2 devices GraphPipe, PipeDream, data-parallel; GraphPipe at micro-batch 2) trained
+# interleaved, and for every pair the measured speed ratio against the predicted one
+# (scripts/fidelity_rank.py). FID_RANK=0 skips them; FID_RANK_MODELS overrides the two models
+# ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (3).
+if [ "${FID_RANK:-1}" = 1 ]; then
+  RANK_OUT=$BUILD/fidelity-ranking.md
+  { echo "# make fidelity: ranking tables, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), load before $(cut -d' ' -f1-3 /proc/loadavg)"; echo; } > "$RANK_OUT"
+  for lm in ${FID_RANK_MODELS:-overhead-heavy=mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128 compute-heavy=mmt:branches=2,layers=2,seq=64,hidden=256,heads=4,ffn=1024}; do
+    echo "-- ranking: ${lm%%=*} ${lm#*=}"
+    python3 "$(dirname "$0")/fidelity_rank.py" "$GP" "${lm#*=}" "${FID_RANK_BATCH:-32}" "$RANK_OUT" \
+      --rounds "${FID_RANK_ROUNDS:-3}" --steps "$STEPS" --warmup "$WARMUP" --label "${lm%%=*}"
+  done
+  echo "(ranking tables in $RANK_OUT)"
+fi

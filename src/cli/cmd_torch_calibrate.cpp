@@ -65,6 +65,8 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.torch_version.c_str(), k.measured_at.c_str(), k.seconds);
   std::printf("  GEMM %.1f GFLOP/s per thread, N0 %.1f rows; memory-bound ops %.2f GB/s; per-op overhead %.1f us\n",
               k.gemm_flops / 1e9, k.gemm_n0_rows, k.mem_bandwidth_Bps / 1e9, k.kernel_overhead_s * 1e6);
+  std::printf("  per call on top of it: linear %.1f us, attention %.1f us (attention at %.3f of the GEMM curve)\n",
+              k.gemm_overhead_s * 1e6, k.attention_overhead_s * 1e6, k.attention_efficiency);
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
   if (!r.points.empty()) {

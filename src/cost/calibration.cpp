@@ -51,6 +51,8 @@ EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
                          k.measured_at, k.gemm_n0_rows, k.attention_efficiency);
   EfficiencyCurve gemm{1.0, k.gemm_n0_rows};
   EfficiencyCurve attention{k.attention_efficiency, k.gemm_n0_rows};
+  gemm.overhead_s = k.gemm_overhead_s;
+  attention.overhead_s = k.attention_overhead_s;
   t.f32 = {gemm, attention, gemm, EfficiencyCurve{0.25}};
   t.f16 = t.f32;
   return t;
@@ -68,6 +70,8 @@ Json calibration_to_json(const CpuCalibration& c) {
           {"attention_efficiency", c.attention_efficiency},
           {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
           {"kernel_overhead_s", c.kernel_overhead_s},
+          {"gemm_overhead_s", c.gemm_overhead_s},
+          {"attention_overhead_s", c.attention_overhead_s},
           {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
           {"lockstep", c.lockstep}};
 }
@@ -92,6 +96,9 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   }
   c.mem_bandwidth_Bps = positive(j.at("mem_bandwidth_Bps"));
   c.kernel_overhead_s = non_negative(j.at("kernel_overhead_s"));
+  // Optional (calibrations before issue 35 have neither): 0 = no extra per-call cost.
+  c.gemm_overhead_s = j.has("gemm_overhead_s") ? non_negative(j.at("gemm_overhead_s")) : 0;
+  c.attention_overhead_s = j.has("attention_overhead_s") ? non_negative(j.at("attention_overhead_s")) : 0;
   JsonAt link = j.at("link");
   link.expect_object();
   c.link_bandwidth_Bps = positive(link.at("bandwidth_Bps"));

@@ -27,6 +27,8 @@ struct CpuCalibration {
   double attention_efficiency = 1;  // attention ops reach this fraction of the GEMM curve
   double mem_bandwidth_Bps = 0; // effective bandwidth of memory-bound ops (add, gelu, layernorm)
   double kernel_overhead_s = 0; // per op call, forward or backward (dispatch + autograd)
+  double gemm_overhead_s = 0;   // a linear's call costs this much more (its extra kernels); 0: none fitted
+  double attention_overhead_s = 0;  // likewise an attention op's call
   double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
   double lockstep = 1;          // two cores computing in lockstep: the slower's pace / one core's

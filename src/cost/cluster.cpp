@@ -144,6 +144,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 k->mem_bandwidth_Bps * pace,
                 k->kernel_overhead_s / pace,
                 calibrated_efficiency(*k)};
+    for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
+      for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;

@@ -50,9 +50,10 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
   GP_ASSERT(b >= 1, "batch must be >= 1, got {}", b);
   double bd = static_cast<double>(b);
   double peak = f16 ? d.peak_flops_f16 : d.peak_flops_f32;
-  double fwd_compute = 0, bwd_compute = 0;
+  double fwd_compute = 0, bwd_compute = 0, class_overhead = 0;
   for (int i = 0; i < w.num_parts; ++i) {
     const WorkPart& p = w.parts[i];
+    class_overhead = std::max(class_overhead, d.efficiency.curve(p.cls, f16).overhead_s);
     double rate = peak * d.efficiency.curve(p.cls, f16).at(bd * p.rows, p.weight_elems);
     fwd_compute += bd * p.fwd_flops / rate;
     bwd_compute += bd * p.bwd_flops / rate;
@@ -65,8 +66,8 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
   // reads/writes about twice the forward's activation traffic.
   double bwd_bytes = weights_read + static_cast<double>(c.param_bytes) + 2 * act;
   OpTime t;
-  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
-  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s;
+  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead;
+  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead;
   t.source = Source::formula;
   return t;
 }

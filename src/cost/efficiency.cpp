@@ -16,12 +16,14 @@ constexpr std::array<const char*, kWorkClasses> kClassNames = {"gemm", "attentio
 bool is_view(ir::OpKind k) { return k == ir::OpKind::flatten || k == ir::OpKind::reshape; }
 
 Json curve_to_json(const EfficiencyCurve& c) {
-  return {{"emax", c.emax},
-          {"n0_rows", c.n0_rows},
-          {"shape_exponent", c.shape_exponent},
-          {"ref_weight_elems", c.ref_weight_elems},
-          {"min_weight_elems", c.min_weight_elems},
-          {"max_weight_elems", c.max_weight_elems}};
+  Json j = {{"emax", c.emax},
+            {"n0_rows", c.n0_rows},
+            {"shape_exponent", c.shape_exponent},
+            {"ref_weight_elems", c.ref_weight_elems},
+            {"min_weight_elems", c.min_weight_elems},
+            {"max_weight_elems", c.max_weight_elems}};
+  if (c.overhead_s > 0) j["overhead_s"] = c.overhead_s;  // written only where set: other files unchanged
+  return j;
 }
 
 double field(const JsonAt& j, const char* key, double dflt, bool positive) {
@@ -43,6 +45,7 @@ EfficiencyCurve curve_from_json(const JsonAt& j, EfficiencyCurve c) {
   c.ref_weight_elems = field(j, "ref_weight_elems", c.ref_weight_elems, true);
   c.min_weight_elems = field(j, "min_weight_elems", c.min_weight_elems, false);
   c.max_weight_elems = field(j, "max_weight_elems", c.max_weight_elems, false);
+  c.overhead_s = field(j, "overhead_s", c.overhead_s, false);
   if (c.max_weight_elems > 0 && c.max_weight_elems < c.min_weight_elems)
     j.at("max_weight_elems").fail(fmt::format("must not be below min_weight_elems {}", c.min_weight_elems));
   return c;

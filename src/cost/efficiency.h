@@ -22,6 +22,11 @@ struct EfficiencyCurve {
   double ref_weight_elems = 1048576;  // N0(S) = n0_rows at S = ref (1024 x 1024)
   double min_weight_elems = 0;        // S is clamped to the fitted range
   double max_weight_elems = 0;
+  /// Fixed time per call (forward, and again backward) of an op with work of this class, on top of
+  /// the device's kernel_overhead_s (an op with parts of two classes pays the larger): LibTorch's
+  /// extra kernels and autograd nodes (a linear's bias and its backward's two GEMMs, attention's
+  /// dozen kernels). 0 on every preset but the calibrated `cpu` one (graphpipe calibrate fits it).
+  double overhead_s = 0;
 
   /// The rows at which this curve reaches emax/2 for a weight of `weight_elems`.
   double n0_at(double weight_elems) const;

@@ -44,6 +44,11 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
 /// {P, N0}; N0 is clamped at 0. UserError when fewer than two row counts were measured.
 std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& rows_flops_seconds);
 
+/// The same fit with a third term, a fixed time per forward + backward (the linear's kernels and
+/// autograd beyond the per-op overhead already taken off): y = x / P + r0 / P + c. Returns
+/// {P, N0, c}; where the three-term fit gives a negative N0 or c, fit_gemm's {P, N0} and c = 0.
+std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>& rows_flops_seconds);
+
 /// This machine's cache file for the LibTorch it was built with ("" when no cache directory).
 std::string calibration_cache_file();
 

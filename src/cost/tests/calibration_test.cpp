@@ -58,6 +58,16 @@ TEST(Calibration, JsonRoundTripAndStrictErrors) {
   Json old = calibration_to_json(k);  // caches written before the field: no lockstep stretch
   old.erase("lockstep");
   EXPECT_EQ(calibration_from_json(old, "k.json").lockstep, 1);
+  // The per-call GEMM/attention overheads (issue 35): round trip, optional (0), non-negative.
+  k.gemm_overhead_s = 15e-6;
+  k.attention_overhead_s = 120e-6;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json before = calibration_to_json(k);
+  before.erase("gemm_overhead_s");
+  before.erase("attention_overhead_s");
+  EXPECT_EQ(calibration_from_json(before, "k.json").gemm_overhead_s, 0);
+  EXPECT_EQ(calibration_from_json(before, "k.json").attention_overhead_s, 0);
+  EXPECT_THAT(error_with("attention_overhead_s", -1e-6), HasSubstr("k.json: attention_overhead_s: must be a non-negative"));
   EXPECT_THAT(error_with("attention_efficiency", 1.5), HasSubstr("attention_efficiency: must be in (0, 1], found 1.5"));
   EXPECT_THAT(error_with("cores", 0), HasSubstr("k.json: cores: must be in [1, 1000000], found 0"));
   EXPECT_THAT(error_with("format", "graphpipe.profile/1"), HasSubstr("graphpipe.calibration/1"));
@@ -132,6 +142,25 @@ TEST(Calibration, RooflineWithTheCalibrationReproducesAGemmOnTheCurve) {
     double flops = rows * (g.costs(fc).fwd_flops + g.costs(fc).bwd_flops);
     EXPECT_NEAR(t.fwd_s + t.bwd_s, flops * (rows + 12.0) / (rows * 40e9) + 2 * 20e-6, 1e-12) << rows;
   }
+  // With a per-call GEMM overhead (issue 35) each pass pays it on top; the relu (class other) does not.
+  k.gemm_overhead_s = 30e-6;
+  k.attention_overhead_s = 100e-6;
+  Cluster o = cpu_preset(1, &k);
+  OpTime t = roofline_time(op_work(g, fc), g.costs(fc), o.device, false, 12);
+  double flops = 12 * (g.costs(fc).fwd_flops + g.costs(fc).bwd_flops);
+  EXPECT_NEAR(t.fwd_s + t.bwd_s, flops * 24.0 / (12 * 40e9) + 2 * (20e-6 + 30e-6), 1e-12);
+  OpId pre = g.find("pre");
+  EXPECT_NEAR(roofline_time(op_work(g, pre), g.costs(pre), o.device, false, 1).fwd_s,
+              roofline_time(op_work(g, pre), g.costs(pre), c.device, false, 1).fwd_s, 1e-15);
+  // Two workers on the lockstep pace: the per-call overheads stretch like kernel_overhead_s.
+  k.lockstep = 1.25;
+  const double share2 = std::min(1.0, cores() / 2.0);
+  Cluster two = cpu_preset(2, &k);
+  EXPECT_DOUBLE_EQ(two.device.efficiency.curve(WorkClass::gemm, false).overhead_s, 30e-6 / share2 * 1.25);
+  EXPECT_DOUBLE_EQ(two.device.efficiency.curve(WorkClass::attention, false).overhead_s, 100e-6 / share2 * 1.25);
+  // The plan's recorded cluster keeps them (written only where set: the GPU presets' JSON is unchanged).
+  EXPECT_EQ(cluster_to_json(cluster_from_json(cluster_to_json(two), "c.json")), cluster_to_json(two));
+  EXPECT_EQ(cluster_to_json(load_cluster("summit", 4)).dump().find("\"overhead_s\""), std::string::npos);
 }
 
 namespace {

@@ -174,6 +174,30 @@ TEST(Calibrate, FitGemmRecoversRateAndN0) {
   EXPECT_THROW(fit_gemm({{4, 1e6, 1e-4}, {4, 1e6, 2e-4}}), UserError);  // one row count
 }
 
+TEST(Calibrate, GemmFitWithOverheadRecoversRateHalfRowsAndFixedTime) {
+  // t = flops (r + N0) / (r P) + c at P = 40 GFLOP/s, N0 = 12 rows, c = 50 us (fwd + bwd).
+  std::vector<std::array<double, 3>> pts;
+  for (double per_row : {6.0 * 64 * 64, 6.0 * 256 * 256})
+    for (double r : {1.0, 4.0, 16.0, 64.0, 256.0})
+      pts.push_back({r, r * per_row, r * per_row * (r + 12) / (r * 40e9) + 50e-6});
+  auto f = fit_gemm_overhead(pts);
+  EXPECT_NEAR(f[0], 40e9, 1e-3 * 40e9);
+  EXPECT_NEAR(f[1], 12, 1e-3);
+  EXPECT_NEAR(f[2], 50e-6, 1e-9);
+  // Without a fixed time the fit finds none (to rounding), and agrees with fit_gemm.
+  std::vector<std::array<double, 3>> plain;
+  for (auto p : pts) plain.push_back({p[0], p[1], p[2] - 50e-6});
+  auto g = fit_gemm_overhead(plain);
+  EXPECT_NEAR(g[0], 40e9, 1e-3 * 40e9);
+  EXPECT_NEAR(g[2], 0, 1e-9);
+  // A fit that would need a negative fixed time falls back to fit_gemm's {P, N0} and 0.
+  std::vector<std::array<double, 3>> neg;
+  for (auto p : plain) neg.push_back({p[0], p[1], p[2] * 1.5 - 2e-6 > 0 ? p[2] + p[1] / 40e9 * 0.5 - 2e-6 : p[2]});
+  auto h = fit_gemm_overhead(neg);
+  EXPECT_GE(h[2], 0);
+  EXPECT_GT(h[0], 0);
+}
+
 TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   CalibrateOptions o;
   o.warmup = 1;

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""make fidelity's ranking table: does the cost model rank plans for this machine right?
+
+For one model and mini-batch it makes 5 plans for this machine (--cluster cpu): 1 device; 2 devices
+with GraphPipe, with PipeDream, data-parallel (the 1-device plan's stage on both workers), and
+GraphPipe at a fixed small micro-batch. Each plan's prediction is `graphpipe simulate`'s iteration
+time (the same simulator the planner scores plans with). The plans are then trained interleaved:
+ROUNDS rounds, every plan in turn per round, STEPS steps each; a plan's time in a round is the median
+of its steps after WARMUP. For every pair (a, b): measured ratio = median over the rounds of
+t_a / t_b in that round (both measured minutes apart at most), predicted ratio = pred_a / pred_b, and
+their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
+
+Usage: fidelity_rank.py GRAPHPIPE MODEL BATCH OUT.md [--rounds R] [--steps S] [--warmup W]
+       [--micro-batch M] [--label TEXT]
+Prints the tables and appends them (markdown) to OUT.md.
+"""
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit("fidelity_rank: %s failed (exit %d): %s" % (" ".join(cmd), r.returncode, r.stderr.strip()[-400:]))
+    return r.stdout
+
+
+def shape(plan):
+    return "%d stage(s): %s" % (len(plan["stages"]), ", ".join(
+        "%s mb %d" % ("+".join(map(str, s["devices"])), s["micro_batch_size"]) for s in plan["stages"]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gp")
+    ap.add_argument("model")
+    ap.add_argument("batch", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--micro-batch", type=int, default=2)
+    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    gp, n = a.gp, a.devices
+    tmp = tempfile.mkdtemp(prefix="gp-rank-")
+    base = [gp, "plan", "--model", a.model, "--cluster", "cpu", "--batch", str(a.batch)]
+    specs = [
+        ("1 device", base + ["--devices", "1"]),
+        ("%d dev GraphPipe" % n, base + ["--devices", str(n)]),
+        ("%d dev PipeDream" % n, base + ["--devices", str(n), "--planner", "pipedream"]),
+        ("%d dev data-parallel" % n, None),
+        ("%d dev GraphPipe mb %d" % (n, a.micro_batch), base + ["--devices", str(n), "--micro-batch", str(a.micro_batch)]),
+    ]
+    plans = []  # (name, path, plan, predicted)
+    for i, (name, cmd) in enumerate(specs):
+        path = os.path.join(tmp, "p%d.json" % i)
+        if cmd is None:
+            # data parallel: the 1-device plan (one stage, the whole model) on workers 0..n-1
+            p = json.load(open(plans[0][1]))
+            two = json.load(open(plans[1][1]))  # the n-worker cluster and costs, the 1-device plan's stage
+            p["cluster"], p["costs"] = two["cluster"], two["costs"]
+            p["stages"][0]["devices"] = list(range(n))
+            p["planner"] = "data-parallel (by hand)"
+            json.dump(p, open(path, "w"))
+        else:
+            run(cmd + ["--out", path])
+        sim = json.loads(run([gp, "simulate", "--plan", path, "--json"]))
+        p = json.load(open(path))
+        plans.append((name, path, p, sim["iteration_time_s"]))
+    meas = {name: [] for name, *_ in plans}
+    for r in range(a.rounds):
+        for name, path, _, pred in plans:
+            log = os.path.join(tmp, "log.jsonl")
+            run([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1", "--log", log])
+            t = [json.loads(l)["step_time_s"] for l in open(log) if l.strip()][a.warmup:]
+            meas[name].append(statistics.median(t))
+            load = open("/proc/loadavg").read().split()[0]
+            print("   round %d/%d, %-24s measured %.4f s, predicted %.4f s, load %s" % (
+                r + 1, a.rounds, name, meas[name][-1], pred, load), flush=True)
+    lines = []
+    lines.append("**%s** `%s`, mini-batch %d, %d rounds of %d steps (first %d left out), %d cores, load after %s" % (
+        a.label or "model", a.model, a.batch, a.rounds, a.steps, a.warmup, os.cpu_count(),
+        " ".join(open("/proc/loadavg").read().split()[:3])))
+    lines.append("")
+    lines.append("| plan | shape | predicted s | measured s (median of rounds) | measured / predicted |")
+    lines.append("| --- | --- | ---: | ---: | ---: |")
+    for name, _, p, pred in plans:
+        m = statistics.median(meas[name])
+        lines.append("| %s | %s | %.4f | %.4f | %.2f |" % (name, shape(p), pred, m, m / pred))
+    lines.append("")
+    lines.append("| a vs b | predicted t_a/t_b | measured t_a/t_b (rounds' range) | measured / predicted | within 0.85-1.15 |")
+    lines.append("| --- | ---: | ---: | ---: | :---: |")
+    worst, ok = 1.0, 0
+    pairs = list(itertools.combinations(plans, 2))
+    for (na, _, _, pa), (nb, _, _, pb) in pairs:
+        rs = [x / y for x, y in zip(meas[na], meas[nb])]
+        mr, pr = statistics.median(rs), pa / pb
+        q = mr / pr
+        worst = max(worst, q, 1 / q)
+        good = 0.85 <= q <= 1.15
+        ok += good
+        lines.append("| %s vs %s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s |" % (
+            na, nb, pr, mr, min(rs), max(rs), q, "yes" if good else "NO"))
+    first = plans[1]  # the planner's own plan for this machine (all its devices)
+    fastest = min(plans, key=lambda x: statistics.median(meas[x[0]]))
+    slow = statistics.median(meas[first[0]]) / statistics.median(meas[fastest[0]])
+    predicted_best = min(plans, key=lambda x: x[3])
+    lines.append("")
+    lines.append("Pairs within 0.85-1.15: %d of %d (worst off by %.2fx). Predicted fastest: %s; measured fastest: %s; "
+                 "the planner's choice (%s) is %.2fx the fastest's time (target: within 1.05)." % (
+                     ok, len(pairs), worst, predicted_best[0], fastest[0], first[0], slow))
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    with open(a.out, "a") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
