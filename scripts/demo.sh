@@ -31,8 +31,10 @@ echo
 
 SMALL="mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128,classes=10"
 STEPS=${DEMO_STEPS:-30}
-TDEV=${DEMO_TRAIN_DEVICES:-4}
-echo "== 4. Plan $SMALL for THIS machine ($TDEV worker processes on $(nproc) cores) and train it"
+# One worker process per core: more workers than cores would share cores (the cpu preset prices
+# that, but a machine is best shown not oversubscribed). DEMO_TRAIN_DEVICES overrides.
+TDEV=${DEMO_TRAIN_DEVICES:-$(nproc)}
+echo "== 4. Plan $SMALL for THIS machine ($TDEV worker processes on $(nproc) cores, at most one per core) and train it"
 echo "   (--cluster cpu: this machine's calibrated rates; the first use measures them, a few seconds, then"
 echo "   they are cached; see 'graphpipe calibrate')"
 "$GP" plan --model "$SMALL" --cluster cpu --devices "$TDEV" --batch 32 --out "$T/small.json" | sed -n '1,9p'
@@ -71,3 +73,39 @@ paste <(losses "$T/pipe.jsonl") <(losses "$T/single.jsonl") | awk '
     if (m <= 1e-5) printf "pipelined training matches the single-process reference: %d steps, max relative loss difference %.2g\n", n, m
     else { printf "MISMATCH: max relative loss difference %.3g over %d steps\n", m, n; exit 1 }
   }'
+echo
+
+# 6. Does the prediction rank plans right? The plan above against one alternative (the other of: the
+# plan on 1 worker, the plan on every core), trained interleaved (R rounds of both, so that a change
+# in the machine's speed hits both): measured and predicted time of each, and the ratio of the
+# speed ratios (1.00: the model says exactly how much faster one is than the other).
+ALT_DEV=1; [ "$TDEV" = 1 ] && ALT_DEV=$(nproc)
+"$GP" plan --model "$SMALL" --cluster cpu --devices "$ALT_DEV" --batch 32 --out "$T/alt.json" >/dev/null
+ROUNDS=${DEMO_ROUNDS:-3}
+echo "== 6. Predicted vs measured: this plan ($TDEV workers) and an alternative ($ALT_DEV worker(s)), $ROUNDS interleaved rounds of 12 steps"
+for r in $(seq "$ROUNDS"); do
+  for k in small alt; do
+    "$GP" train --plan "$T/$k.json" --steps 12 --seed 7 --lr 0.01 --log "$T/$k-$r.jsonl" >/dev/null
+  done
+done
+python3 - "$T" "$ROUNDS" "$TDEV" "$ALT_DEV" <<'PY'
+import json, os, statistics, sys
+d, rounds, n, alt_n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def pred(k):
+    return json.load(open("%s/%s.json" % (d, k)))["predicted"]["iteration_time_s"]
+def med(k, r):
+    t = [json.loads(l)["step_time_s"] for l in open("%s/%s-%d.jsonl" % (d, k, r)) if l.strip()][2:]
+    return statistics.median(t)
+m = {k: [med(k, r) for r in range(1, rounds + 1)] for k in ("small", "alt")}
+for k, name in (("small", "this plan (%s workers)" % n), ("alt", "alternative (%s worker(s))" % alt_n)):
+    mm = statistics.median(m[k])
+    print("   %-28s predicted %.4f s | measured %.4f s | measured/predicted %.2f" % (name, pred(k), mm, mm / pred(k)))
+meas = statistics.median([a / b for a, b in zip(m["alt"], m["small"])])
+p = pred("alt") / pred("small")
+print("   alternative / this plan:      predicted %.2fx | measured %.2fx | ratio of ratios %.2f (1.00 = ranked and spaced right)"
+      % (p, meas, meas / p))
+print("   this plan / alternative:      predicted %.2fx | measured %.2fx | ratio of ratios %.2f" % (1 / p, 1 / meas, p / meas))
+load = float(open("/proc/loadavg").read().split()[0])
+print("   (load average %.1f on %d cores%s)" % (load, os.cpu_count(),
+      ": other jobs share this machine; the predictions are for it idle" if load > os.cpu_count() * 0.75 else ""))
+PY
