@@ -60,6 +60,9 @@ struct Net {
 /// Net::values holds every initializer and Constant value (for the weights).
 Net load_net(const std::string& path, bool keep_values = false);
 
+/// Opsets 18-21 rewritten to their opset-17 form (onnx_opset.cpp); net.opset becomes 17.
+void normalize_opset(onnx::ModelProto& model, Net& net);
+
 /// Fills net.transposed_copy_of and net.export_names from the parsed file (onnx_shared.cpp).
 void read_provenance(const onnx::ModelProto& model, Net& net);
 

@@ -419,14 +419,14 @@ onnx::ModelProto parse_model(const std::string& path, Net& net) {
   // torch 2.x's default exporter (dynamo=True) writes opset 18+ and tags its nodes with metadata
   // "pkg.torch.onnx.*" (a NodeProto field newer than this libonnx: found in the bytes).
   const bool dynamo = bytes.find("pkg.torch.onnx.") != std::string::npos;
-  GP_CHECK(net.opset >= 7 && net.opset <= 17, "{}: opset {} is not supported (supported: 7 to 17; export with opset_version=17{})",
-           path, net.opset,
-           dynamo ? ", dynamo=False: this file comes from torch.onnx.export's dynamo exporter (torch 2.x's default), "
-                    "whose graph optimizer also drops all-zero biases and merges equal initializers without a trace, "
-                    "so the file cannot say which parameters the module trains; export with dynamo=False, "
-                    "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, or with graphpipe.export "
-                    "from Python (docs/onnx.md, \"Default exports and ties\")"
-                  : "");
+  GP_CHECK(!dynamo,
+           "{}: this file comes from torch.onnx.export's dynamo exporter (torch 2.x's default, dynamo=True, opset {}), "
+           "whose graph optimizer drops all-zero biases and merges equal initializers without a trace, so the file "
+           "cannot say which parameters the module trains; export with dynamo=False, "
+           "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (opset 7 to 21), or with "
+           "graphpipe.export from Python (docs/onnx.md, \"Default exports and ties\")",
+           path, net.opset);
+  GP_CHECK(net.opset >= 7 && net.opset <= 21, "{}: opset {} is not supported (supported: 7 to 21)", path, net.opset);
   // Every operator we read produces at least one output; a node without one (a corrupt file, found by
   // fuzz/fuzz_onnx) would otherwise be indexed at output(0) further down.
   for (const auto& n : model.graph().node())
@@ -663,6 +663,7 @@ void infer_and_fold(onnx::ModelProto& model, Net& net) {
 Net load_net(const std::string& path, bool keep_values) {
   Net net;
   onnx::ModelProto model = parse_model(path, net);
+  normalize_opset(model, net);
   onnx::GraphProto& g = *model.mutable_graph();
   std::unordered_set<std::string> sources, initializers;
   for (const auto& init : g.initializer()) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "importers/model_json.h"
 #include "importers/onnx_import.h"
@@ -255,6 +256,97 @@ TEST(OnnxTies, BadMetadataNamesTheFieldAndValue) {
     } catch (const UserError& e) {
       EXPECT_THAT(e.what(), HasSubstr(want)) << value;
     }
+  }
+}
+
+
+// --- opsets 18-21 read as 17 (onnx_opset.cpp) ---
+
+// x [B, 4, 8] -> Gelu -> ReduceMean(axes input [1]) -> Gemm(W [8, 3]) at `opset`.
+onnx::ModelProto opset_model(int opset, const std::function<void(onnx::GraphProto&)>& change = {}) {
+  onnx::ModelProto m;
+  m.set_ir_version(9);
+  m.add_opset_import()->set_version(opset);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("opset");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* t = in->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  t->mutable_shape()->add_dim()->set_dim_param("batch");
+  t->mutable_shape()->add_dim()->set_dim_value(4);
+  t->mutable_shape()->add_dim()->set_dim_value(8);
+  g->add_output()->set_name("y");
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("W");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(8);
+  w->add_dims(3);
+  for (int i = 0; i < 24; ++i) w->add_float_data(0.1f * static_cast<float>(i));
+  onnx::TensorProto* axes = g->add_initializer();
+  axes->set_name("axes");
+  axes->set_data_type(onnx::TensorProto::INT64);
+  axes->add_dims(1);
+  axes->add_int64_data(1);
+  auto node = [&](const std::string& type, std::vector<std::string> ins, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name("/" + out);
+    for (auto& i : ins) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  node("Gelu", {"x"}, "g");
+  auto* r = node("ReduceMean", {"g", "axes"}, "r");
+  auto* keep = r->add_attribute();
+  keep->set_name("keepdims");
+  keep->set_type(onnx::AttributeProto::INT);
+  keep->set_i(0);
+  node("MatMul", {"r", "W"}, "y");
+  if (change) change(*g);
+  return m;
+}
+
+TEST(OnnxOpset, Opsets18To21ReadAsOpset17) {
+  for (int opset : {20, 21}) {
+    ir::Graph g = load_graph(save_temp(opset_model(opset), "opset" + std::to_string(opset)));
+    std::map<std::string, int> kinds;
+    for (OpId id : g.op_ids()) kinds[std::string(ir::to_string(g.op(id).kind))] += 1;
+    EXPECT_EQ(kinds["gelu"], 1) << opset;  // Gelu (opset 20) through the erf form's pattern
+    EXPECT_EQ(kinds["mean"], 1) << opset;  // ReduceMean with its axes as an input (opset 18)
+    EXPECT_EQ(kinds["linear"], 1) << opset;
+    EXPECT_EQ(g.total_params(), 24);
+  }
+}
+
+TEST(OnnxOpset, WhatOpset17CannotSayIsRefusedNamingTheNode) {
+  auto set_int = [](onnx::NodeProto& n, const char* name, int64_t v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  };
+  const std::string noop = save_temp(opset_model(18, [&](onnx::GraphProto& g) {
+    set_int(*g.mutable_node(1), "noop_with_empty_axes", 1);
+  }), "opset_noop");
+  const std::string computed = save_temp(opset_model(18, [&](onnx::GraphProto& g) {
+    g.mutable_node(1)->set_input(1, "x");  // axes from a data tensor
+  }), "opset_axes");
+  for (const auto& [path, want] : {std::pair{noop, "node \"/r\" (ReduceMean): noop_with_empty_axes=1"},
+                                   std::pair{computed, "axes \"x\" is computed, not a constant"}}) {
+    try {
+      load_graph(path);
+      ADD_FAILURE() << "imported " << path;
+    } catch (const UserError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(want));
+      EXPECT_THAT(e.what(), HasSubstr("opset 18 is read as opset 17"));
+    }
+  }
+  try {
+    load_graph(save_temp(opset_model(22), "opset22"));
+    ADD_FAILURE() << "imported opset 22";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("opset 22 is not supported (supported: 7 to 21)"));
   }
 }
 
