@@ -1,4 +1,4 @@
-// ONNX import: reads a model exported by torch.onnx.export (opsets 7-17) into the IR, with a symbolic
+// ONNX import: reads a model exported by torch.onnx.export (opsets 7-21; 18-21 read as 17, onnx_opset.cpp) into the IR, with a symbolic
 // batch dimension and a loss appended. Supported operators and the mapping are listed in docs/onnx.md.
 #pragma once
 #include <string>
