@@ -24,8 +24,8 @@ trap 'rm -rf "$T"' EXIT
 
 echo "== fidelity: $MODEL, mini-batch $BATCH, ${FID_ROUNDS:-3} rounds of $STEPS steps per plan on $(nproc) cores (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "-- calibrating the cpu preset (cached per machine; CALIBRATE=1 measures again)"
-if [ "${CALIBRATE:-0}" = 1 ]; then "$GP" calibrate | sed -n 1,3p
-else "$GP" calibrate --show 2>/dev/null | sed -n 1,3p || "$GP" calibrate | sed -n 1,3p; fi
+if [ "${CALIBRATE:-0}" = 1 ]; then "$GP" calibrate | sed -n 1,4p
+else "$GP" calibrate --show 2>/dev/null | sed -n 1,4p || "$GP" calibrate | sed -n 1,4p; fi
 echo "-- profiling $MODEL (batches 1..$BATCH, links)"
 batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
 PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
