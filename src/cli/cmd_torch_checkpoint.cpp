@@ -1,4 +1,4 @@
-// `graphpipe checkpoint show|diff|reshard`: look into --checkpoint-dir files without a plan or a model,
+// `graphpipe checkpoint show|diff|reshard|export`: look into --checkpoint-dir files without a plan or a model,
 // or rewrite them for another plan of the same model.
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +54,19 @@ Registrar reg(70, [](CLI::App& root) {
   reshard->add_option("--out", *out, "New checkpoint directory (must not hold a checkpoint)")->required();
   reshard->callback([from, plan, out] {
     std::fputs(runtime::reshard_checkpoints(*from, *plan, *out).c_str(), stdout);
+  });
+
+  auto source = std::make_shared<std::string>(), format = std::make_shared<std::string>("pt"),
+       file = std::make_shared<std::string>();
+  auto* exp = ck->add_subcommand(
+      "export",
+      "Write every parameter (\"op/param\") and optimizer state tensor (\"op/param#field\") of a checkpoint\n"
+      "as one file of named tensors: --format pt for torch.load (a dict), npz for numpy.load.");
+  exp->add_option("path", *source, "A checkpoint file (.pt) or a --checkpoint-dir directory")->required();
+  exp->add_option("--format", *format, "pt or npz")->capture_default_str();
+  exp->add_option("--out", *file, "The file to write")->required();
+  exp->callback([source, format, file] {
+    std::fputs(runtime::export_checkpoint(*source, *format, *file).c_str(), stdout);
   });
 });
 

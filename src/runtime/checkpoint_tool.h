@@ -37,4 +37,11 @@ CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b);
 /// when the plan is of another model or run, or `out` already holds a checkpoint. Returns a summary.
 std::string reshard_checkpoints(const std::string& from, const std::string& plan_path, const std::string& out);
 
+/// `graphpipe checkpoint export`: every parameter ("op/param") and optimizer state tensor
+/// ("op/param#field") of a checkpoint file or directory (its published generation), copies of one
+/// name stored once, as one file that `torch.load` (format "pt": a pickled dict of tensors) or
+/// `numpy.load` (format "npz": a zip of .npy files; bfloat16 as float32) reads. Every checksum is
+/// verified first. Returns a summary line.
+std::string export_checkpoint(const std::string& path, const std::string& format, const std::string& out);
+
 }  // namespace gp::runtime

@@ -224,8 +224,6 @@ int run_pipeline(const TrainOptions& opt) {
                        "parameters, gradients, optimizer state and in-flight activations of every stage");
   // The checkpoint folder is ours while we run (detail/checkpoint_set.h); what --resume would load
   // is checked before any worker starts.
-  CheckpointLock lock;
-  if (!opt.checkpoint_dir.empty()) lock = CheckpointLock(opt.checkpoint_dir);
   if (opt.resume) {
     SetIdentity set = pipeline_set_identity(opt, run.plan, run.graph);
     try {
@@ -234,6 +232,8 @@ int run_pipeline(const TrainOptions& opt) {
       throw UserError(e.what() + other_run(opt.checkpoint_dir, run));
     }
   }
+  CheckpointLock lock;
+  if (!opt.checkpoint_dir.empty()) lock = CheckpointLock(opt.checkpoint_dir);
 
   c10d::TCPStoreOptions so;
   so.port = 0;  // any free port; the workers learn it from MASTER_PORT

@@ -124,6 +124,7 @@ int run_single(const TrainOptions& opt) {
   CheckpointLock lock;
   CheckpointSaver ckpt;
   if (!opt.checkpoint_dir.empty()) {
+    if (opt.resume) check_resumable(opt.checkpoint_dir, single_set_identity(opt, g));  // before the lock creates it
     lock = CheckpointLock(opt.checkpoint_dir);
     ckpt = single_saver(opt, g, m, *optim);
   }

@@ -80,7 +80,7 @@ void write_atomically(const fs::path& path, const std::string& text, const std::
   }
   if (!failure.empty()) {
     ::unlink(tmp.c_str());
-    throw RuntimeFailure(fmt::format("{}: cannot publish the checkpoint: {} (writing {})", path.string(), failure, tmp));
+    throw RuntimeFailure(fmt::format("{}: cannot write: {} (writing {})", path.string(), failure, tmp));
   }
   sync_dir(path.has_parent_path() ? path.parent_path() : fs::path("."));
 }
@@ -150,6 +150,10 @@ void check_stdout_written() {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
   int err = errno;
   throw RuntimeFailure(fmt::format("stdout: cannot write the output: {}", err ? std::strerror(err) : "write failed"));
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& tag) {
+  write_atomically(path, bytes, tag);
 }
 
 std::vector<std::string> Generation::files() const {
@@ -419,6 +423,8 @@ std::string plan_summary(const Json& run) {
 }  // namespace
 
 std::string check_resumable(const std::string& dir, const SetIdentity& set) {
+  GP_CHECK(fs::is_directory(dir), "--resume: checkpoint directory {} does not exist (--resume needs a checkpoint "
+           "written with --checkpoint-dir)", dir);
   std::optional<Generation> g = published_generation(dir);
   GP_CHECK(g.has_value(),
            "--resume: {} holds no checkpoint (no {} and no stage<S>-rank<R>.pt or single.pt); --resume needs a "

@@ -40,6 +40,10 @@ void check_written(const std::ostream& f, const char* flag, const std::string& p
 /// The same for stdout (train --json > FILE): flushes it, RuntimeFailure when a write failed.
 void check_stdout_written();
 
+/// Replaces `path` by `bytes` atomically (`path.<tag>.tmp`, checked writes, fsync, rename, fsync of
+/// the directory); RuntimeFailure naming the file on any failure, `path` then untouched.
+void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& tag);
+
 /// latest.json's format tag.
 inline constexpr const char* kCheckpointSetFormat = "graphpipe.checkpoint-set/1";
 

@@ -230,5 +230,46 @@ TEST_F(Checkpoints, TiedGptResumesUnderAReplicatedPlanLikeSingleWithSgd) {
   expect_resharded_run_matches_single(kTiedGpt, two, replicated, "sgd", /*with_tool=*/false);
 }
 
+// `checkpoint export`: one file of named tensors that PyTorch (torch.load with its default
+// weights_only) and NumPy read back with the checkpoint's names, shapes, dtypes and values.
+TEST_F(Checkpoints, ExportedCheckpointLoadsInPyTorchAndNumPyWithTheSameTensors) {
+  std::string plan = write_plan("two.json", make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}));
+  ASSERT_EQ(graphpipe("train --plan " + plan + " --steps 2 --checkpoint-dir ck").code, 0);
+  Proc pt = graphpipe("checkpoint export ck --format pt --out ck.pt");
+  ASSERT_EQ(pt.code, 0) << pt.err;
+  Proc npz = graphpipe("checkpoint export ck --format npz --out ck.npz");
+  ASSERT_EQ(npz.code, 0) << npz.err;
+  Json want = Json::object();
+  for (const auto& f : published_generation((dir_ / "ck").string())->files()) {
+    CheckpointContents c = read_checkpoint(f);
+    for (const auto* list : {&c.params, &c.optimizer_state})
+      for (const auto& [n, t] : *list)
+        want[n] = {{"shape", t.sizes().vec()},
+                   {"sum", t.to(torch::kFloat64).sum().item<double>()},
+                   {"sumsq", t.to(torch::kFloat64).square().sum().item<double>()}};
+  }
+  std::ofstream(dir_ / "want.json") << want.dump();
+  std::ofstream(dir_ / "check.py") << R"(import json, sys
+import numpy as np, torch
+want = json.load(open("want.json"))
+pt, npz = torch.load("ck.pt"), np.load("ck.npz")
+assert sorted(pt) == sorted(want) == sorted(npz.files), (len(pt), len(want), len(npz.files))
+for k, w in want.items():
+    a, b = pt[k].double().numpy(), npz[k].astype(np.float64)
+    assert list(a.shape) == w["shape"] == list(b.shape), k
+    assert np.array_equal(pt[k].numpy(), npz[k]), k
+    for got in (a, b):
+        assert abs(got.sum() - w["sum"]) <= 1e-9 * max(1.0, abs(w["sum"])), (k, got.sum(), w["sum"])
+        assert abs((got * got).sum() - w["sumsq"]) <= 1e-9 * max(1.0, w["sumsq"]), k
+print("same", len(want), "tensors")
+)";
+  Proc py = run(std::string(GP_PYTHON) + " check.py", "", 120);
+  EXPECT_EQ(py.code, 0) << py.out << py.err;
+  EXPECT_NE(py.out.find("same " + std::to_string(want.size()) + " tensors"), std::string::npos) << py.out << py.err;
+  Proc bad = graphpipe("checkpoint export ck --format h5 --out x");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--format: expected pt or npz, found \"h5\""), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace gp::runtime

@@ -119,7 +119,7 @@ TEST_F(SingleTest, BadInputIsAUserError) {
     run_single(o);
     FAIL() << "resume without a checkpoint must fail";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("holds no checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
   }
   o = opts("bad", 0);
   EXPECT_THROW(run_single(o), UserError);
