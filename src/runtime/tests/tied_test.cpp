@@ -172,11 +172,31 @@ Json defaults_reference() {
   return Json::parse(f);
 }
 
-TrainOptions defaults_options(const Json& ref, const std::string& optimizer) {
-  return reference_options(ref, optimizer, kDefaultModel, kDefaults);
-}
-
-using DefaultExport = TiedTest;
+// --single (batch 8) equals PyTorch's own SGD and Adam losses (reference.json) within 1e-4, and `p`
+// run pipelined equals --single within 1e-5.
+class DefaultExport : public TiedTest {
+ protected:
+  void trains_like_pytorch(const Json& ref, const std::string& model, const fs::path& fixtures, const plan::Plan& p,
+                           const std::string& what) {
+    for (const std::string optimizer : {"sgd", "adam"}) {
+      TrainOptions s = reference_options(ref, optimizer, model, fixtures);
+      s.single = true;
+      s.batch = 8;
+      s.log_path = (dir_ / (what + "_" + optimizer + ".jsonl")).string();
+      ASSERT_EQ(run_single(s), 0);
+      const std::vector<double> single = log_losses(s.log_path);
+      expect_close(single, ref[optimizer]["losses"].get<std::vector<double>>(), 1e-4,
+                   what + " --single " + optimizer + " vs PyTorch");
+      TrainOptions o = reference_options(ref, optimizer, model, fixtures);
+      PreparedRun run = prepare_run(p, "1f1b");
+      RunData data = open_run_data(o, run.graph, true);
+      run.data = data.train;
+      auto results = testing::run_threads(run, o);
+      for (size_t r = 0; r < results.size(); ++r)
+        expect_close(results[r].step_losses, single, 1e-5, what + " 2 stages " + optimizer + " rank " + std::to_string(r));
+    }
+  }
+};
 
 TEST_F(DefaultExport, InitializersTheExporterMergedArePyTorchsSeparateParameters) {
   const Json ref = defaults_reference();
@@ -227,23 +247,7 @@ TEST_F(DefaultExport, TheDynamoExportersFileIsRefusedWithTheFlagsThatWork) {
 TEST_F(DefaultExport, TrainsLikePyTorchSingleAndPipelined) {
   const Json ref = defaults_reference();
   const plan::Plan p = testing::make_plan(kDefaultModel, 8, {{{"/a/"}, {0}, 4}, {{}, {1}, 4}});
-  for (const std::string optimizer : {"sgd", "adam"}) {
-    const std::vector<double> torch_losses = ref[optimizer]["losses"].get<std::vector<double>>();
-    TrainOptions s = defaults_options(ref, optimizer);
-    s.single = true;
-    s.batch = 8;
-    s.log_path = (dir_ / (optimizer + ".jsonl")).string();
-    ASSERT_EQ(run_single(s), 0);
-    const std::vector<double> single = log_losses(s.log_path);
-    expect_close(single, torch_losses, 1e-4, "default export --single " + optimizer + " vs PyTorch");
-    TrainOptions o = defaults_options(ref, optimizer);
-    PreparedRun run = prepare_run(p, "1f1b");
-    RunData data = open_run_data(o, run.graph, true);
-    run.data = data.train;
-    auto results = testing::run_threads(run, o);
-    for (size_t r = 0; r < results.size(); ++r)
-      expect_close(results[r].step_losses, single, 1e-5, "default export 2 stages " + optimizer + " rank " + std::to_string(r));
-  }
+  trains_like_pytorch(ref, kDefaultModel, kDefaults, p, "default export");
 }
 
 // GPT-2's tied output projection exported with the defaults: constant folding writes the head's
@@ -272,23 +276,7 @@ TEST_F(DefaultExport, AFoldedCopyOfATiedWeightTrainsAsTheTieLikePyTorch) {
   EXPECT_NE(keep.err.find("--ties keep: the copy is trained as a parameter of its own"), std::string::npos) << keep.err;
   // The embedding on one stage, the head (reading the tie) on the other.
   const plan::Plan p = testing::make_plan(kTiedDefaultModel, 8, {{{"/tok/", "/fc/"}, {0}, 4}, {{}, {1}, 4}});
-  for (const std::string optimizer : {"sgd", "adam"}) {
-    const std::vector<double> torch_losses = ref[optimizer]["losses"].get<std::vector<double>>();
-    TrainOptions s = reference_options(ref, optimizer, kTiedDefaultModel, kDefaultsTied);
-    s.single = true;
-    s.batch = 8;
-    s.log_path = (dir_ / (optimizer + "_tied.jsonl")).string();
-    ASSERT_EQ(run_single(s), 0);
-    const std::vector<double> single = log_losses(s.log_path);
-    expect_close(single, torch_losses, 1e-4, "folded tie --single " + optimizer + " vs PyTorch");
-    TrainOptions o = reference_options(ref, optimizer, kTiedDefaultModel, kDefaultsTied);
-    PreparedRun run = prepare_run(p, "1f1b");
-    RunData data = open_run_data(o, run.graph, true);
-    run.data = data.train;
-    auto results = testing::run_threads(run, o);
-    for (size_t r = 0; r < results.size(); ++r)
-      expect_close(results[r].step_losses, single, 1e-5, "folded tie 2 stages " + optimizer + " rank " + std::to_string(r));
-  }
+  trains_like_pytorch(ref, kTiedDefaultModel, kDefaultsTied, p, "folded tie");
 }
 
 }  // namespace
