@@ -93,7 +93,7 @@ class Checkpoints : public testing::ScratchDirTest {
 // every logged loss equals the uninterrupted run's, the final weights are identical.
 TEST_F(Checkpoints, RandomKillsAlwaysResumeWithTheLossesOfAnUninterruptedRun) {
   Proc r = run("bash " + std::string(GP_SOURCE_DIR) + "/scripts/crashtest.sh",
-               "GP=" + std::string(GP_BINARY) + " CRASH_KILLS=3 CRASH_STEPS=12 CRASH_SEED=" + std::to_string(::getpid()),
+               "GP=" + std::string(GP_BINARY) + " CRASH_KILLS=3 CRASH_STEPS=8 CRASH_SEED=" + std::to_string(::getpid()),
                240);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("crashtest passed: 3 kills"), std::string::npos) << r.out << r.err;
