@@ -11,6 +11,7 @@
 #include <set>
 #include <variant>
 
+#include "importers/onnx_attention.h"
 #include "importers/onnx_mapper.h"
 #include "support/error.h"
 
@@ -271,8 +272,8 @@ std::map<int, std::vector<int>> batch_moving_regions(const Mapper& mp, const Mat
 // is joined with it and those nodes: one block, judged as a whole below.
 void join_head_split_regions(const Mapper& mp, const Matcher& m, std::map<int, std::vector<int>>& regions) {
   const Net& net = mp.net;
-  static const std::set<std::string> kBetween = {"Mul",     "Div",  "MatMul",  "Softmax", "Transpose",
-                                                 "Reshape", "Cast", "Dropout", "Add",     "Sub"};
+  static const std::set<std::string> kBetween = {"Mul",     "Div",  "MatMul",  "Softmax", "Transpose", "Reshape",
+                                                 "Cast",    "Dropout", "Add",  "Sub",     "Where"};
   std::vector<int> region_of(net.nodes.size(), -1);
   for (const auto& [root, nodes] : regions)
     for (int i : nodes) region_of[static_cast<size_t>(i)] = root;
@@ -333,7 +334,9 @@ struct Region {
   std::vector<std::vector<int64_t>> rank3;  // rank-3 shapes inside: [S, B*heads, H/heads] etc.
 };
 
-Region summarize_region(const Net& net, const Matcher& m, const std::vector<int>& nodes) {
+// `masks`: tensors entering the score path as masks (read by the op's attrs / input 1 instead).
+Region summarize_region(const Net& net, const Matcher& m, const std::vector<int>& nodes,
+                        const std::set<std::string>& masks = {}) {
   Region r;
   std::set<int> inside(nodes.begin(), nodes.end());
   for (int i : nodes) {
@@ -341,7 +344,7 @@ Region summarize_region(const Net& net, const Matcher& m, const std::vector<int>
     r.softmax += nd.op_type() == "Softmax";
     if (nd.op_type() == "MatMul" && net.at(nd.input(0)).activation && net.at(nd.input(1)).activation) ++r.act_matmul;
     for (const auto& in : nd.input()) {
-      if (in.empty()) continue;
+      if (in.empty() || masks.count(in)) continue;
       const auto& ti = net.at(in);
       if (ti.activation && !inside.count(ti.producer)) r.ext_in.insert(in);
       param_roots(net, in, r.params);
@@ -389,6 +392,43 @@ int64_t attention_heads(const Region& r, int64_t h) {
   return heads;
 }
 
+// The region's one Softmax, or -1.
+int region_softmax(const Net& net, const std::vector<int>& nodes) {
+  int sm = -1;
+  for (int i : nodes)
+    if (net.nodes[static_cast<size_t>(i)].op_type() == "Softmax") sm = sm < 0 ? i : -2;
+  return sm < 0 ? -1 : sm;
+}
+
+// The key length of the scores the Softmax reads ([.., S, S]), or 0.
+int64_t score_seq(const Net& net, int softmax) {
+  const auto& s = net.at(net.nodes[static_cast<size_t>(softmax)].input(0)).shape;
+  return s && !s->empty() ? s->back() : 0;
+}
+
+// The attention op's inputs and attrs: x, then the padding mask when there is one.
+std::pair<std::vector<std::string>, Json> attention_signature(const std::string& x, int64_t heads,
+                                                              const AttentionMasks& am) {
+  Json attrs{{"heads", heads}};
+  std::vector<std::string> in{x};
+  if (am.causal) attrs["causal"] = true;
+  if (!am.mask_input.empty()) {
+    in.push_back(am.mask_input);
+    attrs["mask"] = am.mask_mode;
+    if (am.mask_fill) attrs["mask_fill"] = *am.mask_fill;
+  }
+  return {in, attrs};
+}
+
+// Why the scale of the scores is not 1/sqrt(d_head) ("" when it is; an unknown scale passes only
+// when `known_required` is false).
+std::string scale_mismatch(const AttentionMasks& am, int64_t h, int64_t heads, bool known_required) {
+  const double want = 1.0 / std::sqrt(static_cast<double>(h / heads));
+  if (!am.scale) return known_required ? "the scale of the scores is not a constant it can read" : "";
+  if (std::abs(*am.scale - want) <= 1e-5 * want) return "";
+  return fmt::format("the scores are scaled by {:.6g}, expected 1/sqrt({}) = {:.6g}", *am.scale, h / heads, want);
+}
+
 // 1. Each batch-moving region is accepted only as a whole self-attention block (one attention op);
 // otherwise it is claimed with a reason, so the import fails naming it.
 void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
@@ -396,10 +436,16 @@ void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& c
   std::map<int, std::vector<int>> regions = batch_moving_regions(mp, m);
   join_head_split_regions(mp, m, regions);
   for (const auto& [root, nodes] : regions) {
-    const Region r = summarize_region(net, m, nodes);
+    const int sm = region_softmax(net, nodes);
+    const AttentionMasks am = sm >= 0 ? scan_attention_masks(net, sm, score_seq(net, sm)) : AttentionMasks{};
+    const Region r = summarize_region(net, m, nodes, am.operands);
     int64_t h = 0;
-    const std::string why = attention_mismatch(mp, r, h);
+    std::string why = attention_mismatch(mp, r, h);
     const int64_t heads = attention_heads(r, h);
+    if (why.empty() && !am.error.empty()) why = am.error;
+    if (why.empty()) why = scale_mismatch(am, h, heads, false);
+    if (why.empty() && !am.mask_input.empty() && net.at(net.nodes[static_cast<size_t>(sm)].input(0)).shape->size() != 4)
+      why = "a padding mask on sequence-first scores [B*heads, S, S] (export nn.MultiheadAttention with batch_first)";
     claim(claimed, nodes);
     if (!why.empty()) {
       mp.reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a "
@@ -407,9 +453,136 @@ void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& c
                                        node_label(net.nodes[nodes.front()]), node_label(net.nodes[nodes.back()]), why));
       continue;
     }
-    mp.attention_params(mp.emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, {*r.ext_in.begin()},
-                                 *r.outs.begin(), Json{{"heads", heads}}),
+    claim(claimed, am.prep);
+    auto [in, attrs] = attention_signature(*r.ext_in.begin(), heads, am);
+    mp.attention_params(mp.emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs),
                         nodes, h);
+  }
+}
+
+// Batch-first attention (GPT-2 / nanoGPT / BERT written by hand, F.scaled_dot_product_attention):
+// the heads split as [B, heads, S, d], so the batch never leaves dim 0. From each Softmax over
+// rank-4 batch-first scores whose path reaches a MatMul of two activations: the nodes joined to it
+// by rank-4 activations (mask operands excluded), then back from each rank-3 input through
+// Split / Slice to the projection (MatMul with a weight [+ bias Add], or Gemm), and forward from the
+// rank-3 output to the output projection. Returns the nodes (sorted), or nothing when this is not
+// such a block.
+std::optional<std::vector<int>> batch_first_region(const Mapper& mp, const Matcher& m, int softmax,
+                                                   const AttentionMasks& am) {
+  const Net& net = mp.net;
+  auto rank = [&](const std::string& t) { return net.at(t).shape ? net.at(t).shape->size() : size_t{0}; };
+  auto usable = [&](int c) { return c >= 0 && !net.folded[static_cast<size_t>(c)] && !m.claimed[static_cast<size_t>(c)]; };
+  std::set<int> in_region{softmax};
+  std::vector<std::string> work;
+  auto add = [&](int i) {
+    if (!in_region.insert(i).second) return;
+    for (const auto& t : net.nodes[static_cast<size_t>(i)].input())
+      if (!t.empty() && net.at(t).activation && !am.operands.count(t)) work.push_back(t);
+    for (const auto& t : net.nodes[static_cast<size_t>(i)].output())
+      if (!t.empty()) work.push_back(t);
+  };
+  for (const auto& t : net.nodes[static_cast<size_t>(softmax)].input()) work.push_back(t);
+  for (const auto& t : net.nodes[static_cast<size_t>(softmax)].output()) work.push_back(t);
+  std::set<std::string> seen;
+  while (!work.empty()) {
+    const std::string t = work.back();
+    work.pop_back();
+    if (t.empty() || !seen.insert(t).second || !net.at(t).activation || rank(t) != 4 || !mp.batch_first(t)) continue;
+    if (m.is_output(t)) return std::nullopt;
+    if (usable(net.at(t).producer)) add(net.at(t).producer);
+    for (int c : net.at(t).consumers)
+      if (usable(c)) add(c);
+    if (in_region.size() > 64) return std::nullopt;
+  }
+  auto inside = [&](int i) { return in_region.count(i) > 0; };
+  auto param = [&](const std::string& t) { return !t.empty() && !net.at(t).activation && net.at(t).param; };
+  // Back to the input projections.
+  std::set<std::string> ext;
+  for (int i : in_region)
+    for (const auto& t : net.nodes[static_cast<size_t>(i)].input())
+      if (!t.empty() && net.at(t).activation && !am.operands.count(t) && !inside(net.at(t).producer)) ext.insert(t);
+  for (std::string t : ext) {
+    if (rank(t) != 3) return std::nullopt;
+    int p = net.at(t).producer;
+    while (usable(p) && (net.nodes[static_cast<size_t>(p)].op_type() == "Split" ||
+                         net.nodes[static_cast<size_t>(p)].op_type() == "Slice")) {
+      in_region.insert(p);
+      p = net.at(net.nodes[static_cast<size_t>(p)].input(0)).producer;
+    }
+    if (!usable(p) || inside(p)) continue;
+    const auto& nd = net.nodes[static_cast<size_t>(p)];
+    if (nd.op_type() == "Add" && (param(nd.input(0)) || param(nd.input(1)))) {
+      in_region.insert(p);
+      p = net.at(param(nd.input(0)) ? nd.input(1) : nd.input(0)).producer;
+    }
+    if (usable(p) && (net.nodes[static_cast<size_t>(p)].op_type() == "MatMul" ||
+                      net.nodes[static_cast<size_t>(p)].op_type() == "Gemm") &&
+        param(net.nodes[static_cast<size_t>(p)].input(1)))
+      in_region.insert(p);
+  }
+  // Forward to the output projection.
+  std::set<std::string> outs;
+  for (int i : in_region)
+    for (const auto& t : net.nodes[static_cast<size_t>(i)].output())
+      for (int c : t.empty() ? std::vector<int>{} : net.at(t).consumers)
+        if (!inside(c) && !net.folded[static_cast<size_t>(c)] && rank(t) == 3) outs.insert(t);
+  if (outs.size() == 1) {
+    const auto& cs = net.at(*outs.begin()).consumers;
+    int mm = -1;
+    for (int c : cs)
+      if (!net.folded[static_cast<size_t>(c)]) mm = mm == -1 ? c : -2;
+    if (usable(mm) && (net.nodes[static_cast<size_t>(mm)].op_type() == "MatMul" ||
+                       net.nodes[static_cast<size_t>(mm)].op_type() == "Gemm") &&
+        param(net.nodes[static_cast<size_t>(mm)].input(1))) {
+      in_region.insert(mm);
+      const std::string& o = net.nodes[static_cast<size_t>(mm)].output(0);
+      int ad = net.nodes[static_cast<size_t>(mm)].op_type() == "MatMul" ? m.sole(o, "Add") : -1;
+      if (ad >= 0 && (param(net.nodes[static_cast<size_t>(ad)].input(0)) || param(net.nodes[static_cast<size_t>(ad)].input(1))))
+        in_region.insert(ad);
+    }
+  }
+  return std::vector<int>(in_region.begin(), in_region.end());
+}
+
+// 1b. Batch-first attention blocks (batch_first_region). A Softmax whose scores come from a MatMul
+// of two activations and whose region is not a whole block with a readable scale and masks is
+// refused naming its nodes; a Softmax that reaches no such MatMul is left to the node mapping.
+void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
+  const Net& net = mp.net;
+  for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i) {
+    const auto& nd = net.nodes[static_cast<size_t>(i)];
+    if (claimed[static_cast<size_t>(i)] || nd.op_type() != "Softmax" || !net.at(nd.input(0)).shape ||
+        net.at(nd.input(0)).shape->size() != 4 || !mp.batch_first(nd.input(0)))
+      continue;
+    const AttentionMasks am = scan_attention_masks(net, i, score_seq(net, i));
+    if (!am.found()) continue;  // not attention scores
+    std::optional<std::vector<int>> nodes = batch_first_region(mp, m, i, am);
+    std::string why;
+    int64_t h = 0, heads = 1;
+    Region r;
+    if (!nodes) {
+      why = "its nodes reach past the attention block";
+      nodes = std::vector<int>{i};
+    } else {
+      r = summarize_region(net, m, *nodes, am.operands);
+      why = attention_mismatch(mp, r, h);
+      const auto& q = net.at(net.nodes[static_cast<size_t>(am.score_mm)].input(0)).shape;
+      if (q && q->size() == 4 && (*q)[1] * q->back() == h) heads = (*q)[1];
+      if (why.empty() && !am.error.empty()) why = am.error;
+      if (why.empty()) why = scale_mismatch(am, h, heads, true);
+    }
+    claim(claimed, *nodes);
+    if (!why.empty()) {
+      mp.reasons.push_back(fmt::format("nodes {} .. {} (the Softmax {} over [B, heads, S, S] scores) are not a "
+                                       "multi-head self-attention block ({})",
+                                       node_label(net.nodes[static_cast<size_t>(nodes->front())]),
+                                       node_label(net.nodes[static_cast<size_t>(nodes->back())]), node_label(nd), why));
+      continue;
+    }
+    claim(claimed, am.prep);
+    auto [in, attrs] = attention_signature(*r.ext_in.begin(), heads, am);
+    mp.attention_params(mp.emit(fused_name(net, *nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs),
+                        *nodes, h);
   }
 }
 
@@ -518,6 +691,7 @@ bool match_pool_flatten(Mapper& mp, const Matcher& m, int i, std::vector<bool>& 
 void Mapper::match_patterns(std::vector<bool>& claimed) {
   Matcher m{net, claimed};
   map_batch_moving_regions(*this, m, claimed);
+  map_batch_first_attention(*this, m, claimed);
   for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i) {
     if (claimed[i]) continue;
     // The first pattern that matches at node i claims its nodes; at most one can (by op type).

@@ -150,13 +150,16 @@ void embedding_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
 
 // x [S, H]: Q,K,V projections 3*2SH^2, scores QK^T 2S^2H, weighted sum 2S^2H, output
 // projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
+// A causal or padding mask costs what full attention costs (the runtime computes every score and
+// masks it, as PyTorch's math path does); a padding mask adds its read (input_bytes) and one byte
+// per key kept for backward.
 void attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   double s = static_cast<double>(x.in[0][1]), h = static_cast<double>(x.in[0][2]);
   double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
   p.params = 4 * h * h + 4 * h;
   c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
   c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
-  c.saved_bytes = (5 * s * h + heads * s * s) * x.eb;
+  c.saved_bytes = (5 * s * h + heads * s * s) * x.eb + (x.in.size() > 1 ? s : 0.0);
 }
 
 // Each output element is a dot product over its group's ci/groups input channels x kh x kw.

@@ -128,6 +128,7 @@ void check_op_types(const Model& m, const Names& n, const Op& op, const std::str
     }
   }
   for (size_t k = 0; k < dts.size(); ++k) {
+    if (op.kind == OpKind::attention && k == 1) continue;  // a padding mask: i64 or floating, 0 / 1
     bool want_int = ((op.kind == OpKind::embedding_bag || op.kind == OpKind::embedding) && k == 0) ||
                     (op.kind == OpKind::cross_entropy && k == 1);
     bool is_int = dts[k] == DType::i64;

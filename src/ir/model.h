@@ -59,7 +59,14 @@ enum class OpKind {
                   // [0, seq) of a learned [position_rows, dim] table to every sample; x must be
                   // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
   attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
-                  // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head)) V.
+                  // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head) + M) V.
+                  // M masks keys (-inf: weight 0): attrs.causal (default false): key j > query i
+                  // (a decoder); an optional input 1, a padding mask m [B, seq] (i64 or f32, values
+                  // 0 / 1) over the keys: attrs.mask "keep" (default: keys with m != 0 take part,
+                  // HF's attention_mask, SDPA's bool attn_mask) or "ignore" (keys with m != 0 are
+                  // masked: PyTorch's key_padding_mask); masked keys get attrs.mask_fill added
+                  // (default -inf; e.g. -10000 as BERT adds (1 - m) * -10000). A row whose keys
+                  // are all masked is NaN with -inf, as PyTorch's exported graph computes it.
   conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true),
                   // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
                   // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or

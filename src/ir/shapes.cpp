@@ -1,5 +1,6 @@
 // Shape inference per op kind (the semantics documented in model.h) and attribute access.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <tuple>
 
@@ -372,11 +373,25 @@ Shape embedding_shape(const ShapeInput& x) {
   return out;
 }
 
+// x [B, seq, hidden] and an optional padding mask [B, seq] over the keys (attrs.mask says how it is read).
 Shape attention_shape(const ShapeInput& x) {
-  x.one_input(3, 3);
+  x.need_inputs(1, 2);
+  x.need_rank(0, 3, 3);
   int64_t heads = x.positive("heads", std::nullopt);
   if (x.in[0][2] % heads != 0)
     x.fail(fmt::format("attrs.heads = {} does not divide hidden size {}", heads, x.in[0][2]));
+  x.flag("causal");  // a bool when present
+  if (x.in.size() == 2) {
+    if (x.in[1] != Shape{kBatch, x.in[0][1]})
+      x.fail(fmt::format("input 1 (the padding mask) has shape {}, expected [B, {}] (one value per key position)",
+                         shape_str(x.in[1]), x.in[0][1]));
+    attr_choice(x.op, "mask", "keep", {"keep", "ignore"}, x.where);
+    const double fill = x.number("mask_fill", -1.0);
+    if (x.op.attrs.contains("mask_fill") && !(fill < 0 && std::isfinite(fill)))
+      x.fail(fmt::format("attrs.mask_fill must be a finite negative number (leave it out for -inf), found {}", fill));
+  } else if (x.op.attrs.contains("mask") || x.op.attrs.contains("mask_fill")) {
+    x.fail("attrs.mask / attrs.mask_fill without a padding-mask input (input 1)");
+  }
   return x.in[0];
 }
 

@@ -10,8 +10,10 @@ namespace gp::models::detail {
 using ir::OpKind;
 
 std::string transformer_layer(ir::ModelBuilder& b, const std::string& p, const std::string& x,
-                              int64_t heads, int64_t hidden, int64_t ffn) {
-  auto attn = b.op(p + ".attn", OpKind::attention, {x}, {{"heads", heads}});
+                              int64_t heads, int64_t hidden, int64_t ffn, bool causal) {
+  Json attrs{{"heads", heads}};
+  if (causal) attrs["causal"] = true;
+  auto attn = b.op(p + ".attn", OpKind::attention, {x}, attrs);
   auto res1 = b.op(p + ".add1", OpKind::add, {x, attn});
   auto ln1 = b.op(p + ".ln1", OpKind::layernorm, {res1});
   auto up = b.linear(p + ".ffn1", ln1, ffn);
@@ -50,7 +52,7 @@ ir::Model build_mmt(const BuiltinSpec& s) {
   return b.build();
 }
 
-// GPT: the input is the token embeddings [seq, hidden] (the IR has no token-embedding op); the LM
+// GPT: a decoder: every attention is causal (costs as full attention). The input is the token embeddings [seq, hidden] (the IR has no token-embedding op); the LM
 // head runs on every position (its real cost), and the logits are averaged over positions so the
 // loss is cross_entropy over [B, vocab] against one label token per sample.
 // With tie_embeddings=1 the input is token ids into a token embedding "wte" (with learned
@@ -66,7 +68,7 @@ ir::Model build_gpt(const BuiltinSpec& s) {
                              {{"rows", s["vocab"]}, {"dim", s["hidden"]}, {"positions", true}})
                       : b.input("tokens", {s["seq"], s["hidden"]});
   for (int64_t l = 0; l < s["layers"]; ++l)
-    x = transformer_layer(b, fmt::format("l{}", l), x, s["heads"], s["hidden"], s["ffn"]);
+    x = transformer_layer(b, fmt::format("l{}", l), x, s["heads"], s["hidden"], s["ffn"], /*causal=*/true);
   auto label = b.input("label", {}, ir::DType::i64);
   auto norm = b.op("final.ln", OpKind::layernorm, {x});
   auto logits = b.linear("final.lm_head", norm, s["vocab"], /*bias=*/!tie);

@@ -49,7 +49,7 @@ const std::vector<Builtin>& registry() {
          {"hidden", 4096, "width of towers and head (also each tower's input size)"}}},
        detail::build_candle_uno},
       {{"gpt",
-        "sequential decoder-only transformer (input: token embeddings; per-position LM head)",
+        "sequential decoder-only transformer, causal attention (input: token embeddings; per-position LM head)",
         {{"layers", 12, "transformer layers"},
          {"seq", 1024, "sequence length"},
          {"hidden", 768, "hidden size"},

@@ -22,6 +22,7 @@ int64_t index_range(const ir::Graph& g, int input_index) {
       int64_t r = 0;
       if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0)
         r = op.attrs.value("rows", int64_t{0});
+      if (op.kind == ir::OpKind::attention && k == 1) r = 2;  // a padding mask: 0 / 1
       if (op.kind == ir::OpKind::cross_entropy && k == 1) {
         OpId logits = g.find(op.inputs[0]);
         const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
@@ -48,6 +49,32 @@ const ir::Op* target_of(const ir::Graph& g, const std::string& name) {
       return &op;
   }
   return nullptr;
+}
+
+/// The attention op reading graph input `name` as its padding mask (input 1), or nullptr.
+const ir::Op* mask_reader(const ir::Graph& g, const std::string& name) {
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    if (op.kind == ir::OpKind::attention && op.inputs.size() == 2 && op.inputs[1] == name) return &op;
+  }
+  return nullptr;
+}
+
+/// Padding masks [count, seq]: sample i keeps its first L keys (L uniform in [1, seq]; 1 = kept,
+/// as attrs.mask "keep" reads it, 0 = kept for "ignore"), so no row has every key masked.
+torch::Tensor random_padding_masks(const ir::Input& input, const ir::Op& reader,
+                                   int64_t sample_begin, int64_t count, uint64_t seed, int64_t step) {
+  const int64_t seq = input.shape.at(1);
+  const bool keep = reader.attrs.value("mask", std::string("keep")) == "keep";
+  uint64_t base = stable_hash({"mask", input.name}, seed);
+  torch::Tensor m = torch::zeros({count, seq}, torch::kLong);
+  for (int64_t i = 0; i < count; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {sample_begin + i, step}));
+    const int64_t len = 1 + torch::randint(0, seq, {1}, gen, torch::kLong).item<int64_t>();
+    m[i].narrow(0, 0, len).fill_(1);
+  }
+  if (!keep) m = 1 - m;
+  return input.dtype == ir::DType::i64 ? m : m.to(torch::kFloat32);
 }
 
 /// Pure random samples of one input: normal(0, 1) or uniform integers in [0, range).
@@ -81,7 +108,8 @@ int teacher_source(const ir::Graph& g) {
   const auto& inputs = g.model().inputs;
   for (bool want_index : {false, true})
     for (size_t i = 0; i < inputs.size(); ++i)
-      if ((inputs[i].dtype == ir::DType::i64) == want_index && !target_of(g, inputs[i].name))
+      if ((inputs[i].dtype == ir::DType::i64) == want_index && !target_of(g, inputs[i].name) &&
+          !mask_reader(g, inputs[i].name))
         return static_cast<int>(i);
   return -1;
 }
@@ -91,6 +119,8 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
   bool is_index = input.dtype == ir::DType::i64;
   int64_t range = is_index ? index_range(g, input_index) : 0;
+  if (const ir::Op* reader = mask_reader(g, input.name))
+    return random_padding_masks(input, *reader, sample_begin, count, seed, step);
   const ir::Op* loss = target_of(g, input.name);
   int source = teacher_source(g);
   if (!loss || source < 0) return random_rows(input, range, sample_begin, count, seed, step);

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <limits>
 
 #include "ir/attrs.h"
 #include "runtime/detail/executor.h"
@@ -241,8 +242,11 @@ torch::Tensor concat(const ir::Graph& g, const ir::Op& op, const std::vector<tor
   return torch::cat(all, ir::attr_axis(op, "axis", std::nullopt, static_cast<size_t>(all[0].dim()), g.name()));
 }
 
-torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+// Masks as PyTorch applies them: masked scores get -inf (masked_fill: zero gradient there) or, with
+// attrs.mask_fill, that value added (BERT's (1 - m) * -10000).
+torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const std::vector<torch::Tensor>& in,
                         const std::vector<torch::Tensor>& w) {
+  const torch::Tensor& x = in[0];
   int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
   int64_t b = x.size(0), s = x.size(1), h = x.size(2), dh = h / heads;
   auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, dh}).transpose(1, 2); };
@@ -250,6 +254,19 @@ torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const torch::Tenso
   torch::Tensor k = split(torch::linear(x, w[2], w[3]));
   torch::Tensor v = split(torch::linear(x, w[4], w[5]));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+  if (ir::attr_bool(op, "causal", false, g.name())) {  // key j > query i
+    torch::Tensor future = torch::ones({s, s}, torch::TensorOptions(torch::kBool).device(x.device())).triu(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  }
+  if (in.size() > 1) {  // a padding mask m [b, s] over the keys
+    torch::Tensor set = in[1].ne(0);
+    torch::Tensor masked = (ir::attr_choice(op, "mask", "keep", {"keep", "ignore"}, g.name()) == "keep" ? set.logical_not() : set)
+                               .view({b, 1, 1, s});
+    if (op.attrs.contains("mask_fill"))
+      scores = scores + masked.to(scores.scalar_type()) * ir::attr_num(op, "mask_fill", 0, g.name());
+    else
+      scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
+  }
   torch::Tensor o = torch::matmul(torch::softmax(scores, -1), v);  // [b, heads, s, dh]
   return torch::linear(o.transpose(1, 2).reshape({b, s, h}), w[6], w[7]);
 }
@@ -300,7 +317,7 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       if (w.size() == 1) return y;
       return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch
     }
-    case ir::OpKind::attention: return attention(g, op, in[0], w);
+    case ir::OpKind::attention: return attention(g, op, in, w);
     case ir::OpKind::conv2d: return conv2d(g, op, in[0], w);
     case ir::OpKind::batchnorm:  // training mode: statistics of this micro-batch
       return torch::batch_norm(in[0], w[0], w[1], {}, {}, true, 0.1, ir::attr_num(op, "eps", 1e-5, where), false);

@@ -56,18 +56,44 @@ struct Compared {
   double max_abs = 0, max_rel = 0, scale = 0;
 };
 
+/// The reference attention mask: m[b, j] = 1 for j < seq - 2 b, else 0 (TinyBert.padding_mask).
+torch::Tensor reference_mask(int64_t batch, int64_t seq) {
+  torch::Tensor j = torch::arange(seq, torch::kLong);
+  std::vector<torch::Tensor> rows;
+  for (int64_t b = 0; b < batch; ++b) rows.push_back((j < seq - 2 * b).to(torch::kLong));
+  return torch::stack(rows);
+}
+
+/// Whether graph input `name` is an attention op's padding mask (input 1).
+bool is_attention_mask(const ir::Graph& g, const std::string& name) {
+  for (OpId id : g.op_ids())
+    if (g.op(id).kind == ir::OpKind::attention && g.op(id).inputs.size() == 2 && g.op(id).inputs[1] == name) return true;
+  return false;
+}
+
 /// The imported graph (dropout p = 0: PyTorch ran in eval mode) with the file's weights, on the
-/// reference input; the op feeding the appended loss against PyTorch's output.
-Compared compare_with_pytorch(const std::string& name) {
+/// reference input (and reference mask for an attention-mask input); the op feeding the appended
+/// loss against PyTorch's output, within `tol` relative to the output's scale.
+/// `unmask` (a negative control): drop every attention's causal attr and padding mask first, and
+/// expect the output to differ.
+Compared compare_with_pytorch(const std::string& name, double tol = 1e-4, bool unmask = false) {
   const std::string path = kDir + "/" + name + ".onnx";
   ir::Model model = importers::load_model(path);
   for (auto& op : model.ops)
     if (op.kind == ir::OpKind::dropout) op.attrs["p"] = 0.0;
+  for (auto& op : model.ops)
+    if (unmask && op.kind == ir::OpKind::attention) {
+      op.attrs.erase("causal");
+      op.attrs.erase("mask");
+      op.attrs.erase("mask_fill");
+      op.inputs.resize(1);
+    }
   ir::Graph g = ir::Graph::build(std::move(model), name);
   importers::ParamValues w = importers::load_weights(path);
   check_initial_values(g, w);
   StageModule m(g, ops_without_loss(g), 1, w);
-  EXPECT_EQ(m.external_inputs(), std::vector<std::string>{"input"});
+  const bool masked = g.find_input("input1") != nullptr;
+  if (!masked) EXPECT_EQ(m.external_inputs(), std::vector<std::string>{"input"});
   const std::string pred = g.op(g.find(g.model().outputs.at(0))).inputs.at(0);
 
   Json ref = reference(name);
@@ -76,7 +102,12 @@ Compared compare_with_pytorch(const std::string& name) {
   MicroBatchInfo info{0, batch, batch, 0};
   const ir::Input& input = g.model().inputs.at(0);
   const int64_t range = input.dtype == ir::DType::i64 ? index_range(g, 0) : 0;
-  torch::Tensor y = m.forward({{"input", reference_input(batch, input.shape, range)}}, info).at(pred);
+  TensorMap feed{{masked ? "input0" : "input", reference_input(batch, input.shape, range)}};
+  if (masked) {  // token ids and the attention mask
+    EXPECT_TRUE(unmask || is_attention_mask(g, "input1"));
+    feed.emplace("input1", reference_mask(batch, input.shape.at(1)));
+  }
+  torch::Tensor y = m.forward(feed, info).at(pred);
   std::vector<float> want = ref.at("values").get<std::vector<float>>();
   EXPECT_EQ(y.sizes().vec(), ref.at("shape").get<std::vector<int64_t>>());
   torch::Tensor e = torch::tensor(want).reshape(y.sizes());
@@ -86,9 +117,13 @@ Compared compare_with_pytorch(const std::string& name) {
   c.max_rel = ((y - e).abs() / e.abs().clamp_min(1e-6)).max().item<double>();
   std::printf("[onnx weights] %s: %lld outputs, max |y| %.4g, max abs error %.3g, max rel error %.3g\n", name.c_str(),
               static_cast<long long>(y.numel()), c.scale, c.max_abs, c.max_rel);
-  // 1e-4 relative, per element and to the output's scale.
-  EXPECT_LT(c.max_rel, 1e-4) << name;
-  EXPECT_LT(c.max_abs, 1e-4 * c.scale) << name;
+  if (unmask) {
+    EXPECT_GT(c.max_abs, 1e-2 * c.scale) << name << ": the masks make no difference";
+    return c;
+  }
+  // 1e-4 relative per element; tol (default 1e-4) relative to the output's scale.
+  EXPECT_LT(c.max_rel, std::max(tol, 1e-4)) << name;
+  EXPECT_LT(c.max_abs, tol * c.scale) << name;
   return c;
 }
 
@@ -106,6 +141,19 @@ TEST(OnnxWeights, Torch2EncoderOutputEqualsPyTorch) { compare_with_pytorch("enco
 TEST(OnnxWeights, Torch2TokenPositionEmbeddingOutputEqualsPyTorch) { compare_with_pytorch("token_posemb_torch2"); }
 // torchvision's VisionTransformer with a random (not zero) head.
 TEST(OnnxWeights, Torch2TinyVitOutputEqualsPyTorch) { compare_with_pytorch("tiny_vit_torch2"); }
+// Batch-first attention written by hand (issue 34, item 2): a GPT-2-style decoder (causal SDPA,
+// learned positions, tied LM head) and a BERT-style encoder whose scores get (1 - m) * -10000 from
+// an attention-mask input; within 1e-5 of PyTorch.
+TEST(OnnxWeights, Torch2Gpt2CausalOutputEqualsPyTorch) { compare_with_pytorch("gpt2_torch2", 1e-5); }
+TEST(OnnxWeights, Torch2BertWithAttentionMaskOutputEqualsPyTorch) { compare_with_pytorch("bert_mask_torch2", 1e-5); }
+// nn.TransformerEncoderLayer with generate_square_subsequent_mask and is_causal=True (sequence-first
+// inside nn.MultiheadAttention, heads joined batch-first).
+TEST(OnnxWeights, Torch2CausalEncoderLayerOutputEqualsPyTorch) { compare_with_pytorch("causal_encoder_torch2", 1e-5); }
+TEST(OnnxWeights, Torch2MasksMatterWithoutThemTheOutputsDiffer) {
+  compare_with_pytorch("gpt2_torch2", 1e-5, /*unmask=*/true);
+  compare_with_pytorch("causal_encoder_torch2", 1e-5, /*unmask=*/true);
+  compare_with_pytorch("bert_mask_torch2", 1e-5, /*unmask=*/true);
+}
 
 // Issue 15: one small model per torchvision family, built from torchvision's own classes (batchnorm
 // in training mode on both sides: the batch's statistics).

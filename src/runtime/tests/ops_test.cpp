@@ -133,6 +133,101 @@ TEST(Ops, AttentionMatchesPerHeadManualComputation) {
   }
 }
 
+// Causal and padding masks against torch's own scaled_dot_product_attention (boolean attn_mask:
+// true = the key takes part) or BERT's additive (1 - m) * -10000, forward and backward (x and all
+// eight parameters).
+struct MaskCase {
+  const char* what;
+  bool causal;
+  const char* mask;  // "" (none), "keep", "ignore"
+  bool fill;         // attrs.mask_fill = -10000 (added) instead of -inf
+  bool float_mask;   // the mask input is f32 instead of i64
+};
+
+void expect_attention_like_torch(const MaskCase& c) {
+  SCOPED_TRACE(c.what);
+  const int64_t batch = 3, s = 6, h = 8, heads = 2, dh = h / heads;
+  ir::ModelBuilder b("att");
+  std::string x = b.input("x", {s, h});
+  std::vector<std::string> in{x};
+  Json attrs{{"heads", heads}};
+  if (c.causal) attrs["causal"] = true;
+  if (*c.mask) {
+    in.push_back(b.input("m", {s}, c.float_mask ? ir::DType::f32 : ir::DType::i64));
+    attrs["mask"] = c.mask;
+    if (c.fill) attrs["mask_fill"] = -10000.0;
+  }
+  std::string a = b.op("a", ir::OpKind::attention, in, attrs);
+  b.output(b.op("loss", ir::OpKind::mse_loss, {a, b.input("t", {s, h})}));
+  ir::Graph g = ir::Graph::build(b.build());
+  StageModule m(g, {g.find("a")}, 7);
+  auto named = m.named_parameters();
+  torch::manual_seed(5);
+  torch::Tensor xin = torch::randn({batch, s, h}).requires_grad_();
+  // Sample 0 keeps every key, sample 1 the first 4, sample 2 only the first.
+  torch::Tensor keep = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, torch::kLong).view({batch, s});
+  torch::Tensor min = std::string(c.mask) == "ignore" ? 1 - keep : keep;
+  if (c.float_mask) min = min.to(torch::kFloat32);
+  TensorMap feed{{"x", xin}};
+  if (*c.mask) feed.emplace("m", min);
+  torch::Tensor out = m.forward(feed, {0, batch, batch, 0}).at("a");
+  torch::Tensor r = torch::randn({batch, s, h});
+  (out * r).sum().backward();
+
+  // The reference on copies of the same weights.
+  std::vector<torch::Tensor> w;
+  for (auto& [n, t] : named) w.push_back(t.detach().clone().requires_grad_());
+  torch::Tensor xr = xin.detach().clone().requires_grad_();
+  auto split = [&](const torch::Tensor& t) { return t.view({batch, s, heads, dh}).transpose(1, 2); };
+  torch::Tensor q = split(torch::linear(xr, w[0], w[1])), k = split(torch::linear(xr, w[2], w[3])),
+                v = split(torch::linear(xr, w[4], w[5]));
+  torch::Tensor ctx;
+  if (c.fill) {  // BERT: scores + (1 - m) * -10000
+    torch::Tensor bias = ((1 - keep).to(torch::kFloat32) * -10000.0).view({batch, 1, 1, s});
+    torch::Tensor sc = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh)) + bias;
+    if (c.causal) sc = sc.masked_fill(torch::ones({s, s}, torch::kBool).triu(1), -INFINITY);
+    ctx = torch::matmul(torch::softmax(sc, -1), v);
+  } else {
+    torch::Tensor allowed = torch::ones({batch, 1, s, s}, torch::kBool);
+    if (c.causal) allowed = allowed & torch::ones({s, s}, torch::kBool).tril();
+    if (*c.mask) allowed = allowed & keep.to(torch::kBool).view({batch, 1, 1, s});
+    ctx = torch::scaled_dot_product_attention(q, k, v, allowed);
+  }
+  torch::Tensor want = torch::linear(ctx.transpose(1, 2).reshape({batch, s, h}), w[6], w[7]);
+  (want * r).sum().backward();
+  EXPECT_TRUE(torch::allclose(out.detach(), want.detach(), 1e-5, 1e-6)) << out << want;
+  EXPECT_TRUE(torch::allclose(xin.grad(), xr.grad(), 1e-5, 1e-6)) << xin.grad() << xr.grad();
+  for (size_t i = 0; i < named.size(); ++i)
+    EXPECT_TRUE(torch::allclose(named[i].second.grad(), w[i].grad(), 1e-5, 1e-6)) << named[i].first;
+}
+
+TEST(Ops, AttentionCausalEqualsTorchSdpa) { expect_attention_like_torch({"causal", true, "", false, false}); }
+TEST(Ops, AttentionKeepMaskEqualsTorchSdpa) { expect_attention_like_torch({"keep", false, "keep", false, false}); }
+TEST(Ops, AttentionIgnoreMaskF32EqualsTorchSdpa) { expect_attention_like_torch({"ignore", false, "ignore", false, true}); }
+TEST(Ops, AttentionCausalAndKeepMaskEqualsTorchSdpa) { expect_attention_like_torch({"causal+keep", true, "keep", false, false}); }
+TEST(Ops, AttentionAdditiveFillEqualsBertsMask) { expect_attention_like_torch({"fill", false, "keep", true, false}); }
+
+TEST(Ops, AttentionMaskChangesTheOutputOnlyWhereKeysAreMasked) {
+  // Full vs causal: query s-1 sees every key either way (equal rows); query 0 differs.
+  const int64_t s = 4, h = 4;
+  auto build = [&](bool causal) {
+    ir::ModelBuilder b("att");
+    std::string x = b.input("x", {s, h});
+    Json attrs{{"heads", 2}};
+    if (causal) attrs["causal"] = true;
+    std::string a = b.op("a", ir::OpKind::attention, {x}, attrs);
+    b.output(b.op("loss", ir::OpKind::mse_loss, {a, b.input("t", {s, h})}));
+    return ir::Graph::build(b.build());
+  };
+  ir::Graph full = build(false), causal = build(true);
+  StageModule mf(full, {full.find("a")}, 3), mc(causal, {causal.find("a")}, 3);
+  torch::Tensor xin = torch::randn({1, s, h});
+  torch::Tensor yf = mf.forward({{"x", xin}}, {0, 1, 1, 0}).at("a").detach();
+  torch::Tensor yc = mc.forward({{"x", xin}}, {0, 1, 1, 0}).at("a").detach();
+  EXPECT_TRUE(torch::allclose(yf[0][s - 1], yc[0][s - 1], 1e-6, 1e-7));
+  EXPECT_FALSE(torch::allclose(yf[0][0], yc[0][0], 1e-3, 1e-4));
+}
+
 TEST(Ops, DropoutKeepsExpectedFractionAndScales) {
   ir::ModelBuilder b("d");
   std::string x = b.input("x", {1000});

@@ -1,0 +1,80 @@
+// Masked attention in training (issue 34, item 2): torch 2.x's export of a GPT-2-style decoder
+// (causal attention, learned positions, LM head tied to the token embedding) and of a BERT-style
+// encoder with an attention-mask input train on a 2-stage pipeline exactly like --single (losses and
+// every final weight within 1e-5). The GPT's stages hold one user of the tied table each; both of
+// the BERT's stages read the mask input (each stage feeds its own external inputs), whose synthetic
+// values are padding masks (a kept prefix of random length, never all keys masked).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/tests/dist_plans.h"
+
+namespace gp::runtime {
+namespace {
+
+const std::string kOnnx = std::string(GP_SOURCE_DIR) + "/tests/fixtures/onnx/";
+
+/// testing::expect_equivalent (losses and final weights within 1e-5 of --single's), then prints the
+/// largest relative loss difference and weight difference measured.
+void expect_like_single(const plan::Plan& p, const std::string& what) {
+  const int steps = 4;
+  const double lr = 0.05;
+  testing::expect_equivalent(p, steps, "sgd", lr);
+  auto results = testing::run_threads(prepare_run(p, "1f1b"), testing::options(steps, "sgd", lr));
+  auto ref = testing::single_reference(p.model_spec, p.mini_batch_size, steps, "sgd", lr);
+  double loss_diff = 0, weight_diff = 0;
+  for (const auto& r : results) {
+    for (int s = 0; s < steps; ++s)
+      loss_diff = std::max(loss_diff, std::abs(r.step_losses[static_cast<size_t>(s)] - ref.losses[static_cast<size_t>(s)]) /
+                                          std::abs(ref.losses[static_cast<size_t>(s)]));
+    for (const auto& [n, t] : r.final_params)
+      for (const auto& [rn, rt] : ref.params)
+        if (rn == n) weight_diff = std::max(weight_diff, (t - rt).abs().max().item<double>());
+  }
+  std::printf("[masked attention] %s: %d SGD steps on %zu stages, losses %.4f -> %.4f, largest relative loss "
+              "difference to --single %.2e, largest weight difference %.2e\n",
+              what.c_str(), steps, p.stages.size(), ref.losses.front(), ref.losses.back(), loss_diff, weight_diff);
+}
+
+TEST(MaskedAttention, Gpt2CausalTiedTrainsOnTwoStagesLikeSingle) {
+  const std::string spec = kOnnx + "gpt2_torch2.onnx";
+  plan::Plan p = testing::make_plan(spec, 8, {{{"/tok/", "/blocks.0/"}, {0}, 4}, {{}, {1}, 4}});
+  ir::Graph g = importers::load_graph(spec);
+  ASSERT_EQ(g.model().shared_params.size(), 1u);
+  // The embedding and the tied LM head are on different stages: both hold the table.
+  EXPECT_NE(std::find(p.stages[0].ops.begin(), p.stages[0].ops.end(), "/tok/Gather"), p.stages[0].ops.end());
+  EXPECT_NE(std::find(p.stages[1].ops.begin(), p.stages[1].ops.end(), "/lm_head/MatMul"), p.stages[1].ops.end());
+  EXPECT_EQ(g.op(g.find("/blocks.1/attn/attention")).attrs.at("causal"), true);
+  expect_like_single(p, "gpt2_torch2");
+}
+
+TEST(MaskedAttention, BertWithAttentionMaskTrainsOnTwoStagesLikeSingle) {
+  const std::string spec = kOnnx + "bert_mask_torch2.onnx";
+  plan::Plan p = testing::make_plan(spec, 8, {{{"/tok/", "/ln/", "/layers.0/"}, {0}, 4}, {{}, {1}, 4}});
+  ir::Graph g = importers::load_graph(spec);
+  for (const auto& st : p.stages) {  // each stage has an attention op reading the mask
+    StageModule m(g, [&] {
+      std::vector<OpId> ids;
+      for (const auto& n : st.ops) ids.push_back(g.find(n));
+      return ids;
+    }(), 1);
+    const auto& ext = m.external_inputs();
+    EXPECT_TRUE(std::binary_search(ext.begin(), ext.end(), "input1")) << "stage " << st.id;
+  }
+  // The synthetic masks keep a prefix of 1..seq keys: some padding, never a row with none kept.
+  const int mask = static_cast<int>(std::find_if(g.model().inputs.begin(), g.model().inputs.end(),
+                                                 [](const ir::Input& in) { return in.name == "input1"; }) -
+                                    g.model().inputs.begin());
+  torch::Tensor m = synthetic_input(g, mask, 0, 64, 1, 0);
+  EXPECT_EQ(m.scalar_type(), torch::kLong);
+  EXPECT_TRUE(m.select(1, 0).eq(1).all().item<bool>());
+  EXPECT_GT(m.eq(0).sum().item<int64_t>(), 0);
+  EXPECT_TRUE((m.slice(1, 1) <= m.slice(1, 0, -1)).all().item<bool>());  // a prefix
+  expect_like_single(p, "bert_mask_torch2");
+}
+
+}  // namespace
+}  // namespace gp::runtime
