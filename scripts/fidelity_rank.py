@@ -106,7 +106,8 @@ def main():
     for name, path, p, _ in plans:
         short = cpu_of([gp, "train", "--plan", path, "--steps", "2", "--seed", "1"])
         used = len({d for s in p["stages"] for d in s["devices"]})
-        cpu[name] = max(1e-9, (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()))
+        c = (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()) if a.steps > 2 else 0
+        cpu[name] = c if c > 0 else None  # too few steps to rise above the start-up's noise: no figure
     lines = []
     lines.append("**%s** `%s`, mini-batch %d, %d rounds of %d steps (first %d left out), %d cores, load after %s" % (
         a.label or "model", a.model, a.batch, a.rounds, a.steps, a.warmup, os.cpu_count(),
@@ -116,12 +117,12 @@ def main():
     lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for name, _, p, pred in plans:
         m = statistics.median(meas[name])
-        lines.append("| %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f |" % (name, shape(p), pred, m, m / pred, cpu[name],
-                                                                     cpu[name] / pred))
+        c_txt = "%.4f | %.2f" % (cpu[name], cpu[name] / pred) if cpu[name] else "- | -"
+        lines.append("| %s | %s | %.4f | %.4f | %.2f | %s |" % (name, shape(p), pred, m, m / pred, c_txt))
     lines.append("")
     lines.append("| a vs b | predicted t_a/t_b | measured t_a/t_b (rounds' range) | measured / predicted | within 0.85-1.15 | CPU-time t_a/t_b | CPU / predicted | within |")
     lines.append("| --- | ---: | ---: | ---: | :---: | ---: | ---: | :---: |")
-    worst, ok, cworst, cok = 1.0, 0, 1.0, 0
+    worst, ok, cworst, cok, cpairs = 1.0, 0, 1.0, 0, 0
     pairs = list(itertools.combinations(plans, 2))
     for (na, _, _, pa), (nb, _, _, pb) in pairs:
         rs = [x / y for x, y in zip(meas[na], meas[nb])]
@@ -130,26 +131,33 @@ def main():
         worst = max(worst, q, 1 / q)
         good = 0.85 <= q <= 1.15
         ok += good
-        cr = cpu[na] / cpu[nb]
-        cq = cr / pr
-        cworst = max(cworst, cq, 1 / cq)
-        cgood = 0.85 <= cq <= 1.15
-        cok += cgood
-        lines.append("| %s vs %s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s | %.2f | %.2f | %s |" % (
-            na, nb, pr, mr, min(rs), max(rs), q, "yes" if good else "NO", cr, cq, "yes" if cgood else "NO"))
+        if cpu[na] and cpu[nb]:
+            cr = cpu[na] / cpu[nb]
+            cq = cr / pr
+            cworst = max(cworst, cq, 1 / cq)
+            cgood = 0.85 <= cq <= 1.15
+            cok += cgood
+            cpairs += 1
+            c_txt = "%.2f | %.2f | %s" % (cr, cq, "yes" if cgood else "NO")
+        else:
+            c_txt = "- | - | -"
+        lines.append("| %s vs %s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s | %s |" % (
+            na, nb, pr, mr, min(rs), max(rs), q, "yes" if good else "NO", c_txt))
     first = plans[1]  # the planner's own plan for this machine (all its devices)
     fastest = min(plans, key=lambda x: statistics.median(meas[x[0]]))
     slow = statistics.median(meas[first[0]]) / statistics.median(meas[fastest[0]])
     predicted_best = min(plans, key=lambda x: x[3])
     lines.append("")
-    cfastest = min(plans, key=lambda x: cpu[x[0]])
+    timed = [x for x in plans if cpu[x[0]]]
+    cfastest = min(timed, key=lambda x: cpu[x[0]]) if timed else None
     lines.append("Wall clock: pairs within 0.85-1.15: %d of %d (worst off by %.2fx). Predicted fastest: %s; measured "
                  "fastest: %s; the planner's choice (%s) is %.2fx the fastest's time (target: within 1.05)." % (
                      ok, len(pairs), worst, predicted_best[0], fastest[0], first[0], slow))
     lines.append("")
-    lines.append("CPU time / cores in use: pairs within 0.85-1.15: %d of %d (worst off by %.2fx); fastest: %s; the "
-                 "planner's choice is %.2fx the fastest's." % (cok, len(pairs), cworst, cfastest[0],
-                                                               cpu[first[0]] / cpu[cfastest[0]]))
+    choice = ("the planner's choice is %.2fx the fastest's" % (cpu[first[0]] / cpu[cfastest[0]])
+              if cfastest and cpu[first[0]] else "no figure for the planner's choice")
+    lines.append("CPU time / cores in use: pairs within 0.85-1.15: %d of %d with a figure (worst off by %.2fx); "
+                 "fastest: %s; %s." % (cok, cpairs, cworst, cfastest[0] if cfastest else "-", choice))
     lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -1,0 +1,37 @@
+#!/bin/bash
+# The small version of make fidelity's ranking tables (scripts/fidelity_rank.py): a tiny model, one
+# round of 3 steps per plan, the fixed cpu figures (GRAPHPIPE_CALIBRATION=off: no measurement). Checks
+# the tables' shape and that every figure is a positive number; no timing is asserted (the machine is
+# shared): the speed checks are `make fidelity`'s.
+# Usage: fidelity_rank_test.sh path/to/graphpipe path/to/scripts
+set -u
+GP=$(readlink -f "$1")
+SCRIPTS=$(readlink -f "$2")
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export GRAPHPIPE_CALIBRATION=off
+fail() { echo "FAIL: $*"; exit 1; }
+M="mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64"
+python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/rank.md" --rounds 1 --steps 3 --warmup 1 --label tiny \
+  > "$T/out" 2>&1 || { cat "$T/out"; fail "fidelity_rank.py exited $?"; }
+python3 - "$T/rank.md" <<'PY' || exit 1
+import re, sys
+text = open(sys.argv[1]).read()
+rows = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| ---")]
+plans = [r for r in rows if not r.startswith("| plan") and " vs " not in r]
+pairs = [r for r in rows if " vs " in r and not r.startswith("| a vs b")]
+assert len(plans) == 5, "want 5 plan rows, got %d:\n%s" % (len(plans), text)
+assert len(pairs) == 10, "want 10 pair rows, got %d:\n%s" % (len(pairs), text)
+for r in plans + pairs:
+    # every figure positive; the CPU-time ones may be "-" (3 steps rarely rise above start-up's noise)
+    nums = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", r)]
+    assert len(nums) >= 3 and all(x > 0 for x in nums), "a figure is missing or not positive: " + r
+assert "Wall clock: pairs within 0.85-1.15:" in text and "CPU time / cores in use:" in text, text
+assert text.startswith("**tiny** `mmt:"), text[:200]
+PY
+# A bad model is one line on stderr naming it, and a non-zero exit.
+if python3 "$SCRIPTS/fidelity_rank.py" "$GP" "nosuchmodel" 8 "$T/bad.md" --rounds 1 > "$T/bad" 2>&1; then
+  fail "a bad model spec was accepted"
+fi
+grep -q "nosuchmodel" "$T/bad" || { cat "$T/bad"; fail "the error does not name the model"; }
+echo "fidelity_rank_test: ok"
