@@ -295,3 +295,43 @@ TEST(IrTest, BroadcastingParameterOperandsAndPad) {
   EXPECT_THROW(bad.op("p", OpKind::pad, {"x"}, {{"pads", {0, 1, 0, 0}}}), UserError);
   EXPECT_THROW(bad.op("a", OpKind::add, {"x"}), UserError);  // one operand and no parameter
 }
+
+// Masked attention (issue 34, item 2): attrs.causal and a padding mask [B, seq] as input 1 (i64 or
+// f32), read as "keep" or "ignore", with an optional finite negative mask_fill; the costs are full
+// attention's plus the mask's read and one byte per key kept.
+TEST(IrTest, AttentionMasksAreCheckedAndCostFullAttention) {
+  auto build = [](Json attrs, bool mask_input, DType mask_dtype = DType::i64, Shape mask_shape = {8}) {
+    ModelBuilder b("att");
+    b.input("x", {8, 16});
+    std::vector<std::string> in{"x"};
+    if (mask_input) in.push_back(b.input("m", mask_shape, mask_dtype));
+    attrs["heads"] = 4;
+    std::string a = b.op("attn", OpKind::attention, in, attrs);
+    b.output(b.op("loss", OpKind::mse_loss, {a, "x"}));
+    return Graph::build(b.build());
+  };
+  Graph full = build(Json::object(), false);
+  Graph causal = build({{"causal", true}}, false);
+  EXPECT_EQ(causal.costs(causal.find("attn")), full.costs(full.find("attn")));
+  Graph masked = build({{"mask", "keep"}, {"mask_fill", -10000.0}}, true);
+  const OpCosts &m = masked.costs(masked.find("attn")), &f = full.costs(full.find("attn"));
+  EXPECT_DOUBLE_EQ(m.input_bytes, f.input_bytes + 8 * 8);
+  EXPECT_DOUBLE_EQ(m.saved_bytes, f.saved_bytes + 8);
+  EXPECT_DOUBLE_EQ(m.fwd_flops, f.fwd_flops);
+  EXPECT_EQ(m.params, f.params);
+  EXPECT_NO_THROW(build({{"mask", "ignore"}}, true, DType::f32));
+  auto error = [&](Json attrs, bool mask_input, Shape mask_shape = {8}) {
+    try {
+      build(std::move(attrs), mask_input, DType::i64, std::move(mask_shape));
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(error(Json::object(), true, {7}), HasSubstr("input 1 (the padding mask) has shape [B, 7], expected [B, 8]"));
+  EXPECT_THAT(error(Json::object(), true, {8, 8}), HasSubstr("expected [B, 8] (one value per key position)"));
+  EXPECT_THAT(error({{"mask", "drop"}}, true), HasSubstr("mask"));
+  EXPECT_THAT(error({{"mask_fill", 5.0}}, true), HasSubstr("attrs.mask_fill must be a finite negative number"));
+  EXPECT_THAT(error({{"mask", "keep"}}, false), HasSubstr("without a padding-mask input"));
+  EXPECT_THAT(error({{"causal", 1}}, false), HasSubstr("attrs.causal: expected true or false"));
+}
