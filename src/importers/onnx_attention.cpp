@@ -491,6 +491,7 @@ AttentionMasks scan_attention_masks(const Net& net, int softmax, int64_t seq) {
   qk_factors(net, mm.input(1), w.factors);
   double scale = 1;
   bool known = true;
+  r.factors = static_cast<int>(w.factors.size());
   for (const auto& [t, divides] : w.factors) {
     std::string why;
     auto v = constant_scalar(net, t, why);

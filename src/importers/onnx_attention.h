@@ -22,6 +22,7 @@ struct AttentionMasks {
   std::set<std::string> operands;   // mask tensors entering the score path (not the block's inputs)
   std::vector<int> prep;        // activation nodes computing a padding mask's operand from its input
   std::optional<double> scale;  // the product of the constant factors on Q, K and the scores, if known
+  int factors = 0;              // how many constant factors there are (0: an unscaled score path)
   std::string error;            // why the masks or the path cannot be read ("" when they can)
   bool found() const { return score_mm >= 0; }
 };

@@ -546,7 +546,9 @@ std::optional<std::vector<int>> batch_first_region(const Mapper& mp, const Match
 
 // 1b. Batch-first attention blocks (batch_first_region). A Softmax whose scores come from a MatMul
 // of two activations and whose region is not a whole block with a readable scale and masks is
-// refused naming its nodes; a Softmax that reaches no such MatMul is left to the node mapping.
+// refused naming its nodes, unless its score path is a bare MatMul (no scale, no mask: the node
+// mapping maps such a computation op by op, as before); a Softmax that reaches no such MatMul is
+// left to the node mapping.
 void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
   const Net& net = mp.net;
   for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i) {
@@ -571,6 +573,7 @@ void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& 
       if (why.empty() && !am.error.empty()) why = am.error;
       if (why.empty()) why = scale_mismatch(am, h, heads, true);
     }
+    if (!why.empty() && am.factors == 0 && am.operands.empty() && am.path.empty()) continue;
     claim(claimed, *nodes);
     if (!why.empty()) {
       mp.reasons.push_back(fmt::format("nodes {} .. {} (the Softmax {} over [B, heads, S, S] scores) are not a "
