@@ -18,6 +18,7 @@ namespace gp::importers {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::error_of;
 using testing::expected;
 using testing::kDir;
 using testing::load_proto;
@@ -28,15 +29,6 @@ std::vector<const ir::Op*> attention_ops(const ir::Model& m) {
   for (const auto& op : m.ops)
     if (op.kind == ir::OpKind::attention) out.push_back(&op);
   return out;
-}
-
-std::string error_of(const std::string& path) {
-  try {
-    import_onnx(path);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 onnx::NodeProto* node_named(onnx::ModelProto& m, const std::string& name) {

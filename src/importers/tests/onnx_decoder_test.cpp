@@ -18,6 +18,8 @@ namespace gp::importers {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::error_of;
+using testing::kind_counts;
 namespace fx = testing;
 
 const std::string kUnet = GP_UNET_FIXTURES;
@@ -25,21 +27,6 @@ const std::string kUnet = GP_UNET_FIXTURES;
 Json reference() {
   std::ifstream f(kUnet + "/reference.json");
   return Json::parse(f);
-}
-
-std::string error_of(const std::string& path) {
-  try {
-    import_onnx(path);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-std::map<std::string, int> kind_counts(const ir::Model& m) {
-  std::map<std::string, int> c;
-  for (const auto& op : m.ops) c[ir::to_string(op.kind)] += 1;
-  return c;
 }
 
 /// decoder_ops.onnx with node `name`'s attribute `attr` set by `set`; returns the saved path.

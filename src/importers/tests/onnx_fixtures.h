@@ -6,8 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
+#include "importers/onnx_import.h"
+#include "support/error.h"
 #include "support/json.h"
 
 namespace gp::importers::testing {
@@ -32,6 +35,23 @@ inline std::string save_temp(const onnx::ModelProto& m, const std::string& name)
   std::ofstream f(path, std::ios::binary);
   EXPECT_TRUE(m.SerializeToOstream(&f)) << path;
   return path;
+}
+
+/// The one-line error importing `path` gives, or "(no error)".
+inline std::string error_of(const std::string& path) {
+  try {
+    import_onnx(path);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// How many IR ops of each kind the model has.
+inline std::map<std::string, int> kind_counts(const ir::Model& m) {
+  std::map<std::string, int> c;
+  for (const auto& op : m.ops) c[ir::to_string(op.kind)] += 1;
+  return c;
 }
 
 }  // namespace gp::importers::testing

@@ -18,29 +18,16 @@ namespace gp::importers {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::error_of;
+using testing::kind_counts;
 using testing::expected;
 using testing::kDir;
 using testing::load_proto;
 using testing::save_temp;
 
-std::map<std::string, int> kind_counts(const ir::Model& m) {
-  std::map<std::string, int> c;
-  for (const auto& op : m.ops) c[ir::to_string(op.kind)] += 1;
-  return c;
-}
-
 int onnx_count(const Json& e, const char* op) {
   const Json& c = e.at("onnx_node_counts");
   return c.contains(op) ? c.at(op).get<int>() : 0;
-}
-
-std::string error_of(const std::string& path) {
-  try {
-    import_onnx(path);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string write_temp(const std::string& name, const std::string& bytes) {
