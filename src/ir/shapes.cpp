@@ -91,21 +91,22 @@ std::vector<int64_t> int_or_list(const Op& op, const char* key, std::optional<in
   }
   return {attr_int(op, key, dflt, where)};
 }
+// attrs[key] as (height, width): one integer for both or a list of two, each in [lo, 2^40].
+std::pair<int64_t, int64_t> hw_pair(const Op& op, const char* key, std::optional<int64_t> dflt, int64_t lo,
+                                    const std::string& where) {
+  std::vector<int64_t> v = int_or_list(op, key, dflt, {2}, where);
+  if (v.size() == 1) v.push_back(v[0]);
+  for (int64_t x : v)
+    if (x < lo || x > kMaxExtent) fail(op, where, fmt::format("attrs.{} has value {}, not in [{}, 2^40]", key, x, lo));
+  return {v[0], v[1]};
+}
 }  // namespace
 
 ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string& where) {
-  auto pair = [&](const char* key, std::optional<int64_t> dflt, int64_t lo) {
-    std::vector<int64_t> v = int_or_list(op, key, dflt, {2}, where);
-    if (v.size() == 1) v.push_back(v[0]);
-    for (int64_t x : v)
-      if (x < lo || x > kMaxExtent)
-        fail(op, where, fmt::format("attrs.{} has value {}, not in [{}, 2^40]", key, x, lo));
-    return std::pair{v[0], v[1]};
-  };
   ConvGeometry g;
-  std::tie(g.kh, g.kw) = pair("kernel", std::nullopt, 1);
-  std::tie(g.sh, g.sw) = pair("stride", 1, 1);
-  std::tie(g.dh, g.dw) = pair("dilation", 1, 1);
+  std::tie(g.kh, g.kw) = hw_pair(op, "kernel", std::nullopt, 1, where);
+  std::tie(g.sh, g.sw) = hw_pair(op, "stride", 1, 1, where);
+  std::tie(g.dh, g.dw) = hw_pair(op, "dilation", 1, 1, where);
   std::vector<int64_t> p = int_or_list(op, "padding", 0, {2, 4}, where);
   if (p.size() == 1) p = {p[0], p[0], p[0], p[0]};
   if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};
@@ -118,26 +119,18 @@ ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string&
     fail(op, where, fmt::format("attrs.groups = {} must be positive and divide the {} input and {} output channels",
                                 g.groups, in_channels, co));
   if (op.kind == OpKind::conv_transpose2d)
-    std::tie(g.oph, g.opw) = pair("output_padding", 0, 0);
+    std::tie(g.oph, g.opw) = hw_pair(op, "output_padding", 0, 0, where);
   else if (op.attrs.is_object() && op.attrs.contains("output_padding"))
     fail(op, where, "attrs.output_padding is an attribute of conv_transpose2d only");
   return g;
 }
 
 PoolGeometry pool_geometry(const Op& op, const std::string& where) {
-  auto pair = [&](const char* key, std::optional<int64_t> dflt, int64_t lo) {
-    std::vector<int64_t> v = int_or_list(op, key, dflt, {2}, where);
-    if (v.size() == 1) v.push_back(v[0]);
-    for (int64_t x : v)
-      if (x < lo || x > kMaxExtent)
-        fail(op, where, fmt::format("attrs.{} has value {}, not in [{}, 2^40]", key, x, lo));
-    return std::pair{v[0], v[1]};
-  };
   PoolGeometry g;
-  std::tie(g.kh, g.kw) = pair("kernel", std::nullopt, 1);
-  std::tie(g.sh, g.sw) = op.attrs.contains("stride") ? pair("stride", 1, 1) : std::pair{g.kh, g.kw};
-  std::tie(g.ph, g.pw) = pair("padding", 0, 0);
-  std::tie(g.dh, g.dw) = pair("dilation", 1, 1);
+  std::tie(g.kh, g.kw) = hw_pair(op, "kernel", std::nullopt, 1, where);
+  std::tie(g.sh, g.sw) = op.attrs.contains("stride") ? hw_pair(op, "stride", 1, 1, where) : std::pair{g.kh, g.kw};
+  std::tie(g.ph, g.pw) = hw_pair(op, "padding", 0, 0, where);
+  std::tie(g.dh, g.dw) = hw_pair(op, "dilation", 1, 1, where);
   if (op.kind != OpKind::maxpool && (g.dh != 1 || g.dw != 1))
     fail(op, where, fmt::format("attrs.dilation {}x{}: only maxpool is dilated", g.dh, g.dw));
   if (2 * g.ph > g.dh * (g.kh - 1) + 1 || 2 * g.pw > g.dw * (g.kw - 1) + 1)
