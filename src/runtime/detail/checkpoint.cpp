@@ -38,15 +38,6 @@ std::mutex& archive_mutex() {
   return m;
 }
 
-// Flushes a directory to disk, so a checkpoint renamed into place survives a machine crash.
-void sync_dir(const fs::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open to sync: {}", p.string(), std::strerror(errno)));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw RuntimeFailure(fmt::format("{}: fsync failed: {}", p.string(), std::strerror(err)));
-}
 
 std::string first_line(std::string s) {
   if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);  // c10 appends a backtrace
@@ -206,12 +197,23 @@ void write_checkpoint_tmp(const std::string& path, const StageModule& m, torch::
       fs::exists(path) ? fmt::format(", the previous checkpoint {} is intact", path) : std::string()));
 }
 
+void sync_parent_dir(const std::string& path) {
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open to sync: {}", dir.string(), std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw RuntimeFailure(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(err)));
+}
+
 void commit_checkpoint(const std::string& path) {
   fs::path p(path);
   std::error_code ec;
   fs::rename(path + ".tmp", path, ec);
   if (ec) throw RuntimeFailure(fmt::format("{}: cannot rename checkpoint into place: {}", path, ec.message()));
-  sync_dir(p.has_parent_path() ? p.parent_path() : fs::path("."));
+  sync_parent_dir(path);
 }
 
 void abandon_checkpoint(const std::string& path) noexcept { ::unlink((path + ".tmp").c_str()); }

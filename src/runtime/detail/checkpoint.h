@@ -44,6 +44,10 @@ void write_checkpoint_tmp(const std::string& path, const StageModule& m, torch::
                           int64_t steps_done, const Json& identity);
 /// Renames `<path>.tmp` into place and fsyncs the directory.
 void commit_checkpoint(const std::string& path);
+
+/// fsyncs the directory holding `path`, so a file renamed into it survives a machine crash;
+/// RuntimeFailure naming the directory otherwise.
+void sync_parent_dir(const std::string& path);
 /// Removes `<path>.tmp` if present.
 void abandon_checkpoint(const std::string& path) noexcept;
 /// write_checkpoint_tmp + commit_checkpoint; `steps_done` is the number of optimizer steps done.

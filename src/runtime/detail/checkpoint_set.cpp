@@ -50,15 +50,6 @@ std::string now_text() {
   return buf;
 }
 
-void sync_dir(const fs::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open to sync: {}", p.string(), std::strerror(errno)));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw RuntimeFailure(fmt::format("{}: fsync failed: {}", p.string(), std::strerror(err)));
-}
-
 /// Writes `text` to `path` as one atomic replacement: `path.<tag>.tmp`, fsync, rename, fsync of the
 /// directory. RuntimeFailure naming the file on any failure (the old `path` is then untouched).
 void write_atomically(const fs::path& path, const std::string& text, const std::string& tag) {
@@ -82,7 +73,7 @@ void write_atomically(const fs::path& path, const std::string& text, const std::
     ::unlink(tmp.c_str());
     throw RuntimeFailure(fmt::format("{}: cannot write: {} (writing {})", path.string(), failure, tmp));
   }
-  sync_dir(path.has_parent_path() ? path.parent_path() : fs::path("."));
+  sync_parent_dir(path.string());
 }
 
 std::string read_text(const fs::path& p) {
