@@ -59,9 +59,10 @@ void print_params(const importers::OnnxImportReport& r) {
 }
 
 void run_info(const ModelArgs& a) {
-  ir::Graph g = importers::load_graph(a.spec);
+  // An ONNX file is imported once, its parameter report kept (load_graph imports it the same way).
   std::optional<importers::OnnxImportReport> report;
-  if (is_onnx(a.spec)) importers::import_onnx(a.spec, &report.emplace());
+  ir::Graph g = is_onnx(a.spec) ? ir::Graph::build(importers::import_onnx(a.spec, &report.emplace()), a.spec)
+                                : importers::load_graph(a.spec);
   models::ModelSummary s = models::summarize(g);
   models::SpStructure sp = models::sp_structure(g);
   std::string structure = models::describe_structure(g, sp);
