@@ -26,6 +26,11 @@ Json plan_to_json(const Plan& p) {
                       {"outputs_to", s.outputs_to},
                       {"tps_s", s.tps_s},
                       {"memory_bytes", s.memory_bytes}});
+    if (s.fwd_s > 0 || s.bwd_input_s > 0 || s.bwd_weight_s > 0) {
+      stages.back()["fwd_s"] = s.fwd_s;
+      stages.back()["bwd_input_s"] = s.bwd_input_s;
+      stages.back()["bwd_weight_s"] = s.bwd_weight_s;
+    }
   }
   Json model = {{"name", p.model_name}, {"num_ops", p.num_ops}};
   if (!p.model_spec.empty()) model["spec"] = p.model_spec;
@@ -67,6 +72,7 @@ Json plan_to_json(const Plan& p) {
                     {"split_budget", p.piper.split_budget},
                     {"graph", p.piper.graph}};
   if (p.costs.recorded()) doc["costs"] = costs_to_json(p.costs);
+  if (p.schedule != "1f1b") doc["schedule"] = p.schedule;  // absent = 1f1b (older files)
   return doc;
 }
 
@@ -120,6 +126,9 @@ Stage stage_from_json(const JsonAt& sj, size_t index) {
   s.outputs_to = int_list(sj.at("outputs_to"), 0);
   optional_nonneg(sj, "tps_s", s.tps_s);
   optional_nonneg(sj, "memory_bytes", s.memory_bytes);
+  optional_nonneg(sj, "fwd_s", s.fwd_s);
+  optional_nonneg(sj, "bwd_input_s", s.bwd_input_s);
+  optional_nonneg(sj, "bwd_weight_s", s.bwd_weight_s);
   return s;
 }
 
@@ -205,6 +214,12 @@ Plan plan_from_json(const Json& j, const std::string& file) {
   p.num_devices = positive_int(cluster.at("num_devices"), 1);
   p.cluster_spec = cluster.str_or("spec", "");
   p.mini_batch_size = positive_int(doc.at("mini_batch_size"), 1);
+  if (doc.has("schedule")) {
+    JsonAt sk = doc.at("schedule");
+    p.schedule = sk.str();
+    if (p.schedule != "1f1b" && p.schedule != "gpipe" && p.schedule != "zb")
+      sk.fail(fmt::format("unknown schedule \"{}\" (valid: 1f1b, gpipe, zb)", p.schedule));
+  }
   if (doc.has("optimizer")) {
     JsonAt o = doc.at("optimizer");
     const std::string name = o.str();

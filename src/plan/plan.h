@@ -29,6 +29,9 @@ struct Stage {
   // Planner's per-stage estimate (optional in files; 0 when unknown).
   double tps_s = 0;                // time per sample
   double memory_bytes = 0;         // per device
+  // Planner's pass times of one replica for one micro-batch of the stage's own size (optional in
+  // files; written for plans made for the zb schedule, which orders passes by them; 0: unknown).
+  double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0;
   bool operator==(const Stage&) const = default;
 };
 
@@ -103,6 +106,7 @@ struct Plan {
   int num_devices = 0;
   std::string cluster_spec;        // preset name or file path
   int mini_batch_size = 0;
+  std::string schedule = "1f1b";   // the schedule the plan was made for: 1f1b | gpipe | zb (files: absent = 1f1b)
   cost::Optimizer optimizer = cost::Optimizer::adam;
   std::vector<Stage> stages;
   Predicted predicted;

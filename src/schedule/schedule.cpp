@@ -7,9 +7,11 @@
 namespace gp::schedule {
 
 namespace {
-constexpr std::array<std::pair<ActionKind, const char*>, 8> kKindNames = {{
+constexpr std::array<std::pair<ActionKind, const char*>, 10> kKindNames = {{
     {ActionKind::forward, "forward"},
     {ActionKind::backward, "backward"},
+    {ActionKind::backward_input, "backward_input"},
+    {ActionKind::backward_weight, "backward_weight"},
     {ActionKind::send_act, "send_act"},
     {ActionKind::recv_act, "recv_act"},
     {ActionKind::send_grad, "send_grad"},
@@ -39,6 +41,8 @@ std::string to_string(const Action& a) {
   switch (a.kind) {
     case ActionKind::forward: return fmt::format("F mb{}", a.micro_batch);
     case ActionKind::backward: return fmt::format("B mb{}", a.micro_batch);
+    case ActionKind::backward_input: return fmt::format("BI mb{}", a.micro_batch);
+    case ActionKind::backward_weight: return fmt::format("W mb{}", a.micro_batch);
     case ActionKind::send_act:
     case ActionKind::send_grad:
       return fmt::format("{} ->s{} {}", to_string(a.kind), a.peer, range());

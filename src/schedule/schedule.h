@@ -17,7 +17,11 @@ namespace gp::schedule {
 /// side's micro-batch is sent/received as several pieces (regrouping; see docs/schedule.md).
 enum class ActionKind {
   forward,      // micro_batch: run forward of this stage's ops
-  backward,     // micro_batch: run backward
+  backward,     // micro_batch: run backward (input and weight gradients together)
+  backward_input,   // micro_batch: zero-bubble "B": gradients w.r.t. the stage's inputs only (sent
+                    // upstream at once); keeps what backward_weight needs
+  backward_weight,  // micro_batch: zero-bubble "W": the parameters' gradients of a micro-batch whose
+                    // backward_input ran; nothing but the all-reduce / optimizer step waits on it
   send_act,     // peer: successor stage; samples [sample_begin, sample_begin+sample_count)
   recv_act,     // peer: predecessor stage
   send_grad,    // peer: predecessor stage (gradient of its output)
@@ -36,7 +40,7 @@ struct Action {
   int sample_count = 0;   // transfers: number of samples
   bool operator==(const Action&) const = default;
 };
-std::string to_string(const Action& a);  // "F mb3", "B mb0", "send_act ->s2 [0,8)", ...
+std::string to_string(const Action& a);  // "F mb3", "B mb0", "BI mb0", "W mb0", "send_act ->s2 [0,8)", ...
 
 struct StageSchedule {
   int stage = 0;
@@ -45,7 +49,7 @@ struct StageSchedule {
 };
 
 struct Schedule {
-  std::string kind;  // 1f1b | gpipe | manual
+  std::string kind;  // 1f1b | gpipe | zb | manual
   int mini_batch_size = 0;
   std::vector<StageSchedule> stages;  // index = stage id
   bool operator==(const Schedule&) const = default;
