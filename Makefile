@@ -16,7 +16,7 @@ $(BUILD)/build.ninja:
 configure: deps $(BUILD)/build.ninja
 
 # A first build compiles about 100 files, 20 of them LibTorch-heavy; nearly all of a first
-# `make test` is this (docs/results.md, "Build time").
+# `make test` is this (docs/results-history.md, "Build time").
 build: configure
 	@echo "building everything in $(BUILD) (first build: ~10 min on 2 cores; later builds are incremental)"
 	cmake --build $(BUILD) -j $(JOBS)
@@ -39,7 +39,7 @@ paper: cli
 	@scripts/paper.sh $(BUILD)
 
 # Measured vs predicted iteration time on this machine: profile, plan at 1, 2, 4 devices (with the
-# profile and with the calibrated cpu preset), train, compare (docs/results.md, "Fidelity").
+# profile and with the calibrated cpu preset), train, compare (docs/results-history.md, "Fidelity").
 fidelity: cli
 	@scripts/fidelity.sh $(BUILD)
 
