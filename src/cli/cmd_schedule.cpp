@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "plan/plan.h"
+#include "plan/schedule_kind.h"
 #include "schedule/schedule.h"
 
 namespace gp::cli {
@@ -55,7 +56,10 @@ Registrar reg(25, [](CLI::App& root) {
   c->require_subcommand(1);
   auto* sh = c->add_subcommand("show", "Print (or write) the per-stage action lists of a plan");
   sh->add_option("--plan", a->plan, "Plan file (graphpipe.plan/1)")->required();
-  sh->add_option("--kind", a->kind, "1f1b | gpipe")->capture_default_str();
+  sh->add_option("--kind", a->kind,
+                 plan::schedule_kind_help("Schedule") +
+                     "\n  (zb orders its passes by the plan's recorded stage pass times, else 1:1:1)")
+      ->capture_default_str();
   sh->add_option("--out", a->out, "Write graphpipe.schedule/1");
   sh->add_flag("--json", a->json, "Print graphpipe.schedule/1 on stdout");
   sh->callback([a] { show(*a); });

@@ -78,6 +78,7 @@ struct CostModel::Tables {
   std::vector<OpWork> work;                   // work parts by efficiency class, extra bytes
   std::vector<char> f16;                      // use the f16 peak
   std::vector<OpTime> time;                   // [row * n + op]
+  std::vector<double> weight_frac;            // bwd_weight_fraction per op
   std::vector<double> prefix_step;            // [row * (n+1) + i]: sum of fwd+bwd of ops < i
   std::vector<double> prefix_state;           // [i]
   std::vector<double> prefix_saved;           // [i]: saved bytes per sample
@@ -137,6 +138,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
     const ir::Op& op = g.op(id);
     t.signature.push_back(op_signature(g, id));
     t.work.push_back(op_work(g, id));
+    t.weight_frac.push_back(bwd_weight_fraction(g, id));
     t.f16.push_back(cluster_.mixed_precision || op.dtype == ir::DType::f16 ||
                     op.dtype == ir::DType::bf16);
   }
@@ -169,11 +171,40 @@ OpTime CostModel::op_time(OpId op, int64_t b) const {
   if (profile_) {
     if (auto m = profile_->estimate(t.signature[op.v], b)) {
       auto [in_seq_fwd, in_seq_bwd] = profile_->context ? profile_->context->factor(b) : std::make_pair(1.0, 1.0);
-      return {m->fwd_s * compute_stretch_ * in_seq_fwd, m->bwd_s * compute_stretch_ * in_seq_bwd,
-              m->extrapolated ? Source::extrapolated : Source::measured};
+      OpTime mt;
+      mt.fwd_s = m->fwd_s * compute_stretch_ * in_seq_fwd;
+      mt.bwd_s = m->bwd_s * compute_stretch_ * in_seq_bwd;
+      mt.source = m->extrapolated ? Source::extrapolated : Source::measured;
+      mt.bwd_weight_s = mt.bwd_s * t.weight_frac[op.v];  // the measured backward, split analytically
+      return mt;
     }
   }
-  return roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
+  OpTime rt = roofline_time(t.work[op.v], g_->costs(op), cluster_.device, t.f16[op.v] != 0, b);
+  rt.bwd_weight_s = rt.bwd_s * t.weight_frac[op.v];
+  return rt;
+}
+
+double bwd_weight_fraction(const ir::Graph& g, OpId id) {
+  const ir::Op& op = g.op(id);
+  const ir::OpCosts& c = g.costs(id);
+  if (c.params <= 0 || c.bwd_flops <= 0) return 0;
+  switch (op.kind) {
+    case OpKind::linear:
+    case OpKind::matmul:
+    case OpKind::conv2d:
+    case OpKind::conv_transpose2d: return 0.5;
+    case OpKind::embedding:
+    case OpKind::embedding_bag: return 1.0;
+    case OpKind::attention: {
+      const OpWork w = op_work(g, id);
+      // Part 0 is the projections (op_work) when there are two parts; their backward is half dX, half dW.
+      if (w.num_parts < 2) return 0.5;
+      return std::clamp(0.5 * w.parts[0].bwd_flops / c.bwd_flops, 0.0, 1.0);
+    }
+    case OpKind::layernorm:
+    case OpKind::batchnorm: return 3.0 / 14.0;
+    default: return 0.5;
+  }
 }
 
 double CostModel::op_step_time(OpId op, int64_t b) const {
@@ -413,6 +444,8 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
     s.compute_s += t.fwd_s + t.bwd_s;
     s.fwd_s += t.fwd_s;
     s.bwd_s += t.bwd_s;
+    s.bwd_input_s += t.bwd_input_s();
+    s.bwd_weight_s += t.bwd_weight_s;
     CostModel::StateParts sp = cm.state_parts(op);
     s.state.weights += sp.weights;
     s.state.gradients += sp.gradients;

@@ -85,9 +85,22 @@ struct OpTime {
   double fwd_s = 0;
   double bwd_s = 0;
   Source source = Source::formula;
+  /// The part of bwd_s that computes the op's parameter gradients (zero-bubble "W"):
+  /// bwd_s x bwd_weight_fraction(op), measured or not. The rest is "B", the input gradients.
+  double bwd_weight_s = 0;
+  double bwd_input_s() const { return bwd_s - bwd_weight_s; }
 };
 
 class Profile;  // measured op costs (profile.h)
+
+/// The share of an op's backward that computes its parameter gradients (the zero-bubble W pass),
+/// from the work the two halves do (docs/cost-model.md, "Backward split"): 0 without parameters;
+/// linear, conv2d, conv_transpose2d with weights 1/2 (dX = dY W and dW = X^T dY are GEMMs of the
+/// same size); embedding, embedding_bag 1 (integer indices have no gradient); attention half of its
+/// projections' backward over its whole backward; layernorm, batchnorm 3/14 (dgamma and dbeta, 3
+/// of the 14 FLOPs per element); add, mul, concat with a learned parameter 1/2 (a reduction of dY
+/// over the batch beside dX).
+double bwd_weight_fraction(const ir::Graph& g, OpId op);
 
 /// The flat efficiency (fraction of peak FLOP/s) per op kind of the default EfficiencyTable, which
 /// devices without fitted curves use (file clusters without "efficiency", the cpu preset).
@@ -198,6 +211,10 @@ struct StageCost {
   int64_t per_device_batch = 0;  // ceil(micro_batch / dp_degree)
   double compute_s = 0;          // fwd + bwd of the stage's ops per micro-batch, on one device
   double fwd_s = 0, bwd_s = 0;   // the same ops' forward and backward times apart (their split of compute_s)
+  /// bwd_s split for the zero-bubble schedule: the ops' input-gradient (B) and parameter-gradient
+  /// (W) parts (OpTime::bwd_input_s(), bwd_weight_s). bwd_s itself is summed as before, so 1F1B
+  /// figures do not change; the two parts add up to it up to rounding.
+  double bwd_input_s = 0, bwd_weight_s = 0;
   double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
   double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
   double optimizer_s = 0;        // the optimizer step, per mini-batch (optimizer_step_time)

@@ -8,6 +8,7 @@
 #include "cost/cost_model.h"
 #include "graph/dag.h"
 #include "plan/costs.h"
+#include "plan/schedule_kind.h"
 
 namespace gp::plan {
 
@@ -72,7 +73,7 @@ Json plan_to_json(const Plan& p) {
                     {"split_budget", p.piper.split_budget},
                     {"graph", p.piper.graph}};
   if (p.costs.recorded()) doc["costs"] = costs_to_json(p.costs);
-  if (p.schedule != "1f1b") doc["schedule"] = p.schedule;  // absent = 1f1b (older files)
+  if (find_schedule_kind(p.schedule) != ScheduleKind::one_f_one_b) doc["schedule"] = p.schedule;  // absent = 1f1b (older files)
   return doc;
 }
 
@@ -217,8 +218,8 @@ Plan plan_from_json(const Json& j, const std::string& file) {
   if (doc.has("schedule")) {
     JsonAt sk = doc.at("schedule");
     p.schedule = sk.str();
-    if (p.schedule != "1f1b" && p.schedule != "gpipe" && p.schedule != "zb")
-      sk.fail(fmt::format("unknown schedule \"{}\" (valid: 1f1b, gpipe, zb)", p.schedule));
+    if (!find_schedule_kind(p.schedule))
+      sk.fail(fmt::format("unknown schedule \"{}\" (valid: {})", p.schedule, schedule_kind_names()));
   }
   if (doc.has("optimizer")) {
     JsonAt o = doc.at("optimizer");

@@ -57,13 +57,23 @@ class Checker {
     }
   }
 
-  // Fields in range, transfers on declared edges, C4, every F and B once, all-reduce and
-  // optimizer step placement.
+  // Fields in range, transfers on declared edges, C4, every F once and every micro-batch's
+  // backward once (B, or BI then W), all-reduce and optimizer step placement.
   void structure(int sid) {
     const plan::Stage& st = p_.stages[sid];
     const auto& acts = s_.stages[sid].actions;
     int m = st.micro_batch_size, n = B_ / m;
     int next_f = 0, next_b = 0, allreduces = 0, steps = 0;
+    // Per micro-batch: its backward so far. B and BI run in micro-batch order (next_b); W of a
+    // micro-batch any time after its BI.
+    enum Bwd : char { none, whole, input, input_weight };
+    std::vector<char> bwd(n, none);
+    int pending_w = 0;  // BI done, W not yet
+    auto pending = [&] {
+      for (int k = 0; k < n; ++k)
+        if (bwd[k] == input) return k;
+      return -1;
+    };
     for (size_t i = 0; i < acts.size(); ++i) {
       const Action& a = acts[i];
       if (steps > 0) fail_at(sid, i, "comes after the optimizer step, which must be last");
@@ -76,22 +86,46 @@ class Checker {
           ++next_f;
           break;
         case ActionKind::backward:
+        case ActionKind::backward_input:
+          if (a.micro_batch >= 0 && a.micro_batch < next_b)
+            fail_at(sid, i, fmt::format("C4: mb{} already had its backward ({}; a micro-batch runs "
+                                        "either B or BI then W, once)",
+                                        a.micro_batch, bwd[a.micro_batch] == whole ? "B" : "BI"));
           if (a.micro_batch != next_b)
-            fail_at(sid, i, fmt::format("C4: expected B mb{} next (backwards run in micro-batch "
-                                        "order, each once; the stage has {} micro-batches)",
+            fail_at(sid, i, fmt::format("C4: expected B or BI mb{} next (backwards run in "
+                                        "micro-batch order, each once; the stage has {} micro-batches)",
                                         next_b, n));
           if (a.micro_batch >= next_f)
             fail_at(sid, i, fmt::format("C4: backward before the forward of mb{}", a.micro_batch));
-          ++next_b;
+          bwd[next_b++] = a.kind == ActionKind::backward ? whole : input;
+          if (a.kind == ActionKind::backward_input) ++pending_w;
           break;
+        case ActionKind::backward_weight: {
+          const int k = a.micro_batch;
+          if (k < 0 || k >= n)
+            fail_at(sid, i, fmt::format("no micro-batch {} (the stage has {})", k, n));
+          if (bwd[k] == none)
+            fail_at(sid, i, fmt::format("backward_weight before the backward_input of mb{}", k));
+          if (bwd[k] == whole)
+            fail_at(sid, i, fmt::format("mb{} ran its whole backward (B) already; a micro-batch runs "
+                                        "either B or BI then W", k));
+          if (bwd[k] == input_weight) fail_at(sid, i, fmt::format("second backward_weight of mb{}", k));
+          bwd[k] = input_weight;
+          --pending_w;
+          break;
+        }
         case ActionKind::allreduce:
           if (st.devices.size() <= 1)
             fail_at(sid, i, "all-reduce on a stage with one device");
           if (next_b != n) fail_at(sid, i, "all-reduce before the last backward");
+          if (pending_w > 0)
+            fail_at(sid, i, fmt::format("all-reduce before the backward_weight of mb{}", pending()));
           ++allreduces;
           break;
         case ActionKind::optimizer_step:
           if (next_b != n) fail_at(sid, i, "optimizer step before the last backward");
+          if (pending_w > 0)
+            fail_at(sid, i, fmt::format("optimizer step before the backward_weight of mb{}", pending()));
           if (st.devices.size() > 1 && allreduces == 0)
             fail_at(sid, i, "optimizer step before the gradient all-reduce");
           ++steps;
@@ -102,6 +136,8 @@ class Checker {
     }
     if (next_f != n) fail(fmt::format("stage {}: {} of {} forwards (missing F mb{})", sid, next_f, n, next_f));
     if (next_b != n) fail(fmt::format("stage {}: {} of {} backwards (missing B mb{})", sid, next_b, n, next_b));
+    if (pending_w > 0)
+      fail(fmt::format("stage {}: BI mb{} ran but its backward_weight (W mb{}) is missing", sid, pending(), pending()));
     if (st.devices.size() > 1 && allreduces != 1)
       fail(fmt::format("stage {}: has {} devices but no gradient all-reduce", sid, st.devices.size()));
     if (steps != 1) fail(fmt::format("stage {}: needs exactly one optimizer_step, found {}", sid, steps));
@@ -207,7 +243,8 @@ class Checker {
         int produced = (a.kind == ActionKind::send_act ? fwd_done : bwd_done) * m;
         if (is_send(a.kind) && c > produced)
           fail_at(sid, i, fmt::format("sends samples not computed yet (done: [0,{}))", produced));
-      } else if (a.kind == ActionKind::forward || a.kind == ActionKind::backward) {
+      } else if (a.kind == ActionKind::forward || a.kind == ActionKind::backward ||
+                 a.kind == ActionKind::backward_input) {
         bool fwd = a.kind == ActionKind::forward;
         const auto& peers = fwd ? st.inputs_from : st.outputs_to;
         ActionKind recv = fwd ? ActionKind::recv_act : ActionKind::recv_grad;

@@ -1,8 +1,12 @@
-// Building 1F1B and GPipe schedules from a plan, and what a schedule implies (peak in-flight).
+// Building 1F1B, GPipe and zero-bubble schedules from a plan, and what a schedule implies (peak in-flight).
 #include "schedule/schedule.h"
 
 #include <algorithm>
 #include <array>
+#include <optional>
+
+#include "plan/schedule_kind.h"
+#include "schedule/zero_bubble.h"
 
 namespace gp::schedule {
 
@@ -93,11 +97,9 @@ class StageBuilder {
     out_.push_back({ActionKind::forward, k, -1, 0, 0});
     for (int v : st_.outputs_to) transfers(ActionKind::send_act, v, k, peer_mbs(v), false);
   }
-  void backward(int k) {
-    for (int v : st_.outputs_to) transfers(ActionKind::recv_grad, v, k, peer_mbs(v), false);
-    out_.push_back({ActionKind::backward, k, -1, 0, 0});
-    for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
-  }
+  void backward(int k) { backward_pass(ActionKind::backward, k); }
+  void backward_input(int k) { backward_pass(ActionKind::backward_input, k); }
+  void backward_weight(int k) { out_.push_back({ActionKind::backward_weight, k, -1, 0, 0}); }
   void finish() {
     if (st_.devices.size() > 1) out_.push_back({ActionKind::allreduce, -1, -1, 0, 0});
     out_.push_back({ActionKind::optimizer_step, -1, -1, 0, 0});
@@ -105,6 +107,12 @@ class StageBuilder {
   std::vector<Action> take() { return std::move(out_); }
 
  private:
+  // B or BI: the output gradients arrive before it, the input gradients leave right after it.
+  void backward_pass(ActionKind kind, int k) {
+    for (int v : st_.outputs_to) transfers(ActionKind::recv_grad, v, k, peer_mbs(v), false);
+    out_.push_back({kind, k, -1, 0, 0});
+    for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
+  }
   int peer_mbs(int peer) const {
     GP_CHECK(peer >= 0 && peer < static_cast<int>(p_.stages.size()),
              "stage {}: edge to unknown stage {}", st_.id, peer);
@@ -125,18 +133,43 @@ class StageBuilder {
 }  // namespace
 
 Schedule build_schedule(const plan::Plan& p, const std::string& kind) {
-  GP_CHECK(kind == "1f1b" || kind == "gpipe", "unknown schedule kind \"{}\" (valid: 1f1b, gpipe)",
-           kind);
+  std::optional<plan::ScheduleKind> k = plan::find_schedule_kind(kind);
+  if (k == plan::ScheduleKind::zb) return build_schedule(p, kind, pass_times_of(p));
+  return build_schedule(p, kind, PassTimes{});
+}
+
+Schedule build_schedule(const plan::Plan& p, const std::string& kind_name, const PassTimes& times) {
+  std::optional<plan::ScheduleKind> kind = plan::find_schedule_kind(kind_name);
+  GP_CHECK(kind.has_value(), "unknown schedule kind \"{}\" (valid: {})", kind_name,
+           plan::schedule_kind_names());
   GP_CHECK(p.mini_batch_size >= 1, "plan: mini_batch_size must be >= 1, got {}", p.mini_batch_size);
+  for (size_t i = 0; i < p.stages.size(); ++i)
+    GP_CHECK(p.stages[i].id == static_cast<int>(i), "plan: stages[{}] has id {}", i, p.stages[i].id);
   Schedule s;
-  s.kind = kind;
+  s.kind = kind_name;
   s.mini_batch_size = p.mini_batch_size;
+  if (*kind == plan::ScheduleKind::zb) {
+    for (const std::vector<Pass>& passes : zero_bubble_order(p, times)) {
+      const plan::Stage& st = p.stages[s.stages.size()];
+      StageBuilder b(p, st);
+      for (const Pass& ps : passes) {
+        switch (ps.kind) {
+          case ActionKind::forward: b.forward(ps.micro_batch); break;
+          case ActionKind::backward_input: b.backward_input(ps.micro_batch); break;
+          default: b.backward_weight(ps.micro_batch); break;
+        }
+      }
+      b.finish();
+      s.stages.push_back({st.id, b.take()});
+    }
+    check_schedule(s, p, fmt::format("{} schedule of the plan", kind_name));
+    return s;
+  }
   for (size_t i = 0; i < p.stages.size(); ++i) {
     const plan::Stage& st = p.stages[i];
-    GP_CHECK(st.id == static_cast<int>(i), "plan: stages[{}] has id {}", i, st.id);
     int n = num_micro_batches(st, p.mini_batch_size);
     StageBuilder b(p, st);
-    if (kind == "gpipe") {
+    if (*kind == plan::ScheduleKind::gpipe) {
       for (int k = 0; k < n; ++k) b.forward(k);
       for (int k = 0; k < n; ++k) b.backward(k);
     } else {
@@ -151,7 +184,7 @@ Schedule build_schedule(const plan::Plan& p, const std::string& kind) {
     b.finish();
     s.stages.push_back({st.id, b.take()});
   }
-  check_schedule(s, p, fmt::format("{} schedule of the plan", kind));
+  check_schedule(s, p, fmt::format("{} schedule of the plan", kind_name));
   return s;
 }
 
@@ -161,7 +194,7 @@ std::vector<int> peak_in_flight(const Schedule& s) {
     int held = 0, peak = 0;
     for (const Action& a : st.actions) {
       if (a.kind == ActionKind::forward) peak = std::max(peak, ++held);
-      if (a.kind == ActionKind::backward) --held;
+      if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) --held;
     }
     out.push_back(peak);
   }

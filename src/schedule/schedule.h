@@ -55,8 +55,27 @@ struct Schedule {
   bool operator==(const Schedule&) const = default;
 };
 
-/// Builds a schedule for a (validated) plan. kind: "1f1b" or "gpipe".
+/// Per stage (index = stage id), one replica, one micro-batch of the stage's own size: the pass
+/// times the zb builder orders passes by.
+struct PassTimes {
+  std::vector<double> fwd_s, bwd_input_s, bwd_weight_s;
+};
+/// From the plan's recorded stage pass times (Stage::fwd_s, bwd_input_s, bwd_weight_s) when every
+/// stage has them, else equal times (1:1:1, the zero-bubble paper's assumption), each a third of
+/// tps_s x micro_batch_size when every stage has tps_s, else 1.
+PassTimes pass_times_of(const plan::Plan& p);
+
+/// Builds a schedule for a (validated) plan; kind: a plan::kScheduleKinds name (UserError
+/// otherwise). "zb" orders its passes by pass_times_of(p).
 Schedule build_schedule(const plan::Plan& p, const std::string& kind = "1f1b");
+/// The same with the pass times "zb" orders by (1f1b and gpipe ignore them). ZB-H1 on the stage
+/// DAG: a list scheduler simulates one replica per stage with these times and zero transfer time;
+/// a free stage runs, in priority order, (1) the backward_input of its oldest micro-batch whose
+/// forward ran and whose output gradients have all arrived, (2) the forward of its next
+/// micro-batch when its inputs have arrived and fewer than in_flight micro-batches are held
+/// (forwards done minus backward_weights done: 1F1B's activation bound), (3) its oldest pending
+/// backward_weight; else it waits. Ties by time, then stage id. O(passes log stages).
+Schedule build_schedule(const plan::Plan& p, const std::string& kind, const PassTimes& times);
 
 Json schedule_to_json(const Schedule& s);
 Schedule schedule_from_json(const Json& j, const std::string& file);
@@ -68,7 +87,8 @@ void save_schedule(const std::string& path, const Schedule& s);
 /// Throws UserError naming the stages and actions that wait on each other on failure.
 void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& where = "schedule");
 
-/// Peak number of micro-batches whose activations a stage holds at once under the schedule.
+/// Peak number of micro-batches whose activations a stage holds at once under the schedule: a
+/// micro-batch counts from its forward until its backward or its backward_weight.
 std::vector<int> peak_in_flight(const Schedule& s);
 
 /// Micro-batches of a stage per iteration: mini_batch / micro_batch_size.

@@ -1,6 +1,7 @@
 // graphpipe.schedule/1: schedules as hand-editable JSON files, parsed strictly.
 #include <set>
 
+#include "plan/schedule_kind.h"
 #include "schedule/schedule.h"
 
 namespace gp::schedule {
@@ -8,7 +9,12 @@ namespace gp::schedule {
 namespace {
 constexpr const char* kFormat = "graphpipe.schedule/1";
 
-bool is_pass(ActionKind k) { return k == ActionKind::forward || k == ActionKind::backward; }
+constexpr const char* kManualKind = "manual";  // a hand-written schedule (no builder)
+
+bool is_pass(ActionKind k) {
+  return k == ActionKind::forward || k == ActionKind::backward || k == ActionKind::backward_input ||
+         k == ActionKind::backward_weight;
+}
 bool is_transfer(ActionKind k) {
   return k == ActionKind::send_act || k == ActionKind::recv_act || k == ActionKind::send_grad ||
          k == ActionKind::recv_grad;
@@ -62,8 +68,9 @@ Schedule schedule_from_json(const Json& j, const std::string& file) {
   only_keys(doc, {"format", "kind", "mini_batch_size", "stages"});
   Schedule s;
   s.kind = doc.at("kind").str();
-  if (s.kind != "1f1b" && s.kind != "gpipe" && s.kind != "manual")
-    doc.at("kind").fail(fmt::format("unknown schedule kind \"{}\" (valid: 1f1b, gpipe, manual)", s.kind));
+  if (!plan::find_schedule_kind(s.kind) && s.kind != kManualKind)
+    doc.at("kind").fail(fmt::format("unknown schedule kind \"{}\" (valid: {}, {})", s.kind,
+                                    plan::schedule_kind_names(), kManualKind));
   s.mini_batch_size = small_int(doc.at("mini_batch_size"), 1);
   JsonAt stages = doc.at("stages");
   for (size_t i = 0; i < stages.size(); ++i) {

@@ -8,6 +8,8 @@ const char* trace_category(ActionKind k) {
   switch (k) {
     case ActionKind::forward: return "forward";
     case ActionKind::backward: return "backward";
+    case ActionKind::backward_input: return "backward_input";
+    case ActionKind::backward_weight: return "backward_weight";
     case ActionKind::send_act:
     case ActionKind::send_grad: return "send";
     case ActionKind::recv_act:
@@ -16,6 +18,16 @@ const char* trace_category(ActionKind k) {
     case ActionKind::optimizer_step: return "optimizer";
   }
   return "other";
+}
+
+const char* trace_colour(const std::string& category) {
+  // Chrome's reserved colour names (chrome://tracing honours "cname"; Perfetto colours slices by
+  // name, and "F", "B", "BI" and "W" slices have distinct names).
+  if (category == "forward") return "good";
+  if (category == "backward") return "bad";
+  if (category == "backward_input") return "rail_load";
+  if (category == "backward_weight") return "olive";
+  return nullptr;
 }
 
 void TraceWriter::add_device(int device, int stage) {
@@ -36,6 +48,7 @@ void TraceWriter::add_slice(int device, int track, const std::string& name, cons
             {"tid", track},      {"ts", start_s * 1e6},    {"dur", (end_s - start_s) * 1e6},
             {"args", std::move(args)}};
   if (!category.empty()) e["cat"] = category;
+  if (const char* colour = trace_colour(category)) e["cname"] = colour;
   events_.push_back(std::move(e));
 }
 

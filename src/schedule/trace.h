@@ -14,8 +14,13 @@ inline constexpr const char* kTraceFormat = "graphpipe.trace/1";
 inline constexpr int kComputeTrack = 0;
 inline constexpr int kSendTrack = 1;
 
-/// The slice category of an action: forward, backward, send, recv, allreduce, optimizer.
+/// The slice category of an action: forward, backward, backward_input, backward_weight, send, recv,
+/// allreduce, optimizer.
 const char* trace_category(ActionKind k);
+
+/// The slice colour of a pass category (forward, backward, backward_input, backward_weight: each
+/// its own) as a Chrome reserved colour name ("cname"); nullptr for the other categories.
+const char* trace_colour(const std::string& category);
 
 /// Collects trace events; finish() returns the trace. Times are seconds (written as microseconds).
 class TraceWriter {

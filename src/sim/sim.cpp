@@ -141,6 +141,8 @@ class Engine {
       switch (a.kind) {
         case ActionKind::forward: dur = t.fwd_s; break;
         case ActionKind::backward: dur = t.bwd_s; break;
+        case ActionKind::backward_input: dur = t.bwd_input_s; break;
+        case ActionKind::backward_weight: dur = t.bwd_weight_s; break;
         case ActionKind::optimizer_step: dur = t.optimizer_s; break;
         case ActionKind::send_act:
         case ActionKind::send_grad: send(d, a, now); break;

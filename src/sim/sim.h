@@ -17,6 +17,11 @@ namespace gp::sim {
 struct StageTimes {
   double fwd_s = 0;
   double bwd_s = 0;
+  /// The zero-bubble split of bwd_s (cost::StageCost's analytic fraction): backward_input (input
+  /// gradients) and backward_weight (parameter gradients). sim_costs fills both so that they add
+  /// up to bwd_s; a hand-filled SimCosts that leaves both 0 times BI and W as 0.
+  double bwd_input_s = 0;
+  double bwd_weight_s = 0;
   double allreduce_s = 0;        // gradient all-reduce among the replicas, once per iteration
   double optimizer_s = 0;        // the optimizer step, once per iteration (with, before it, the sum
                                  // of shared parameters' gradients over their holding stages)
@@ -43,6 +48,10 @@ struct SimCosts {
 /// Per-stage costs from the cost model through cost::stage_cost (the planner's numbers), with the
 /// compute split into forward and backward by op_time. The returned p2p_time refers to `cm`.
 SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm);
+
+/// The pass times (F, BI, W per stage, one replica) of these costs: what the zb builder orders
+/// passes by when it schedules for this simulator (schedule::build_schedule(p, "zb", ...)).
+schedule::PassTimes pass_times(const SimCosts& c);
 
 /// One timed piece of work. Device slices (track 0) are compute, waits for receives, all-reduce
 /// and optimizer steps; send slices (track 1) are the time a transfer occupies its links.
@@ -88,8 +97,9 @@ Json sim_result_to_json(const SimResult& r);
 /// Chrome trace-event JSON: one process per device (named "device D: stage S"), thread 0 for
 /// the device's own work and thread 1 for its sends; one complete ("X") slice per action.
 Json chrome_trace(const plan::Plan& p, const SimResult& r);
-/// A timeline picture: one row per device, stages coloured, forward light / backward dark,
-/// sends as thin bars under the row, a time axis and a legend.
+/// A timeline picture: one row per device, stages coloured (forward light, backward dark,
+/// backward_input medium, backward_weight light and hatched), sends as thin bars under the row, a
+/// time axis and a legend.
 std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::string& title = "");
 
 }  // namespace gp::sim

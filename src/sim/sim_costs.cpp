@@ -72,6 +72,9 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     StageTimes t;
     t.fwd_s = sc.fwd_s + sc.bwd_s > 0 ? sc.compute_s * sc.fwd_s / (sc.fwd_s + sc.bwd_s) : 0;
     t.bwd_s = sc.compute_s - t.fwd_s;
+    // The zero-bubble split of that backward, by the cost model's analytic weight fraction.
+    t.bwd_weight_s = sc.bwd_s > 0 ? t.bwd_s * (sc.bwd_weight_s / sc.bwd_s) : 0;
+    t.bwd_input_s = t.bwd_s - t.bwd_weight_s;
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
@@ -81,6 +84,16 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     c.stages.push_back(std::move(t));
   }
   return c;
+}
+
+schedule::PassTimes pass_times(const SimCosts& c) {
+  schedule::PassTimes t;
+  for (const StageTimes& st : c.stages) {
+    t.fwd_s.push_back(st.fwd_s);
+    t.bwd_input_s.push_back(st.bwd_input_s);
+    t.bwd_weight_s.push_back(st.bwd_weight_s);
+  }
+  return t;
 }
 
 SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,

@@ -1,5 +1,6 @@
-// The SVG timeline: one row per device, stages coloured (forward light, backward dark), sends as
-// thin bars under each row, a time axis and a legend.
+// The SVG timeline: one row per device, stages coloured (forward light, backward dark; zero-bubble
+// backward_input medium, backward_weight light and hatched), sends as thin bars under each row, a
+// time axis and a legend.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -30,6 +31,9 @@ std::string hsl_hex(double h, double s, double l) {
 double stage_hue(int stage) { return std::fmod(stage * 137.508 + 210, 360.0); }  // golden angle
 std::string light(int stage) { return hsl_hex(stage_hue(stage), 0.65, 0.74); }
 std::string dark(int stage) { return hsl_hex(stage_hue(stage), 0.65, 0.36); }
+// Zero-bubble passes: backward_input between the two; backward_weight light with a hatch.
+std::string medium(int stage) { return hsl_hex(stage_hue(stage), 0.65, 0.55); }
+constexpr const char* kHatch = "url(#w-hatch)";
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -85,7 +89,10 @@ std::string svg_head(const Layout& L, const plan::Plan& p, const SimResult& r, c
   std::string o = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"@HEIGHT@\" "
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<defs><pattern id=\"w-hatch\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><rect width=\"2\" height=\"5\" fill=\"#000\" "
+      "fill-opacity=\"0.35\"/></pattern></defs>\n",
       L.width);
   std::string head = title.empty() ? std::string("Simulated iteration") : title;
   o += fmt::format(
@@ -126,7 +133,9 @@ std::string label_of(const Event& e) {
   using schedule::ActionKind;
   switch (e.kind) {
     case ActionKind::forward:
-    case ActionKind::backward: return std::to_string(e.micro_batch);
+    case ActionKind::backward:
+    case ActionKind::backward_input:
+    case ActionKind::backward_weight: return std::to_string(e.micro_batch);
     case ActionKind::allreduce: return "AR";
     case ActionKind::optimizer_step: return "opt";
     default: return "";
@@ -150,6 +159,11 @@ std::string svg_event(const Layout& L, const Event& e) {
       fill = dark(e.stage);
       text_fill = "#fff";
       break;
+    case ActionKind::backward_input:
+      fill = medium(e.stage);
+      text_fill = "#fff";
+      break;
+    case ActionKind::backward_weight: fill = light(e.stage); break;
     case ActionKind::allreduce: fill = "#d62728"; text_fill = "#fff"; break;
     case ActionKind::optimizer_step: fill = "#444"; text_fill = "#fff"; break;
     case ActionKind::send_act:
@@ -166,6 +180,9 @@ std::string svg_event(const Layout& L, const Event& e) {
                               "stroke=\"{}\" stroke-width=\"0.4\"><title>{} [{:.6g}, {:.6g}] s</title></rect>\n",
                               x0, yy, w, h, fill, h == L.send_h ? fill : "#fff", esc(e.name), e.start_s,
                               e.end_s);
+  if (e.kind == ActionKind::backward_weight)
+    o += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"/>\n", x0, yy, w,
+                     h, kHatch);
   if (!label.empty() && w >= 7.0 * label.size() + 2)
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
                      "fill=\"{}\">{}</text>\n",
@@ -173,24 +190,43 @@ std::string svg_event(const Layout& L, const Event& e) {
   return o;
 }
 
-// Legend: stages (forward light / backward dark), all-reduce, optimizer step, sends. Returns the
-// y the picture ends at.
-double svg_legend(const Layout& L, const plan::Plan& p, std::string& o) {
+// Legend: stages (the passes the timeline has: F light, B dark, BI medium, W hatched), all-reduce,
+// optimizer step, sends. Returns the y the picture ends at.
+double svg_legend(const Layout& L, const plan::Plan& p, const SimResult& r, std::string& o) {
+  using schedule::ActionKind;
   double lx = L.left, ly = L.legend_y;
-  auto swatch = [&](const std::string& fill, double sw, double sh) {
+  auto swatch = [&](const std::string& fill, double sw, double sh, bool hatch = false) {
     o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", lx,
                      ly + (12 - sh) / 2, sw, sh, fill);
+    if (hatch)
+      o += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", lx,
+                       ly + (12 - sh) / 2, sw, sh, kHatch);
     lx += sw + 3;
   };
+  bool has_b = false, has_split = false;
+  for (const Event& e : r.events) {
+    has_b = has_b || e.kind == ActionKind::backward;
+    has_split = has_split || e.kind == ActionKind::backward_input || e.kind == ActionKind::backward_weight;
+  }
+  if (!has_b && !has_split) has_b = true;  // no events recorded: the classic legend
   auto text = [&](const std::string& t) {
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", lx, ly + 10, esc(t));
     lx += 7.0 * t.size() + 16;
     if (lx > L.left + L.plot_w - 150) lx = L.left, ly += 18;
   };
   for (const plan::Stage& st : p.stages) {
+    std::string names = "F";
     swatch(light(st.id), 12, 12);
-    swatch(dark(st.id), 12, 12);
-    text(fmt::format("s{} F / B", st.id));
+    if (has_b) {
+      swatch(dark(st.id), 12, 12);
+      names += " / B";
+    }
+    if (has_split) {
+      swatch(medium(st.id), 12, 12);
+      swatch(light(st.id), 12, 12, true);
+      names += " / BI / W";
+    }
+    text(fmt::format("s{} {}", st.id, names));
   }
   swatch("#d62728", 14, 12);
   text("all-reduce");
@@ -209,7 +245,7 @@ std::string svg_timeline(const plan::Plan& p, const SimResult& r, const std::str
   const Layout L = layout(p, r);
   std::string o = svg_head(L, p, r, title) + svg_rows_and_axis(L);
   for (const Event& e : r.events) o += svg_event(L, e);
-  const double height = svg_legend(L, p, o);
+  const double height = svg_legend(L, p, r, o);
   o += "</svg>\n";
   o.replace(o.find("@HEIGHT@"), 8, fmt::format("{:.0f}", height));
   return o;

@@ -283,3 +283,44 @@ TEST(StageCost, WholeModelHasNoCutEdgesAndGraphInputsAreLocal) {
   expect_close(r.allreduce_s, cm.allreduce_time(8, false, static_cast<double>(
                                   g.costs(ops[0]).param_bytes + g.costs(ops[2]).param_bytes)));
 }
+
+// The zero-bubble split of backward (docs/cost-model.md, "Backward split"): W is the weights'
+// gradient work, B the rest; they add up to the backward, which itself does not change.
+TEST(BackwardSplit, WeightFractionPerOpKind) {
+  ir::Graph lin = linear_model();
+  EXPECT_EQ(bwd_weight_fraction(lin, lin.find("fc")), 0.5);  // dX = dY W, dW = X^T dY
+  EXPECT_EQ(bwd_weight_fraction(lin, lin.find("loss")), 0.0);
+  ir::Graph emb = embedding_model();
+  EXPECT_EQ(bwd_weight_fraction(emb, emb.find("emb")), 1.0);  // integer indices: no dX
+  ir::Graph att = attention_model();
+  // Projections: 16 seq hidden^2 FLOPs backward, half of it dW; over the whole backward.
+  const double proj_bwd = 16.0 * 128 * 256 * 256;
+  expect_close(bwd_weight_fraction(att, att.find("attn")), 0.5 * proj_bwd / att.costs(att.find("attn")).bwd_flops);
+  ModelBuilder b("ln");
+  b.input("x", {64});
+  std::string y = b.op("ln", OpKind::layernorm, {"x"});
+  std::string r = b.unary("act", OpKind::relu, y);
+  b.output(b.op("loss", OpKind::mse_loss, {r, "x"}));
+  ir::Graph g = ir::Graph::build(b.build());
+  EXPECT_EQ(bwd_weight_fraction(g, g.find("ln")), 3.0 / 14.0);
+  EXPECT_EQ(bwd_weight_fraction(g, g.find("act")), 0.0);
+}
+
+TEST(BackwardSplit, OpAndStageTimesAddUpToTheBackward) {
+  ir::Graph g = chain_model();
+  CostModel cm(g, made_up_cluster());
+  std::vector<OpId> ops;
+  std::vector<char> all(g.num_ops(), 1);
+  for (size_t i = 0; i < g.num_ops(); ++i) ops.push_back(OpId(static_cast<int32_t>(i)));
+  for (int64_t b : {1, 6, 64}) {
+    for (OpId op : ops) {
+      OpTime t = cm.op_time(op, b);
+      EXPECT_EQ(t.bwd_weight_s, t.bwd_s * bwd_weight_fraction(g, op));
+      EXPECT_DOUBLE_EQ(t.bwd_input_s() + t.bwd_weight_s, t.bwd_s);
+    }
+    StageCost s = stage_cost(cm, ops, all, 1, b, 64, true);
+    EXPECT_GT(s.bwd_weight_s, 0);
+    EXPECT_GT(s.bwd_input_s, 0);
+    expect_close(s.bwd_input_s + s.bwd_weight_s, s.bwd_s);
+  }
+}

@@ -177,7 +177,8 @@ std::string parse_error(const std::function<void(Json&)>& edit) {
 TEST(ScheduleJson, StrictErrorsNameFileAndPath) {
   EXPECT_EQ(parse_error([](Json& j) { j["stages"][1]["actions"][2]["kind"] = "fwd"; }),
             "s.json: stages[1].actions[2].kind: unknown action kind \"fwd\" (valid: forward, "
-            "backward, send_act, recv_act, send_grad, recv_grad, allreduce, optimizer_step)");
+            "backward, backward_input, backward_weight, send_act, recv_act, send_grad, recv_grad, "
+            "allreduce, optimizer_step)");
   EXPECT_EQ(parse_error([](Json& j) { j["stages"][0]["actions"][0]["peer"] = 1; }),
             "s.json: stages[0].actions[0]: unexpected field \"peer\" (valid here: kind, "
             "micro_batch)");
@@ -187,8 +188,8 @@ TEST(ScheduleJson, StrictErrorsNameFileAndPath) {
             "s.json: stages[0].actions[0].micro_batch: expected an integer >= 0, found -1");
   EXPECT_EQ(parse_error([](Json& j) { j["stages"][1]["stage"] = 0; }),
             "s.json: stages[1].stage: expected 1 (stages are listed in id order)");
-  EXPECT_EQ(parse_error([](Json& j) { j["kind"] = "zb"; }),
-            "s.json: kind: unknown schedule kind \"zb\" (valid: 1f1b, gpipe, manual)");
+  EXPECT_EQ(parse_error([](Json& j) { j["kind"] = "zb-v"; }),
+            "s.json: kind: unknown schedule kind \"zb-v\" (valid: 1f1b, gpipe, zb, manual)");
   EXPECT_NE(parse_error([](Json& j) { j["format"] = "graphpipe.plan/1"; }).find("graphpipe.plan/1"),
             std::string::npos);
   EXPECT_EQ(parse_error([](Json& j) { j["extra"] = 1; }).substr(0, 36),

@@ -29,7 +29,8 @@ inline SimCosts uniform_costs(const plan::Plan& p, double f, double b, double st
   return c;
 }
 
-/// "F0[0,1] B0[4,6] ... allreduce[15,20] opt[20,20]": the device's own work in time order.
+/// "F0[0,1] B0[4,6] ... allreduce[15,20] opt[20,20]": the device's own work in time order
+/// (zero-bubble passes: "I0" backward_input, "W0" backward_weight).
 inline std::string compute_slices(const SimResult& r, int device) {
   using schedule::ActionKind;
   std::string out;
@@ -39,6 +40,8 @@ inline std::string compute_slices(const SimResult& r, int device) {
     switch (e.kind) {
       case ActionKind::forward: what = "F" + std::to_string(e.micro_batch); break;
       case ActionKind::backward: what = "B" + std::to_string(e.micro_batch); break;
+      case ActionKind::backward_input: what = "I" + std::to_string(e.micro_batch); break;
+      case ActionKind::backward_weight: what = "W" + std::to_string(e.micro_batch); break;
       case ActionKind::allreduce: what = "allreduce"; break;
       case ActionKind::optimizer_step: what = "opt"; break;
       default: continue;  // receives (waits)
