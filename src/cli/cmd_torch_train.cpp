@@ -33,7 +33,9 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--checkpoint-every", o.checkpoint_every, "Save every K steps (and at the end)")->capture_default_str();
   c->add_flag("--resume", o.resume, "Continue from the checkpoints in --checkpoint-dir");
   c->add_option("--timeout", o.timeout_s, "Seconds a worker waits for a peer before giving up")->capture_default_str();
-  c->add_option("--schedule", o.schedule, "1f1b | gpipe")->capture_default_str();
+  c->add_option("--schedule", o.schedule,
+                "1f1b | gpipe | zb (zero bubble: split backward, deferred weight gradients); default: the plan's "
+                "own schedule (1f1b for plans that record none)");
   c->add_option("--threads", o.threads, "Intra-op threads per worker")->capture_default_str();
   c->add_option("--device", o.device,
                 "cpu, or cuda: each worker on GPU LOCAL_RANK % GPUs (one GPU shared by all when there is one)")

@@ -26,6 +26,7 @@
 #include "runtime/detail/memory_meter.h"
 #include "runtime/detail/optim.h"
 #include "runtime/detail/pipeline.h"
+#include "runtime/detail/split_backward.h"
 #include "runtime/launcher.h"
 #include "schedule/trace.h"
 #include "support/error.h"
@@ -93,7 +94,9 @@ PreparedRun prepare_run(const TrainOptions& opt, bool check_data_values) {
   GP_CHECK(opt.threads >= 1 && opt.threads <= kMaxThreads, "--threads must be in [1, {}], found {}", kMaxThreads,
            opt.threads);
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
-  PreparedRun run = prepare_run(plan::load_plan(opt.plan_path), opt.schedule, opt.model_spec);
+  plan::Plan p = plan::load_plan(opt.plan_path);
+  const std::string kind = !opt.schedule.empty() ? opt.schedule : !p.schedule.empty() ? p.schedule : "1f1b";
+  PreparedRun run = prepare_run(std::move(p), kind, opt.model_spec);
   if (opt.seeded_weights) run.weights.clear();
   RunData d = open_run_data(opt, run.graph, check_data_values);
   run.data = std::move(d.train);
@@ -160,6 +163,7 @@ struct MicroBatchState {
   // from: that peer has received the activations, so backward can release them (memory.md).
   std::map<int, std::vector<Pending>> act_sends;
   std::set<int> grads_from;
+  detail::SplitBackward split;  // zero-bubble: what backward_weight needs, from backward_input to it
 };
 
 /// One rank's stage: module, optimizer, communicators and the per-step transfer state.
@@ -236,7 +240,9 @@ class StageRunner {
     if (poison_next_action().exchange(false)) poison_first_gradient(*module_);
     switch (a.kind) {
       case ActionKind::forward: forward(a.micro_batch); break;
-      case ActionKind::backward: backward(a.micro_batch); break;
+      case ActionKind::backward: backward(a.micro_batch, Pass::full); break;
+      case ActionKind::backward_input: backward(a.micro_batch, Pass::input); break;
+      case ActionKind::backward_weight: backward_weight(a.micro_batch); break;
       case ActionKind::send_act: transfer(a, /*grad=*/false, /*send=*/true); break;
       case ActionKind::recv_act: transfer(a, false, false); break;
       case ActionKind::send_grad: transfer(a, true, true); break;
@@ -441,7 +447,10 @@ class StageRunner {
     }
   }
 
-  void backward(int mb) {
+  enum class Pass { full, input };
+  /// B (Pass::full): input and parameter gradients. BI (Pass::input): the input gradients only, what
+  /// the parameters' gradients need kept in ms.split for backward_weight (detail/split_backward.h).
+  void backward(int mb, Pass pass) {
     auto& ms = mbs_[mb];
     std::vector<torch::Tensor> ts, gs;
     for (auto& [n, out] : ms.outputs) {
@@ -455,7 +464,13 @@ class StageRunner {
       ts.push_back(ms.loss);
       gs.push_back(torch::ones_like(ms.loss));
     }
-    if (!ts.empty()) torch::autograd::backward(ts, gs);
+    if (pass == Pass::full && !ts.empty()) torch::autograd::backward(ts, gs);
+    if (pass == Pass::input) {
+      std::vector<torch::Tensor> inputs;
+      for (auto& [n, x] : ms.leaves)
+        if (x.requires_grad()) inputs.push_back(x);
+      ms.split.backward_input(ts, gs, inputs, module_->parameters());
+    }
     for (auto& [n, x] : ms.leaves) {
       if (!torch::isFloatingType(x.scalar_type())) {
         ms.in_grads[n] = x;
@@ -473,6 +488,12 @@ class StageRunner {
     ms.leaves.clear();
     ms.out_grads.clear();
     ms.loss = torch::Tensor();
+  }
+  /// W: the parameter gradients of micro-batch `mb` whose backward_input ran; frees its graph.
+  void backward_weight(int mb) {
+    auto it = mbs_.find(mb);
+    GP_ASSERT(it != mbs_.end() && it->second.split.pending(), "stage {}: W mb{} without its BI", st_.id, mb);
+    it->second.split.backward_weight();
   }
 
   // Each replica's loss is scaled by its share of the mini-batch, so replicas' gradients add up.

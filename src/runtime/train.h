@@ -23,7 +23,7 @@ struct TrainOptions {
   int checkpoint_every = 0;  // save after every K-th step (0 = only at the end when a dir is given)
   bool resume = false;
   double timeout_s = 60;
-  std::string schedule = "1f1b";
+  std::string schedule;  // 1f1b | gpipe | zb; "": the plan's own (its "schedule" field)
   int threads = 1;
   bool single = false;
   bool seeded_weights = false;  // ignore the model file's weights (ONNX initializers): every parameter seeded

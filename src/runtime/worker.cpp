@@ -207,11 +207,12 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   std::vector<std::string> a = {"--plan", o.plan_path, "--steps", std::to_string(o.steps), "--seed",
                                 std::to_string(o.seed), "--optimizer", o.optimizer, "--lr", fmt::format("{}", o.lr),
                                 "--momentum", fmt::format("{}", o.momentum), "--timeout", fmt::format("{}", o.timeout_s),
-                                "--schedule", o.schedule, "--threads", std::to_string(o.threads)};
+                                "--threads", std::to_string(o.threads)};
   auto opt = [&](const char* flag, const std::string& v) {
     if (!v.empty()) a.insert(a.end(), {flag, v});
   };
   opt("--model", o.model_spec);
+  opt("--schedule", o.schedule);
   opt("--log", o.log_path);
   opt("--trace", o.trace_path);
   opt("--checkpoint-dir", o.checkpoint_dir);

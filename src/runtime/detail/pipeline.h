@@ -40,8 +40,8 @@ struct PreparedRun {
 
 /// Loads the plan (opt.plan_path), the model from plan.model_spec (or opt.model_spec when given),
 /// with the file's weights (importers::load_graph(spec, weights)), validates the plan against it and
-/// builds + checks the schedule (opt.schedule), and opens --data / --eval-data (scanning index and
-/// label values when `check_data_values`: once per run, by whoever starts the workers).
+/// builds + checks the schedule (opt.schedule, else the plan's own), and opens --data / --eval-data
+/// (scanning index and label values when `check_data_values`: once per run, by whoever starts the workers).
 PreparedRun prepare_run(const TrainOptions& opt, bool check_data_values = true);
 PreparedRun prepare_run(plan::Plan p, const std::string& schedule_kind, const std::string& model_spec = "");
 
