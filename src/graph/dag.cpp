@@ -16,8 +16,7 @@ int Dag::add_node() {
 }
 
 void Dag::add_edge(int u, int v) {
-  GP_ASSERT(u >= 0 && u < size() && v >= 0 && v < size(), "edge {}->{} out of range (n={})", u, v,
-            size());
+  GP_ASSERT(u >= 0 && u < size() && v >= 0 && v < size(), "edge {}->{} out of range (n={})", u, v, size());
   if (has_edge(u, v)) return;
   succ_[u].push_back(v);
   pred_[v].push_back(u);
@@ -26,8 +25,7 @@ void Dag::add_edge(int u, int v) {
 void Dag::add_edges(const std::vector<std::pair<int, int>>& edges) {
   std::vector<std::vector<int>> by_source(size());
   for (auto [u, v] : edges) {
-    GP_ASSERT(u >= 0 && u < size() && v >= 0 && v < size(), "edge {}->{} out of range (n={})", u,
-              v, size());
+    GP_ASSERT(u >= 0 && u < size() && v >= 0 && v < size(), "edge {}->{} out of range (n={})", u, v, size());
     by_source[u].push_back(v);
   }
   std::vector<char> present(size(), 0);
@@ -46,8 +44,7 @@ void Dag::add_edges(const std::vector<std::pair<int, int>>& edges) {
 
 bool Dag::has_edge(int u, int v) const {
   // Scan the shorter of the two adjacency lists.
-  if (succ_[u].size() <= pred_[v].size())
-    return std::find(succ_[u].begin(), succ_[u].end(), v) != succ_[u].end();
+  if (succ_[u].size() <= pred_[v].size()) return std::find(succ_[u].begin(), succ_[u].end(), v) != succ_[u].end();
   return std::find(pred_[v].begin(), pred_[v].end(), u) != pred_[v].end();
 }
 
@@ -143,8 +140,7 @@ const std::vector<int>& next_nodes(const Dag& g, int u, Reachability::Direction 
 
 }  // namespace
 
-Reachability::Reachability(const Dag& g, Direction dir)
-    : words_((static_cast<size_t>(g.size()) + 63) / 64) {
+Reachability::Reachability(const Dag& g, Direction dir) : words_((static_cast<size_t>(g.size()) + 63) / 64) {
   const int n = g.size();
   bits_.assign(words_ * n, 0);
   lo_.assign(n, words_);

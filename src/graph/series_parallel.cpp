@@ -15,10 +15,8 @@ std::vector<int> SpTree::leaves(int t) const {
   while (!stack.empty()) {
     const SpNode& n = nodes.at(stack.back());
     stack.pop_back();
-    if (n.kind == SpNode::Kind::leaf)
-      out.push_back(n.node);
-    else
-      stack.insert(stack.end(), n.children.begin(), n.children.end());
+    if (n.kind == SpNode::Kind::leaf) out.push_back(n.node);
+    else stack.insert(stack.end(), n.children.begin(), n.children.end());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -98,13 +96,11 @@ std::string describe_prime_part(const Part& part) {
         }
     }
   }
-  std::string where = fmt::format(
-      "a block of {} nodes that is neither a series nor a parallel composition", k);
+  std::string where = fmt::format("a block of {} nodes that is neither a series nor a parallel composition", k);
   if (k <= 16) {
     std::vector<int> sorted = part.ids;
     std::sort(sorted.begin(), sorted.end());
-    where = fmt::format("block {{{}}}, which is neither a series nor a parallel composition",
-                        fmt::join(sorted, ","));
+    where = fmt::format("block {{{}}}, which is neither a series nor a parallel composition", fmt::join(sorted, ","));
   }
   if (found.empty()) return fmt::format("graph is not series-parallel: {}", where);
   std::vector<int> sorted = found;
@@ -112,8 +108,7 @@ std::string describe_prime_part(const Part& part) {
   return fmt::format(
       "nodes {{{}}} form an N-shaped (non-series-parallel) subgraph: {} and {} reach {}, {} reaches "
       "{}, {} and {} are independent (in {})",
-      fmt::join(sorted, ","), found[0], found[1], found[2], found[1], found[3], found[0], found[3],
-      where);
+      fmt::join(sorted, ","), found[0], found[1], found[2], found[1], found[3], found[0], found[3], where);
 }
 
 }  // namespace

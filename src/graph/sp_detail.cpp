@@ -29,8 +29,7 @@ std::vector<std::vector<int>> parallel_parts(const Part& part) {
     for (int u : p) m = std::min(m, part.ids[u]);
     return m;
   };
-  std::sort(parts.begin(), parts.end(),
-            [&](const auto& a, const auto& b) { return min_id(a) < min_id(b); });
+  std::sort(parts.begin(), parts.end(), [&](const auto& a, const auto& b) { return min_id(a) < min_id(b); });
   return parts;
 }
 

@@ -41,8 +41,7 @@ using detail::Part;
 // favours peeling off a node or two, which can lose more over the following cuts (grids); the
 // ratios favour wide, balanced cuts. None wins everywhere, so sp_ize tries each (see ize()).
 enum class CutScore { lost, lost_fraction, lost_per_smaller_side };
-constexpr CutScore kAllScores[] = {CutScore::lost, CutScore::lost_fraction,
-                                   CutScore::lost_per_smaller_side};
+constexpr CutScore kAllScores[] = {CutScore::lost, CutScore::lost_fraction, CutScore::lost_per_smaller_side};
 
 double score(CutScore rule, int64_t lost, int64_t down, int64_t up) {
   const auto l = static_cast<double>(lost);

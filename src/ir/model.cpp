@@ -92,10 +92,8 @@ std::vector<std::vector<int>> op_predecessors(const Model& m, const Names& n, co
     GP_CHECK(!op.inputs.empty(), "{}: op \"{}\" has no inputs", where, op.name);
     for (size_t k = 0; k < op.inputs.size(); ++k) {
       const std::string& src = op.inputs[k];
-      if (auto it = n.op.find(src); it != n.op.end())
-        preds[i].push_back(it->second);
-      else
-        GP_CHECK(n.input.count(src), "{}: op \"{}\": inputs[{}]: unknown input \"{}\"", where, op.name, k, src);
+      if (auto it = n.op.find(src); it != n.op.end()) preds[i].push_back(it->second);
+      else GP_CHECK(n.input.count(src), "{}: op \"{}\": inputs[{}]: unknown input \"{}\"", where, op.name, k, src);
     }
   }
   return preds;
@@ -137,8 +135,8 @@ void check_op_types(const Model& m, const Names& n, const Op& op, const std::str
   }
   GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
   Shape inferred = infer_shape(op, shapes, where);
-  GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample",
-           where, op.name, to_string(op.kind), shape_str(inferred));
+  GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample", where,
+           op.name, to_string(op.kind), shape_str(inferred));
   GP_CHECK(inferred == op.output_shape,
            "{}: op \"{}\" ({}): shape mismatch: declared output shape {} but its inputs give {}", where, op.name,
            to_string(op.kind), shape_str(op.output_shape), shape_str(inferred));

@@ -12,23 +12,19 @@ using ir::OpKind;
 
 namespace {
 
-std::string conv_relu(ir::ModelBuilder& b, const std::string& conv_name,
-                      const std::string& relu_name, const std::string& x, int64_t out,
-                      int64_t kernel) {
-  auto c = b.op(conv_name, OpKind::conv2d, {x},
-                {{"out_channels", out}, {"kernel", kernel}, {"padding", kernel / 2}});
+std::string conv_relu(ir::ModelBuilder& b, const std::string& conv_name, const std::string& relu_name,
+                      const std::string& x, int64_t out, int64_t kernel) {
+  auto c = b.op(conv_name, OpKind::conv2d, {x}, {{"out_channels", out}, {"kernel", kernel}, {"padding", kernel / 2}});
   return b.unary(relu_name, OpKind::relu, c);
 }
 
-std::string pool3x3(ir::ModelBuilder& b, const std::string& name, const std::string& x,
-                    int64_t stride) {
+std::string pool3x3(ir::ModelBuilder& b, const std::string& name, const std::string& x, int64_t stride) {
   return b.op(name, OpKind::maxpool, {x}, {{"kernel", 3}, {"stride", stride}, {"padding", 1}});
 }
 
 // Each branch outputs `c` channels, so a block outputs 4c: 1x1 | 1x1 -> 3x3 | 1x1 -> 5x5 |
 // maxpool 3x3/1 -> 1x1.
-std::string inception_block(ir::ModelBuilder& b, const std::string& p, const std::string& x,
-                            int64_t c) {
+std::string inception_block(ir::ModelBuilder& b, const std::string& p, const std::string& x, int64_t c) {
   std::vector<std::string> outs;
   outs.push_back(conv_relu(b, p + ".br0.conv1x1", p + ".br0.relu", x, c, 1));
   for (auto [br, k] : {std::pair{1, 3}, std::pair{2, 5}}) {
@@ -45,12 +41,10 @@ std::string inception_block(ir::ModelBuilder& b, const std::string& p, const std
 
 ir::Model build_inception(const BuiltinSpec& s) {
   const int64_t image = s["image"], blocks = s["blocks"], c = s["channels"];
-  GP_CHECK(image >= 16, "{}: image = {} is too small (at least 16: the network downsamples by 16)",
-           s.model, image);
+  GP_CHECK(image >= 16, "{}: image = {} is too small (at least 16: the network downsamples by 16)", s.model, image);
   ir::ModelBuilder b(s.canonical());
   auto x = b.input("image", {3, image, image});
-  x = b.op("stem.conv", OpKind::conv2d, {x},
-           {{"out_channels", c}, {"kernel", 7}, {"stride", 2}, {"padding", 3}});
+  x = b.op("stem.conv", OpKind::conv2d, {x}, {{"out_channels", c}, {"kernel", 7}, {"stride", 2}, {"padding", 3}});
   x = b.op("stem.bn", OpKind::batchnorm, {x});
   x = b.unary("stem.relu", OpKind::relu, x);
   x = pool3x3(b, "stem.pool", x, 2);

@@ -36,8 +36,7 @@ std::vector<int> SpStructure::spine_parallel_widths() const {
   if (root.kind == SpNode::Kind::parallel) w.push_back(static_cast<int>(root.children.size()));
   if (root.kind == SpNode::Kind::series)
     for (int c : root.children)
-      if (tree.nodes[c].kind == SpNode::Kind::parallel)
-        w.push_back(static_cast<int>(tree.nodes[c].children.size()));
+      if (tree.nodes[c].kind == SpNode::Kind::parallel) w.push_back(static_cast<int>(tree.nodes[c].children.size()));
   return w;
 }
 
@@ -133,8 +132,7 @@ std::string fold(const std::vector<Item>& items) {
     if (best_r >= 2) {
       std::string group;
       for (size_t k = 0; k < best_p; ++k) group += (k ? " -> " : "") + items[i + k].text;
-      out.push_back(best_p == 1 ? fmt::format("{} x {}", best_r, group)
-                                : fmt::format("{} x ({})", best_r, group));
+      out.push_back(best_p == 1 ? fmt::format("{} x {}", best_r, group) : fmt::format("{} x ({})", best_r, group));
     } else {
       out.push_back(items[i].text);
     }
@@ -151,8 +149,7 @@ std::string describe_structure(const ir::Graph& g, const SpStructure& sp) {
   const graph::SpTree& t = sp.tree;
   std::string head = sp.series_parallel
                          ? "series-parallel: yes"
-                         : fmt::format("series-parallel: no ({}); structure of its SP-ized form",
-                                       sp.failure);
+                         : fmt::format("series-parallel: no ({}); structure of its SP-ized form", sp.failure);
   if (t.root < 0) return head + "\nstructure: empty";
   const SpNode& root = t.nodes[t.root];
   std::string body;
@@ -209,23 +206,21 @@ ModelSummary summarize(const ir::Graph& g) {
 }
 
 std::string to_dot(const ir::Graph& g, const SpStructure& sp) {
-  std::string out = fmt::format(
-      "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontsize=10, style=rounded];\n",
-      g.name());
+  std::string out = fmt::format("digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontsize=10, style=rounded];\n",
+                                g.name());
   int cluster = 0;
-  std::function<void(int, int, const std::string&)> emit = [&](int t, int depth,
-                                                                const std::string& indent) {
+  std::function<void(int, int, const std::string&)> emit = [&](int t, int depth, const std::string& indent) {
     const SpNode& n = sp.tree.nodes[t];
     if (n.kind == SpNode::Kind::leaf) {
       const ir::Op& op = g.op(OpId(n.node));
-      out += fmt::format("{}n{} [label=\"{}\\n{}\"{}];\n", indent, n.node, op.name,
-                         ir::to_string(op.kind), ir::is_loss(op.kind) ? ", style=\"rounded,bold\"" : "");
+      out += fmt::format("{}n{} [label=\"{}\\n{}\"{}];\n", indent, n.node, op.name, ir::to_string(op.kind),
+                         ir::is_loss(op.kind) ? ", style=\"rounded,bold\"" : "");
       return;
     }
     for (size_t i = 0; i < n.children.size(); ++i) {
       if (n.kind == SpNode::Kind::parallel) {
-        out += fmt::format("{}subgraph cluster_{} {{\n{}  label=\"branch {}\"; style=dashed;\n", indent,
-                           cluster++, indent, i);
+        out += fmt::format("{}subgraph cluster_{} {{\n{}  label=\"branch {}\"; style=dashed;\n", indent, cluster++,
+                           indent, i);
         emit(n.children[i], depth + 1, indent + "  ");
         out += indent + "}\n";
       } else {

@@ -8,8 +8,7 @@ namespace gp::models::detail {
 
 using ir::OpKind;
 
-std::string mlp(ir::ModelBuilder& b, const std::string& p, std::string x, int64_t layers,
-                int64_t width) {
+std::string mlp(ir::ModelBuilder& b, const std::string& p, std::string x, int64_t layers, int64_t width) {
   for (int64_t l = 0; l < layers; ++l) {
     x = b.linear(fmt::format("{}.l{}.fc", p, l), x, width);
     x = b.unary(fmt::format("{}.l{}.relu", p, l), OpKind::relu, x);
@@ -35,12 +34,10 @@ ir::Model build_dlrm(const BuiltinSpec& s) {
   for (int64_t j = 0; j < s["embedding_branches"]; ++j) {
     const std::string p = fmt::format("emb{}", j);
     auto idx = b.input(p + ".input", {s["bag"]}, ir::DType::i64);
-    features.push_back(b.op(p + ".bag", OpKind::embedding_bag, {idx},
-                            {{"rows", s["rows"]}, {"dim", s["dim"]}}));
+    features.push_back(b.op(p + ".bag", OpKind::embedding_bag, {idx}, {{"rows", s["rows"]}, {"dim", s["dim"]}}));
   }
   auto label = b.input("label", {}, ir::DType::i64);
-  auto x = features.size() == 1 ? features[0]
-                                 : b.op("interact.concat", OpKind::concat, features, {{"axis", 1}});
+  auto x = features.size() == 1 ? features[0] : b.op("interact.concat", OpKind::concat, features, {{"axis", 1}});
   x = mlp(b, "top", x, kHeadLayers, hidden);
   auto logits = b.linear("top.out", x, 2);
   b.output(b.op("loss", OpKind::cross_entropy, {logits, label}));
@@ -58,8 +55,7 @@ ir::Model build_candle_uno(const BuiltinSpec& s) {
     towers.push_back(mlp(b, p, b.input(p + ".input", {hidden}), s["layers"], hidden));
   }
   auto target = b.input("target", {1});
-  auto x = towers.size() == 1 ? towers[0]
-                              : b.op("merge.concat", OpKind::concat, towers, {{"axis", 1}});
+  auto x = towers.size() == 1 ? towers[0] : b.op("merge.concat", OpKind::concat, towers, {{"axis", 1}});
   x = mlp(b, "head", x, kHeadLayers, hidden);
   auto pred = b.linear("head.out", x, 1);
   b.output(b.op("loss", OpKind::mse_loss, {pred, target}));

@@ -9,8 +9,8 @@ namespace gp::models::detail {
 
 using ir::OpKind;
 
-std::string transformer_layer(ir::ModelBuilder& b, const std::string& p, const std::string& x,
-                              int64_t heads, int64_t hidden, int64_t ffn, bool causal) {
+std::string transformer_layer(ir::ModelBuilder& b, const std::string& p, const std::string& x, int64_t heads,
+                              int64_t hidden, int64_t ffn, bool causal) {
   Json attrs{{"heads", heads}};
   if (causal) attrs["causal"] = true;
   auto attn = b.op(p + ".attn", OpKind::attention, {x}, attrs);
@@ -26,8 +26,8 @@ std::string transformer_layer(ir::ModelBuilder& b, const std::string& p, const s
 namespace {
 void check_heads(const BuiltinSpec& s) {
   GP_CHECK(s["hidden"] % s["heads"] == 0,
-           "{}: heads = {} must divide hidden = {} (each head gets hidden / heads features)",
-           s.model, s["heads"], s["hidden"]);
+           "{}: heads = {} must divide hidden = {} (each head gets hidden / heads features)", s.model, s["heads"],
+           s["hidden"]);
 }
 }  // namespace
 
@@ -45,8 +45,7 @@ ir::Model build_mmt(const BuiltinSpec& s) {
     pooled.push_back(b.op(p + ".pool", OpKind::mean, {x}, {{"axis", 1}}));
   }
   auto label = b.input("label", {}, ir::DType::i64);
-  auto fused = pooled.size() == 1 ? pooled[0]
-                                  : b.op("fuse.concat", OpKind::concat, pooled, {{"axis", 1}});
+  auto fused = pooled.size() == 1 ? pooled[0] : b.op("fuse.concat", OpKind::concat, pooled, {{"axis", 1}});
   auto logits = b.linear("head.fc", fused, s["classes"]);
   b.output(b.op("loss", OpKind::cross_entropy, {logits, label}));
   return b.build();

@@ -85,9 +85,8 @@ std::string param_names(const ModelInfo& info) {
 const Builtin& find_builtin(const std::string& name) {
   for (const auto& b : registry())
     if (b.info.name == name) return b;
-  throw UserError(fmt::format(
-      "unknown model \"{}\" (builtin models: {}; or a model file ending in .json or .onnx)", name,
-      model_names()));
+  throw UserError(fmt::format("unknown model \"{}\" (builtin models: {}; or a model file ending in .json or .onnx)",
+                              name, model_names()));
 }
 
 // Parameters stay below 2^31 so products of a few of them cannot overflow int64.
@@ -125,8 +124,7 @@ BuiltinSpec parse_builtin_spec(const std::string& spec) {
   auto colon = spec.find(':');
   BuiltinSpec out;
   out.model = spec.substr(0, colon);
-  GP_CHECK(!out.model.empty(), "empty model spec \"{}\" (builtin models: {})", spec,
-           model_names());
+  GP_CHECK(!out.model.empty(), "empty model spec \"{}\" (builtin models: {})", spec, model_names());
   const ModelInfo& info = find_builtin(out.model).info;
   for (const auto& p : info.params) out.params[p.name] = p.default_value;
   if (colon == std::string::npos) return out;
@@ -140,18 +138,17 @@ BuiltinSpec parse_builtin_spec(const std::string& spec) {
     pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
     auto eq = kv.find('=');
     GP_CHECK(eq != std::string::npos && eq > 0,
-             "model spec \"{}\": expected key=value, found \"{}\" (parameters of {}: {})", spec, kv,
-             out.model, param_names(info));
+             "model spec \"{}\": expected key=value, found \"{}\" (parameters of {}: {})", spec, kv, out.model,
+             param_names(info));
     std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
-    GP_CHECK(out.params.count(key), "model spec \"{}\": unknown parameter \"{}\" (parameters of {}: {})",
-             spec, key, out.model, param_names(info));
+    GP_CHECK(out.params.count(key), "model spec \"{}\": unknown parameter \"{}\" (parameters of {}: {})", spec, key,
+             out.model, param_names(info));
     GP_CHECK(!seen[key], "model spec \"{}\": parameter \"{}\" given twice", spec, key);
     seen[key] = true;
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
     GP_CHECK(ec == std::errc() && ptr == val.data() + val.size() && v > 0 && v <= kMaxParam,
-             "model spec \"{}\": {} = \"{}\" is not a positive integer (1 to {})", spec, key, val,
-             kMaxParam);
+             "model spec \"{}\": {} = \"{}\" is not a positive integer (1 to {})", spec, key, val, kMaxParam);
     out.params[key] = v;
   }
   return out;

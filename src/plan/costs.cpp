@@ -29,9 +29,10 @@ cost::Profile load_recorded_profile(const Costs& rc, const std::string& plan_fil
   try {
     prof = cost::load_profile(path);
   } catch (const UserError& e) {
-    throw UserError(fmt::format("{}: costs.profile_path: the plan records its profile by path only, and it "
-                                "cannot be read ({}); pass --profile FILE",
-                                plan_file, e.what()));
+    throw UserError(
+        fmt::format("{}: costs.profile_path: the plan records its profile by path only, and it "
+                    "cannot be read ({}); pass --profile FILE",
+                    plan_file, e.what()));
   }
   std::string h = profile_sha256(prof);
   GP_CHECK(h == rc.profile_sha256,
@@ -45,8 +46,8 @@ cost::Profile load_recorded_profile(const Costs& rc, const std::string& plan_fil
 
 std::string profile_sha256(const cost::Profile& p) { return sha256_hex(cost::profile_to_json(p).dump()); }
 
-void record_costs(Plan& p, const cost::Cluster& c, const cost::Profile* prof,
-                  const std::string& profile_path, size_t max_embedded_bytes) {
+void record_costs(Plan& p, const cost::Cluster& c, const cost::Profile* prof, const std::string& profile_path,
+                  size_t max_embedded_bytes) {
   p.costs = Costs{};
   p.costs.cluster = cost::cluster_to_json(c);
   if (prof == nullptr) return;
@@ -88,8 +89,8 @@ CostSource plan_costs(const Plan& p, const std::string& plan_file, const std::st
     if (rc.recorded() && !rc.has_profile())
       out.notes.push_back(fmt::format("{}: using --profile {}; the plan was made without a profile", who, profile_arg));
     else if (rc.has_profile() && profile_sha256(*prof) != rc.profile_sha256)
-      out.notes.push_back(fmt::format("{}: using --profile {} instead of the profile the plan was made with ({})",
-                                      who, profile_arg, recorded_profile));
+      out.notes.push_back(fmt::format("{}: using --profile {} instead of the profile the plan was made with ({})", who,
+                                      profile_arg, recorded_profile));
     out.profile = std::move(prof);
   } else if (rc.has_profile() && !rc.profile.is_null()) {
     out.profile = std::make_shared<cost::Profile>(
@@ -103,9 +104,10 @@ CostSource plan_costs(const Plan& p, const std::string& plan_file, const std::st
   }
 
   if (!rc.recorded())
-    out.notes.push_back(fmt::format("{}: {} does not record the costs it was made with (an older plan); using {} "
-                                    "and profile {}",
-                                    who, plan_file, out.cluster_from, out.profile_from));
+    out.notes.push_back(
+        fmt::format("{}: {} does not record the costs it was made with (an older plan); using {} "
+                    "and profile {}",
+                    who, plan_file, out.cluster_from, out.profile_from));
   return out;
 }
 
@@ -115,7 +117,8 @@ PredictionScope prediction_scope(const Plan& p, const std::string& plan_file) {
     const std::string& spec = p.cluster_spec;
     bool here = spec.empty() || spec == "cpu" || spec.find(".json") != std::string::npos;
     return {here, here ? fmt::format("made for cluster \"{}\" (an older plan that records no costs; assumed to be "
-                                     "this machine)", spec)
+                                     "this machine)",
+                                     spec)
                        : fmt::format("made for cluster \"{}\" (an older plan that records no costs)", spec)};
   }
   CostSource cs;
@@ -166,8 +169,8 @@ Costs costs_from_json(const JsonAt& j, int num_devices) {
   JsonAt cl = j.at("cluster");
   cost::Cluster cluster = cost::cluster_from_json(cl);
   if (cluster.num_devices() != num_devices)
-    cl.fail(fmt::format("has {} devices, but the plan's cluster.num_devices is {}", cluster.num_devices(),
-                        num_devices));
+    cl.fail(
+        fmt::format("has {} devices, but the plan's cluster.num_devices is {}", cluster.num_devices(), num_devices));
   c.cluster = cost::cluster_to_json(cluster);
   if (j.has("profile_path")) c.profile_path = j.at("profile_path").str();
   if (j.has("profile_sha256")) {
@@ -179,12 +182,12 @@ Costs costs_from_json(const JsonAt& j, int num_devices) {
   if (j.has("profile") && !j.json()["profile"].is_null()) {
     cost::Profile prof = cost::profile_from_json(j.at("profile"));
     std::string h = profile_sha256(prof);
-    if (c.profile_sha256.empty())
-      c.profile_sha256 = h;  // a hand-written plan may leave the hash out
+    if (c.profile_sha256.empty()) c.profile_sha256 = h;  // a hand-written plan may leave the hash out
     else if (h != c.profile_sha256)
-      j.at("profile_sha256").fail(fmt::format("does not match the embedded profile (whose sha256 is {}); remove "
-                                              "\"profile_sha256\" to accept an edited profile",
-                                              h));
+      j.at("profile_sha256")
+          .fail(fmt::format("does not match the embedded profile (whose sha256 is {}); remove "
+                            "\"profile_sha256\" to accept an edited profile",
+                            h));
     c.profile = cost::profile_to_json(prof);
   } else if (c.profile_sha256.empty() != c.profile_path.empty()) {
     j.fail("a profile that is not embedded needs both \"profile_path\" and \"profile_sha256\"");

@@ -35,8 +35,8 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
   std::string pre = b.unary("pre", ir::OpKind::relu, x);
   std::string y = kind == ir::OpKind::linear      ? b.linear("op", pre, out_features)
                   : kind == ir::OpKind::attention ? b.op("op", kind, {pre}, {{"heads", out_features}})
-                  : kind == ir::OpKind::add  ? b.op("op", kind, {pre, b.unary("pre2", ir::OpKind::gelu, x)})
-                                             : b.unary("op", kind, pre);
+                  : kind == ir::OpKind::add       ? b.op("op", kind, {pre, b.unary("pre2", ir::OpKind::gelu, x)})
+                                                  : b.unary("op", kind, pre);
   b.output(y);
   return ir::Graph::build(b.build(), "calibration");
 }
@@ -198,7 +198,8 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   many.repeats = std::max(o.repeats, 21);
   Timed tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many).front();
   k.kernel_overhead_s = tiny.seconds / 2;
-  say(progress, fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
+  say(progress,
+      fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
 
   // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..256 rows.
   std::vector<Timed> gemm;
@@ -304,9 +305,10 @@ cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
     }
   }
   if (progress)
-    *progress << fmt::format("calibrating the cpu preset on this machine (a few seconds, once; cached in {}; "
-                             "GRAPHPIPE_CALIBRATION=refresh measures again)\n",
-                             path.empty() ? "nothing: no HOME or XDG_CACHE_HOME" : path)
+    *progress << fmt::format(
+                     "calibrating the cpu preset on this machine (a few seconds, once; cached in {}; "
+                     "GRAPHPIPE_CALIBRATION=refresh measures again)\n",
+                     path.empty() ? "nothing: no HOME or XDG_CACHE_HOME" : path)
               << std::flush;
   cost::CpuCalibration k = calibrate_cpu(CalibrateOptions{}, progress).calibration;
   if (!path.empty()) {

@@ -73,17 +73,18 @@ cost::Profile profile_graph(const ir::Graph& g, const ProfileOptions& opt, std::
   for (size_t k = 0; k < todo.size(); ++k) {
     const auto& [sig, id] = todo[k];
     if (progress)
-      *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id),
-                               fmt::join(batches, ",")) << std::flush;
-    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
+      *progress << fmt::format("[{}/{}] {} b={} ...", k + 1, todo.size(), describe_op(g, id), fmt::join(batches, ","))
+                << std::flush;
+    std::vector<runtime::OpTiming> t = runtime::time_op(g, id, batches, opt.warmup, opt.repeats, opt.cpu_clock,
+                                                        opt.device);
     cost::OpMeasurement m{sig, ir::to_string(g.op(id).kind), batches, {}, {}};
     for (const auto& x : t) {
       m.fwd_s.push_back(x.fwd_s);
       m.bwd_s.push_back(x.bwd_s);
     }
     if (progress)
-      *progress << fmt::format(" fwd {:.3g} ms bwd {:.3g} ms at b={}\n", m.fwd_s.back() * 1e3,
-                               m.bwd_s.back() * 1e3, batches.back());
+      *progress << fmt::format(" fwd {:.3g} ms bwd {:.3g} ms at b={}\n", m.fwd_s.back() * 1e3, m.bwd_s.back() * 1e3,
+                               batches.back());
     p.ops.emplace(sig, std::move(m));
   }
   if (opt.context) {
@@ -98,8 +99,9 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   cost::ContextTiming c;
   c.batches = opt.batches;
   const int repeats = std::min(opt.repeats, kContextRepeats);
-  if (progress) *progress << fmt::format("[model] {} ops in sequence, b={} ...", g.num_ops(), fmt::join(c.batches, ","))
-                          << std::flush;
+  if (progress)
+    *progress << fmt::format("[model] {} ops in sequence, b={} ...", g.num_ops(), fmt::join(c.batches, ","))
+              << std::flush;
   std::vector<runtime::OpTiming> whole = runtime::time_model(g, c.batches, 1, repeats, opt.cpu_clock, opt.device);
   std::vector<std::string> sigs;
   for (OpId id : g.op_ids()) sigs.push_back(cost::op_signature(g, id));
@@ -121,8 +123,8 @@ void profile_context(const ir::Graph& g, const ProfileOptions& opt, cost::Profil
   if (progress)
     *progress << fmt::format(" in sequence / alone at b={}: fwd {:.2f}, bwd {:.2f}\n", c.batches.back(), ff, bf);
   const std::vector<std::string> names{"sgd", "adam"};
-  const std::vector<runtime::OptimizerTiming> steps =
-      runtime::time_optimizers(g, names, opt.warmup, opt.repeats, opt.cpu_clock, opt.device);
+  const std::vector<runtime::OptimizerTiming> steps = runtime::time_optimizers(g, names, opt.warmup, opt.repeats,
+                                                                               opt.cpu_clock, opt.device);
   for (size_t k = 0; k < names.size(); ++k) {
     const runtime::OptimizerTiming& t = steps[k];
     if (t.params == 0) continue;  // nothing to step
@@ -157,8 +159,8 @@ cost::LinkFit fit_link(const std::vector<std::pair<double, double>>& pts, const 
     intercept = 0;
     slope = sxy / sxx;
   }
-  GP_CHECK(slope > 0, "{}: time does not grow with message size (slope {:.3g} s/byte); measure larger sizes",
-           what, slope);
+  GP_CHECK(slope > 0, "{}: time does not grow with message size (slope {:.3g} s/byte); measure larger sizes", what,
+           slope);
   return {intercept, 1.0 / slope};
 }
 
@@ -195,10 +197,11 @@ void profile_links(cost::Profile& p, const LinkOptions& o, std::ostream* progres
   p.allreduce = fit_link_medians(ar, ar_fastest, "profile --links (all-reduce)", progress);
   if (r.lockstep_factor > 0) p.lockstep = r.lockstep_factor;
   if (progress)
-    *progress << fmt::format("[links] fit: p2p latency {:.1f} us, bandwidth {:.2f} GB/s; all-reduce (2 ranks) "
-                             "latency {:.1f} us, bandwidth {:.2f} GB/s\n",
-                             p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
-                             p.allreduce->bandwidth_Bps / 1e9)
+    *progress << fmt::format(
+                     "[links] fit: p2p latency {:.1f} us, bandwidth {:.2f} GB/s; all-reduce (2 ranks) "
+                     "latency {:.1f} us, bandwidth {:.2f} GB/s\n",
+                     p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
+                     p.allreduce->bandwidth_Bps / 1e9)
               << std::flush;
 }
 

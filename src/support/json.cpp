@@ -11,9 +11,7 @@ void JsonAt::fail(const std::string& msg) const {
   throw UserError(fmt::format("{}: {}: {}", file_, path_.empty() ? "(top)" : path_, msg));
 }
 
-std::string JsonAt::child_path(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string JsonAt::child_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 void JsonAt::expect_object() const {
   if (!j_->is_object()) fail(fmt::format("expected an object, found {}", j_->type_name()));
@@ -69,9 +67,7 @@ std::vector<int64_t> JsonAt::i64_list() const {
   return out;
 }
 
-std::string JsonAt::str_or(const char* key, const std::string& dflt) const {
-  return has(key) ? at(key).str() : dflt;
-}
+std::string JsonAt::str_or(const char* key, const std::string& dflt) const { return has(key) ? at(key).str() : dflt; }
 int64_t JsonAt::i64_or(const char* key, int64_t dflt) const { return has(key) ? at(key).i64() : dflt; }
 double JsonAt::num_or(const char* key, double dflt) const { return has(key) ? at(key).num() : dflt; }
 

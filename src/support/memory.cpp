@@ -33,8 +33,8 @@ double machine_memory_bytes() {
 
 void check_fits_in_memory(double bytes, const std::string& what, const std::string& detail) {
   double have = machine_memory_bytes();
-  GP_CHECK(!(bytes > have), "{} needs about {:.3g} GB ({}) but this machine has {:.3g} GB of memory", what,
-           bytes / 1e9, detail, have / 1e9);
+  GP_CHECK(!(bytes > have), "{} needs about {:.3g} GB ({}) but this machine has {:.3g} GB of memory", what, bytes / 1e9,
+           detail, have / 1e9);
 }
 
 }  // namespace gp

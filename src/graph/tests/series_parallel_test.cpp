@@ -74,8 +74,7 @@ TEST(SpDecompose, NGraphFailsNamingItsNodes) {
 
 TEST(SpDecompose, EmbeddedNGraphIsLocalised) {
   // 4 -> {0, 1}; N on 0..3; {2, 3} -> 5; plus an unrelated diamond 6..9.
-  Dag g = make_dag(10, {{4, 0}, {4, 1}, {0, 2}, {1, 2}, {1, 3}, {2, 5}, {3, 5},
-                        {6, 7}, {6, 8}, {7, 9}, {8, 9}});
+  Dag g = make_dag(10, {{4, 0}, {4, 1}, {0, 2}, {1, 2}, {1, 3}, {2, 5}, {3, 5}, {6, 7}, {6, 8}, {7, 9}, {8, 9}});
   SpResult r = sp_decompose(g);
   EXPECT_FALSE(r.tree.has_value());
   EXPECT_NE(r.failure.find("nodes {0,1,2,3} form an N-shaped"), std::string::npos) << r.failure;
@@ -149,8 +148,7 @@ TEST(SpIze, ParallelismKeptOnClassicNonSpGraphs) {
       {"random DAG n=12 p=0.25", testing::random_dag(12, 0.25, 7), true},
       {"random DAG n=200 p=0.02", testing::random_dag(200, 0.02, 11), false},
   };
-  std::printf("%-26s %5s %9s %6s %8s %6s\n", "graph", "nodes", "original", "kept", "fraction",
-              "optimum");
+  std::printf("%-26s %5s %9s %6s %8s %6s\n", "graph", "nodes", "original", "kept", "fraction", "optimum");
   for (const Case& c : cases) {
     ASSERT_FALSE(sp_decompose(c.g).tree.has_value()) << c.name << " should not be SP";
     const int64_t before = independent_pairs(c.g);
@@ -166,9 +164,9 @@ TEST(SpIze, ParallelismKeptOnClassicNonSpGraphs) {
       EXPECT_LE(kept, best) << c.name;
       optimum = std::to_string(best);
     }
-    std::printf("%-26s %5d %9lld %6lld %7.1f%% %6s\n", c.name, c.g.size(),
-                static_cast<long long>(before), static_cast<long long>(kept),
-                100.0 * static_cast<double>(kept) / static_cast<double>(before), optimum.c_str());
+    std::printf("%-26s %5d %9lld %6lld %7.1f%% %6s\n", c.name, c.g.size(), static_cast<long long>(before),
+                static_cast<long long>(kept), 100.0 * static_cast<double>(kept) / static_cast<double>(before),
+                optimum.c_str());
   }
 }
 
@@ -186,8 +184,8 @@ TEST(SpIze, NearOptimalOnSmallRandomDags) {
     kept += k;
     optimum += best;
   }
-  std::printf("%d non-SP random DAGs (6-12 nodes): sp_ize keeps %lld pairs, optimum %lld (%.1f%%)\n",
-              graphs, static_cast<long long>(kept), static_cast<long long>(optimum),
+  std::printf("%d non-SP random DAGs (6-12 nodes): sp_ize keeps %lld pairs, optimum %lld (%.1f%%)\n", graphs,
+              static_cast<long long>(kept), static_cast<long long>(optimum),
               100.0 * static_cast<double>(kept) / static_cast<double>(optimum));
   EXPECT_GE(graphs, 100);
   EXPECT_GE(static_cast<double>(kept), 0.95 * static_cast<double>(optimum));
@@ -237,8 +235,8 @@ TEST(SpPerformance, FiveThousandNodes) {
     start = cpu_seconds();
     EXPECT_TRUE(sp_decompose(h).tree.has_value()) << name;
     const double again_s = cpu_seconds() - start;
-    std::printf("sp_ize(%s, %d nodes, %zu edges): %.3f s -> %zu edges; sp_decompose of it: %.3f s\n",
-                name, dag.size(), dag.num_edges(), ize_s, h.num_edges(), again_s);
+    std::printf("sp_ize(%s, %d nodes, %zu edges): %.3f s -> %zu edges; sp_decompose of it: %.3f s\n", name, dag.size(),
+                dag.num_edges(), ize_s, h.num_edges(), again_s);
     return ize_s;
   };
   std::printf("sp_decompose(%d-node SP model): %.3f s\n", g.size(), decompose_s);
@@ -252,8 +250,7 @@ TEST(SpPerformance, FiveThousandNodes) {
       for (int v : next.succs(u)) densenet.add_edge(offset + u, offset + v);
   }
   const double densenet_s = time_sp_ize("DenseNet-201-like", densenet);
-  time_sp_ize("random DAG", kOptimisedBuild ? testing::random_dag(2000, 0.002, 3)
-                                             : testing::random_dag(300, 0.013, 3));
+  time_sp_ize("random DAG", kOptimisedBuild ? testing::random_dag(2000, 0.002, 3) : testing::random_dag(300, 0.013, 3));
   if (!kOptimisedBuild) return;
   // Generous bounds for a loaded CI machine; typical times are printed above.
   EXPECT_LT(decompose_s, 2.0);

@@ -44,13 +44,18 @@ TEST(DecoderOps, ConvTransposeShapesParamsAndFlops) {
   EXPECT_DOUBLE_EQ(c.bwd_flops, 2 * c.fwd_flops);
   EXPECT_DOUBLE_EQ(c.saved_bytes, 4.0 * 6 * 6 * 4);
   // Groups, rectangular kernel and stride, no bias: weight [4, 4/2, 3, 2].
-  Graph grouped = one_op(OpKind::conv_transpose2d, {{"out_channels", 4}, {"kernel", {3, 2}}, {"stride", {2, 3}},
-                                                   {"padding", {0, 1}}, {"groups", 2}, {"bias", false}});
+  Graph grouped = one_op(OpKind::conv_transpose2d, {{"out_channels", 4},
+                                                    {"kernel", {3, 2}},
+                                                    {"stride", {2, 3}},
+                                                    {"padding", {0, 1}},
+                                                    {"groups", 2},
+                                                    {"bias", false}});
   EXPECT_EQ(grouped.op(grouped.find("op")).output_shape, (Shape{kBatch, 4, 13, 15}));  // 5*2+3, 5*3-2+2 (6x6 input)
   EXPECT_EQ(grouped.costs(grouped.find("op")).params, 4 * 2 * 3 * 2);
   // Asymmetric padding and output padding beyond the stride, dilation: H' = 5*1 - 1 - 0 + 2*2 + 1 + 3.
-  Graph odd = one_op(OpKind::conv_transpose2d, {{"out_channels", 2}, {"kernel", 3}, {"dilation", 2},
-                                               {"padding", {1, 0, 0, 2}}, {"output_padding", {3, 0}}});
+  Graph odd = one_op(
+      OpKind::conv_transpose2d,
+      {{"out_channels", 2}, {"kernel", 3}, {"dilation", 2}, {"padding", {1, 0, 0, 2}}, {"output_padding", {3, 0}}});
   EXPECT_EQ(odd.op(odd.find("op")).output_shape, (Shape{kBatch, 2, 12, 8}));
 }
 
@@ -74,12 +79,13 @@ TEST(DecoderOps, PoolsTakeRectangularWindowsDilationCeilModeAndCountIncludePad) 
   EXPECT_EQ(one_op(OpKind::avgpool, {{"kernel", {2, 3}}}).op(OpId(0)).output_shape, (Shape{kBatch, 4, 3, 2}));
   Graph dil = one_op(OpKind::maxpool, {{"kernel", 2}, {"stride", 1}, {"dilation", 2}});
   EXPECT_EQ(dil.op(dil.find("op")).output_shape, (Shape{kBatch, 4, 4, 4}));
-  Graph avg = one_op(OpKind::avgpool, {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
-                                       {"count_include_pad", false}});
+  Graph avg = one_op(OpKind::avgpool,
+                     {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true}, {"count_include_pad", false}});
   EXPECT_EQ(avg.op(avg.find("op")).output_shape, (Shape{kBatch, 4, 4, 4}));  // ceil(5 / 2) + 1, as PyTorch
   // A last window starting in the padding is dropped: 5x5, kernel 2, stride 2, padding 1 -> 3x3, not 4x4.
-  EXPECT_EQ(one_op(OpKind::maxpool, {{"kernel", 2}, {"padding", 1}, {"ceil_mode", true}}, {4, 5, 5}).op(OpId(0)).output_shape,
-            (Shape{kBatch, 4, 3, 3}));
+  EXPECT_EQ(
+      one_op(OpKind::maxpool, {{"kernel", 2}, {"padding", 1}, {"ceil_mode", true}}, {4, 5, 5}).op(OpId(0)).output_shape,
+      (Shape{kBatch, 4, 3, 3}));
   EXPECT_THAT(error_of(OpKind::avgpool, {{"kernel", 2}, {"dilation", 2}}), HasSubstr("only maxpool is dilated"));
   EXPECT_THAT(error_of(OpKind::maxpool, {{"kernel", 2}, {"count_include_pad", false}}),
               HasSubstr("attrs.count_include_pad is an attribute of avgpool only"));

@@ -80,10 +80,10 @@ TEST(IrTest, EmbeddingAppendsDimAndCountsPositions) {
   Graph g = Graph::build(b.build());
   EXPECT_EQ(g.op(g.find("emb")).output_shape, (Shape{kBatch, 12, 32}));
   const OpCosts& c = g.costs(g.find("emb"));
-  EXPECT_EQ(c.params, 50 * 32 + 12 * 32);               // the table and the positions
-  EXPECT_EQ(c.weight_read_bytes, 12 * 32 * 4);           // positions per call; table rows per sample
+  EXPECT_EQ(c.params, 50 * 32 + 12 * 32);                 // the table and the positions
+  EXPECT_EQ(c.weight_read_bytes, 12 * 32 * 4);            // positions per call; table rows per sample
   EXPECT_DOUBLE_EQ(c.input_bytes, 12 * 8 + 12 * 32 * 4);  // indices + gathered rows
-  EXPECT_DOUBLE_EQ(c.fwd_flops, 2 * 12 * 32);            // copy + add
+  EXPECT_DOUBLE_EQ(c.fwd_flops, 2 * 12 * 32);             // copy + add
 }
 
 TEST(IrTest, EmbeddingRejectsFloatIndicesAndPositionsOnRank3) {
@@ -180,7 +180,9 @@ TEST(IrTest, RejectsCycleNamingItsOps) {
 TEST(IrTest, RejectsShapeMismatchNamingBothShapes) {
   Model m = tiny();
   m.ops[2].output_shape = {kBatch, 11};
-  EXPECT_THAT(error_of(m), HasSubstr("op \"fc2\" (linear): shape mismatch: declared output shape [B, 11] but its inputs give [B, 10]"));
+  EXPECT_THAT(
+      error_of(m),
+      HasSubstr("op \"fc2\" (linear): shape mismatch: declared output shape [B, 11] but its inputs give [B, 10]"));
   ModelBuilder b("bad");
   b.input("a", {4});
   b.input("c", {5});
@@ -246,11 +248,17 @@ TEST(IrTest, GeneralConvolutionShapesAndCosts) {
   b.input("x", {8, 17, 20});
   // 1x7 kernel, stride (2, 1), dilation (1, 2), asymmetric pads [top 1, left 3, bottom 0, right 2], 4 groups.
   std::string c = b.op("c", OpKind::conv2d, {"x"},
-                       {{"out_channels", 12}, {"kernel", {1, 7}}, {"stride", {2, 1}}, {"dilation", {1, 2}},
-                        {"padding", {1, 3, 0, 2}}, {"groups", 4}, {"bias", false}});
+                       {{"out_channels", 12},
+                        {"kernel", {1, 7}},
+                        {"stride", {2, 1}},
+                        {"dilation", {1, 2}},
+                        {"padding", {1, 3, 0, 2}},
+                        {"groups", 4},
+                        {"bias", false}});
   // H: (17 + 1 + 0 - 1) / 2 + 1 = 9; W: 20 + 3 + 2 - 2 * 6 - 1 + 1 = 13.
   EXPECT_EQ(b.shape_of(c), (Shape{kBatch, 12, 9, 13}));
-  std::string d = b.op("dw", OpKind::conv2d, {c}, {{"out_channels", 12}, {"kernel", 3}, {"padding", 1}, {"groups", 12}});
+  std::string d = b.op("dw", OpKind::conv2d, {c},
+                       {{"out_channels", 12}, {"kernel", 3}, {"padding", 1}, {"groups", 12}});
   b.output(b.op("loss", OpKind::mse_loss, {d, d}));
   Graph g = Graph::build(b.build());
   EXPECT_EQ(g.costs(g.find("c")).params, 12 * 2 * 1 * 7);
@@ -328,7 +336,8 @@ TEST(IrTest, AttentionMasksAreCheckedAndCostFullAttention) {
     }
     return std::string();
   };
-  EXPECT_THAT(error(Json::object(), true, {7}), HasSubstr("input 1 (the padding mask) has shape [B, 7], expected [B, 8]"));
+  EXPECT_THAT(error(Json::object(), true, {7}),
+              HasSubstr("input 1 (the padding mask) has shape [B, 7], expected [B, 8]"));
   EXPECT_THAT(error(Json::object(), true, {8, 8}), HasSubstr("expected [B, 8] (one value per key position)"));
   EXPECT_THAT(error({{"mask", "drop"}}, true), HasSubstr("mask"));
   EXPECT_THAT(error({{"mask_fill", 5.0}}, true), HasSubstr("attrs.mask_fill must be a finite negative number"));

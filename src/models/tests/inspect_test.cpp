@@ -53,7 +53,8 @@ TEST(Inspect, DescribesTheStructureInAFewLines) {
   EXPECT_THAT(describe_structure(inc9, sp_structure(inc9)),
               HasSubstr("9 x [parallel of 4 branches of 2, 4, 4, 3 ops] joined by 1-2 ops -> 3 ops -> loss"));
   ir::Graph gpt = build("gpt:layers=3,seq=8,hidden=32,heads=4,ffn=64,vocab=50");
-  EXPECT_THAT(describe_structure(gpt, sp_structure(gpt)), HasSubstr("structure: series of 28: 27 ops -> loss\nwidest parallel: none (a chain)"));
+  EXPECT_THAT(describe_structure(gpt, sp_structure(gpt)),
+              HasSubstr("structure: series of 28: 27 ops -> loss\nwidest parallel: none (a chain)"));
 }
 
 TEST(Inspect, NonSeriesParallelGraphIsSpIzed) {

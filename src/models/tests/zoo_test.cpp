@@ -29,23 +29,21 @@ TEST(Zoo, ListsTheContractModelsAndParameters) {
         for (const auto& p : m.params) v.push_back(p.name + "=" + std::to_string(p.default_value));
     return v;
   };
-  EXPECT_EQ(params_of("mmt"), (std::vector<std::string>{"branches=4", "layers=8", "seq=256", "hidden=1024",
-                                                        "heads=16", "ffn=4096", "classes=1000"}));
-  EXPECT_EQ(params_of("dlrm"),
-            (std::vector<std::string>{"dense_branches=7", "embedding_branches=7", "layers=4", "hidden=4096",
-                                      "rows=1000000", "dim=64", "bag=100"}));
+  EXPECT_EQ(params_of("mmt"), (std::vector<std::string>{"branches=4", "layers=8", "seq=256", "hidden=1024", "heads=16",
+                                                        "ffn=4096", "classes=1000"}));
+  EXPECT_EQ(params_of("dlrm"), (std::vector<std::string>{"dense_branches=7", "embedding_branches=7", "layers=4",
+                                                         "hidden=4096", "rows=1000000", "dim=64", "bag=100"}));
   EXPECT_EQ(params_of("candle-uno"), (std::vector<std::string>{"branches=7", "layers=4", "hidden=4096"}));
-  EXPECT_EQ(params_of("gpt"), (std::vector<std::string>{"layers=12", "seq=1024", "hidden=768", "heads=12",
-                                                        "ffn=3072", "vocab=50257", "tie_embeddings=0"}));
-  EXPECT_EQ(params_of("inception"),
-            (std::vector<std::string>{"blocks=9", "channels=64", "image=224", "classes=1000"}));
+  EXPECT_EQ(params_of("gpt"), (std::vector<std::string>{"layers=12", "seq=1024", "hidden=768", "heads=12", "ffn=3072",
+                                                        "vocab=50257", "tie_embeddings=0"}));
+  EXPECT_EQ(params_of("inception"), (std::vector<std::string>{"blocks=9", "channels=64", "image=224", "classes=1000"}));
 }
 
 TEST(Zoo, MmtParamsAndOpsMatchClosedForm) {
-  for (auto [br, l, h, f, c] : {std::tuple{2, 2, 64, 128, 10}, std::tuple{4, 8, 1024, 4096, 1000},
-                                std::tuple{1, 1, 32, 64, 5}}) {
-    std::string spec = fmt::format("mmt:branches={},layers={},hidden={},heads=4,ffn={},classes={},seq=8", br,
-                                   l, h, f, c);
+  for (auto [br, l, h, f, c] :
+       {std::tuple{2, 2, 64, 128, 10}, std::tuple{4, 8, 1024, 4096, 1000}, std::tuple{1, 1, 32, 64, 5}}) {
+    std::string spec = fmt::format("mmt:branches={},layers={},hidden={},heads=4,ffn={},classes={},seq=8", br, l, h, f,
+                                   c);
     ir::Graph g = build(spec);
     EXPECT_EQ(g.total_params(), int64_t{br} * l * transformer_layer_params(h, f) + linear_params(int64_t{br} * h, c))
         << spec;
@@ -111,8 +109,8 @@ TEST(Zoo, DlrmParamsMatchClosedForm) {
 
 TEST(Zoo, CandleUnoParamsMatchClosedForm) {
   ir::Graph g = build("candle-uno:branches=3,layers=2,hidden=32");
-  EXPECT_EQ(g.total_params(), 3 * 2 * linear_params(32, 32) + linear_params(3 * 32, 32) + linear_params(32, 32) +
-                                  linear_params(32, 1));
+  EXPECT_EQ(g.total_params(),
+            3 * 2 * linear_params(32, 32) + linear_params(3 * 32, 32) + linear_params(32, 32) + linear_params(32, 1));
   ir::Graph d = build("candle-uno");
   EXPECT_EQ(d.total_params(), 7 * 4 * linear_params(4096, 4096) + linear_params(7 * 4096, 4096) +
                                   linear_params(4096, 4096) + linear_params(4096, 1));
@@ -176,14 +174,16 @@ TEST(Zoo, BadSpecsNameTheProblemAndTheValidNames) {
             "hidden, heads, ffn, classes)");
   EXPECT_EQ(error_of("mmt:layers=x"),
             "model spec \"mmt:layers=x\": layers = \"x\" is not a positive integer (1 to 2147483647)");
-  for (const char* bad : {"mmt:layers=0", "mmt:layers=-2", "mmt:layers=2.5", "mmt:layers=", "mmt:layers=1e3",
-                          "mmt:layers=99999999999"})
+  for (const char* bad :
+       {"mmt:layers=0", "mmt:layers=-2", "mmt:layers=2.5", "mmt:layers=", "mmt:layers=1e3", "mmt:layers=99999999999"})
     EXPECT_THAT(error_of(bad), HasSubstr("is not a positive integer")) << bad;
   EXPECT_THAT(error_of("mmt:layers"), HasSubstr("expected key=value, found \"layers\""));
   EXPECT_THAT(error_of("mmt:"), HasSubstr("expected key=value, found \"\""));
   EXPECT_THAT(error_of("mmt:layers=2,"), HasSubstr("expected key=value"));
-  EXPECT_EQ(error_of("mmt:layers=2,layers=3"), "model spec \"mmt:layers=2,layers=3\": parameter \"layers\" given twice");
-  EXPECT_EQ(error_of("mmt:heads=5"), "mmt: heads = 5 must divide hidden = 1024 (each head gets hidden / heads features)");
+  EXPECT_EQ(error_of("mmt:layers=2,layers=3"),
+            "model spec \"mmt:layers=2,layers=3\": parameter \"layers\" given twice");
+  EXPECT_EQ(error_of("mmt:heads=5"),
+            "mmt: heads = 5 must divide hidden = 1024 (each head gets hidden / heads features)");
   EXPECT_THAT(error_of("gpt:heads=7"), HasSubstr("heads = 7 must divide hidden = 768"));
   EXPECT_THAT(error_of("inception:image=8"), HasSubstr("image = 8 is too small"));
   EXPECT_THAT(error_of(""), HasSubstr("empty model spec"));

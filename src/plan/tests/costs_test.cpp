@@ -129,7 +129,8 @@ TEST(PlanCosts, StrictErrorsNameThePath) {
   k["costs"]["cluster"]["num_nodes"] = 2;
   k["costs"]["cluster"]["devices_per_node"] = 4;
   k["costs"]["cluster"]["num_devices"] = 8;
-  EXPECT_THAT(parse_error(k), HasSubstr("p.json: costs.cluster: has 8 devices, but the plan's cluster.num_devices is 2"));
+  EXPECT_THAT(parse_error(k),
+              HasSubstr("p.json: costs.cluster: has 8 devices, but the plan's cluster.num_devices is 2"));
   k = j;
   k["costs"].erase("cluster");
   EXPECT_THAT(parse_error(k), HasSubstr("p.json: costs: missing required field \"cluster\""));
@@ -180,8 +181,9 @@ TEST_F(PlanCostFiles, SimulateUsesTheRecordedCostsAndNotesDifferentOnes) {
 
   cs = plan_costs(p, "p.json", "simulate", "dgx-a100", "");
   ASSERT_EQ(cs.notes.size(), 1u);
-  EXPECT_EQ(cs.notes[0], "simulate: using --cluster dgx-a100 (dgx-a100: 2 x A100-80GB) instead of the cluster the "
-                         "plan was made with (summit: 2 x V100-16GB)");
+  EXPECT_EQ(cs.notes[0],
+            "simulate: using --cluster dgx-a100 (dgx-a100: 2 x A100-80GB) instead of the cluster the "
+            "plan was made with (summit: 2 x V100-16GB)");
   EXPECT_EQ(cs.cluster.name, "dgx-a100");
 
   Plan bare = small_plan();

@@ -28,8 +28,8 @@ ir::Graph two_chains() {
   return ir::Graph::build(b.build(), "twochains");
 }
 
-Stage stage(int id, std::vector<std::string> ops, std::vector<int> devs, int mbs, int inflight,
-            std::vector<int> in, std::vector<int> out) {
+Stage stage(int id, std::vector<std::string> ops, std::vector<int> devs, int mbs, int inflight, std::vector<int> in,
+            std::vector<int> out) {
   Stage s;
   s.id = id;
   s.ops = std::move(ops);
@@ -53,8 +53,7 @@ Plan good_plan() {
   p.cluster_spec = "test.json";
   p.mini_batch_size = 16;
   p.stages = {stage(0, {"a"}, {0}, 4, 3, {}, {1, 2}), stage(1, {"b1", "b2"}, {1}, 4, 2, {0}, {3}),
-              stage(2, {"c1", "c2"}, {2}, 4, 2, {0}, {3}),
-              stage(3, {"d", "loss"}, {3, 4}, 4, 1, {1, 2}, {})};
+              stage(2, {"c1", "c2"}, {2}, 4, 2, {0}, {3}), stage(3, {"d", "loss"}, {3, 4}, 4, 1, {1, 2}, {})};
   p.stages[1].tps_s = 0.25;
   p.stages[1].memory_bytes = 1024;
   p.predicted = {1.5, 10.67, 0.0625, {1, 2, 3, 4, 5}};
@@ -232,8 +231,7 @@ TEST(Validate, C2UndeclaredAndInconsistentEdges) {
             "not list 2");
   p = good_plan();
   p.stages[2].inputs_from = {};
-  EXPECT_EQ(error_of(p, g),
-            "plan.json: C2: stage 0 outputs_to 2 but stage 2 inputs_from does not list 0");
+  EXPECT_EQ(error_of(p, g), "plan.json: C2: stage 0 outputs_to 2 but stage 2 inputs_from does not list 0");
   p = good_plan();
   p.stages[3].outputs_to = {7};
   EXPECT_EQ(error_of(p, g), "plan.json: C2: stage 3 outputs_to unknown stage 7");
@@ -317,8 +315,7 @@ TEST(Helpers, CutEdgesListEachCrossingOpOnce) {
   Plan p = good_plan();
   auto id = [&](const char* name) { return g.find(name); };
   CutEdges cut = cut_edges(g, stage_of_ops(p, g));
-  EXPECT_EQ(cut, (CutEdges{{{0, 1}, {id("a")}}, {{0, 2}, {id("a")}},
-                           {{1, 3}, {id("b2")}}, {{2, 3}, {id("c2")}}}));
+  EXPECT_EQ(cut, (CutEdges{{{0, 1}, {id("a")}}, {{0, 2}, {id("a")}}, {{1, 3}, {id("b2")}}, {{2, 3}, {id("c2")}}}));
   // a feeds both b1 and c1 in one stage: still listed once; ops without a stage are left out.
   p.stages = {stage(0, {"a"}, {0}, 4, 1, {}, {}), stage(1, {"b1", "b2", "c1", "c2"}, {1}, 4, 1, {}, {})};
   std::vector<int> st = stage_of_ops(p, g);

@@ -41,7 +41,7 @@ TEST(Profiler, FitLinkRecoversExactLineAndRejectsUselessData) {
   double sxy = 1000 * 0.5e-6 / (0.5e-6 * 0.5e-6) + 2000 * 2e-6 / (2e-6 * 2e-6);
   double sxx = 1000.0 * 1000 / (0.5e-6 * 0.5e-6) + 2000.0 * 2000 / (2e-6 * 2e-6);
   EXPECT_NEAR(o.bandwidth_Bps, sxx / sxy, 1e-6 * sxx / sxy);
-  EXPECT_THROW(fit_link({{4096, 1e-3}, {4096, 2e-3}}, "test"), UserError);  // one size only
+  EXPECT_THROW(fit_link({{4096, 1e-3}, {4096, 2e-3}}, "test"), UserError);   // one size only
   EXPECT_THROW(fit_link({{4096, 2e-3}, {65536, 1e-3}}, "test"), UserError);  // shrinking time
 }
 
@@ -93,8 +93,7 @@ TEST(Profiler, OneEntryPerSignatureWithProgress) {
   EXPECT_EQ(lin.batches, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(p.ops.count(cost::op_signature(g, g.find("fc2"))), 1u);
   EXPECT_EQ(describe_op(g, g.find("fc1")), "linear [B, 4, 8] -> [B, 4, 8]");
-  EXPECT_NE(progress.str().find("[1/3] linear [B, 4, 8] -> [B, 4, 8] b=1,2 ..."), std::string::npos)
-      << progress.str();
+  EXPECT_NE(progress.str().find("[1/3] linear [B, 4, 8] -> [B, 4, 8] b=1,2 ..."), std::string::npos) << progress.str();
   EXPECT_EQ(p.device.rfind("cpu: ", 0), 0u) << p.device;
 }
 
