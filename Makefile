@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python
+.PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python zb-sim
 
 all: build
 
@@ -42,6 +42,11 @@ paper: cli
 # profile and with the calibrated cpu preset), train, compare (docs/results-history.md, "Fidelity").
 fidelity: cli
 	@scripts/fidelity.sh $(BUILD)
+
+# Zero-bubble vs 1F1B simulated on the same plans (mmt, dlrm, candle-uno at 8 and 32 summit
+# devices, mini-batch 128); writes the table to $(BUILD)/zb-sim.md (docs/results.md, "Zero bubble").
+zb-sim: cli
+	@scripts/zb_sim_table.sh $(BUILD) > $(BUILD)/zb-sim.md && cat $(BUILD)/zb-sim.md
 
 # graphpipe train vs torch.distributed.pipelining on the same models, weights and data (2 CPU
 # processes): losses must agree; median step times side by side in $(BUILD)/vs-torch.json (docs/vs-torch.md).

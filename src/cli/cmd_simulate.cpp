@@ -10,6 +10,7 @@
 #include "importers/resolve.h"
 #include "plan/costs.h"
 #include "plan/plan.h"
+#include "plan/schedule_kind.h"
 #include "schedule/schedule.h"
 #include "sim/sim.h"
 
@@ -17,7 +18,8 @@ namespace gp::cli {
 namespace {
 
 struct SimArgs {
-  std::string plan, schedule = "1f1b", schedule_file, trace, svg, model, cluster, profile;
+  std::string plan, schedule, schedule_file, trace, svg, model, cluster, profile;  // schedule "": the plan's
+  std::string zb_times = "plan";
   bool json = false;
 };
 
@@ -32,14 +34,19 @@ void run(const SimArgs& a) {
   for (const std::string& note : costs.notes) std::fprintf(stderr, "%s\n", note.c_str());
   const cost::Cluster& c = costs.cluster;
   cost::CostModel cm(g, c, p.optimizer, costs.profile);
+  const sim::SimCosts sim_costs = sim::sim_costs(p, cm);
   schedule::Schedule s;
   if (!a.schedule_file.empty()) {
     s = schedule::load_schedule(a.schedule_file);
     schedule::check_schedule(s, p, a.schedule_file);
   } else {
-    s = schedule::build_schedule(p, a.schedule);
+    // zb orders its passes by the plan's pass times (schedule::pass_times_of: what `train` runs),
+    // or with --zb-times sim by this simulator's own (1f1b and gpipe ignore them).
+    const std::string kind = a.schedule.empty() ? p.schedule : a.schedule;
+    s = a.zb_times == "sim" ? schedule::build_schedule(p, kind, sim::pass_times(sim_costs))
+                            : schedule::build_schedule(p, kind);
   }
-  sim::SimResult r = sim::simulate(p, s, cm);
+  sim::SimResult r = sim::simulate(p, s, sim_costs);
   std::string title = fmt::format("{} plan for {} on {} x {} ({}), {} schedule", p.planner, g.name(),
                                   p.num_devices, c.device.name, c.name, s.kind);
   if (!a.trace.empty()) write_json_file(a.trace, sim::chrome_trace(p, r), -1);
@@ -92,7 +99,14 @@ Registrar reg(30, [](CLI::App& root) {
   auto a = std::make_shared<SimArgs>();
   auto* c = root.add_subcommand("simulate", "Simulate one training iteration of a plan");
   c->add_option("--plan", a->plan, "Plan file (graphpipe.plan/1)")->required();
-  c->add_option("--schedule", a->schedule, "1f1b | gpipe")->capture_default_str();
+  c->add_option("--schedule", a->schedule,
+                 plan::schedule_kind_help("Schedule") +
+                     "\n  (default: the schedule the plan records, 1f1b in older plans)");
+  c->add_option("--zb-times", a->zb_times,
+                "The pass times zb orders its passes by: plan (the plan's recorded ones, else 1:1:1; "
+                "what train runs) | sim (this simulator's)")
+      ->check(CLI::IsMember({"plan", "sim"}))
+      ->capture_default_str();
   c->add_option("--schedule-file", a->schedule_file, "A graphpipe.schedule/1 file instead");
   c->add_option("--trace", a->trace, "Write a Chrome trace-event JSON (Perfetto, chrome://tracing)");
   c->add_option("--svg", a->svg, "Write a timeline picture (SVG)");
