@@ -1,6 +1,7 @@
 // The pipeline worker: executes one rank's stage schedule with real tensors. Activations and
 // gradients travel as sample ranges between stage replicas (regrouping between per-stage
 // micro-batch sizes), gradients accumulate over micro-batches and are summed over replicas.
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/cuda.h>
 
@@ -184,6 +185,7 @@ class StageRunner {
       if (a.kind == ActionKind::forward) forwards_.push_back(a.micro_batch);
     optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);
     edge_ = edge_tensor_names(g_, stage_of);
+    link_receive_streams();
     if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
     make_shared_groups(stage_of);
   }
@@ -200,6 +202,9 @@ class StageRunner {
     optim_->zero_grad();
     mbs_.clear();
     pieces_.clear();
+    GP_ASSERT(posted_.empty(), "stage {}: {} receives of step {} were posted and never taken", st_.id, posted_.size(),
+              step_ - 1);
+    for (int i : first_recvs_) post_ahead(actions_[static_cast<size_t>(i)]);
   }
   /// Waits for this step's sends; returns the sum of scaled losses this rank computed.
   double end_step() {
@@ -318,16 +323,14 @@ class StageRunner {
         if (!grad && send) {
           ms.act_sends[peer_rank].push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
         } else if (!grad) {
-          received.push_back(empty_rows(n, part.count));
-          world_.recv(received.back(), peer_rank, tag);
+          received.push_back(receive(rows_shape(n, part.count), dtype_of(n), peer_rank, tag));
         } else if (send) {
           if (!torch::isFloatingType(ms.in_grads.at(n).scalar_type())) continue;
           sends_.push_back(world_.send(rows(ms.in_grads.at(n), mine.begin, part), peer_rank, tag));
         } else {
           auto& out = ms.outputs.at(n);
           if (!torch::isFloatingType(out.scalar_type())) continue;
-          auto buf = empty_rows(n, part.count);
-          world_.recv(buf, peer_rank, tag);
+          auto buf = receive(rows_shape(n, part.count), out.scalar_type(), peer_rank, tag);
           ms.grads_from.insert(peer_rank);
           auto& acc = ms.out_grads[n];
           if (!acc.defined()) acc = torch::zeros_like(out);
@@ -336,6 +339,101 @@ class StageRunner {
       }
       if (!send && !grad) pieces_[peer.id][part.begin] = std::move(received);
     }
+    if (!send && !eval_ && &a >= actions_.data() && &a < actions_.data() + actions_.size()) {
+      const int next = next_recv_[static_cast<size_t>(&a - actions_.data())];
+      if (next >= 0) post_ahead(actions_[static_cast<size_t>(next)]);
+    }
+  }
+
+  // --- Receives posted ahead (docs/runtime.md "What a transfer costs") ---
+  // Gloo sends a message only once the receiver has announced its receive, so a receive posted when the
+  // tensor is needed waits a round trip more than one posted before the peer sends. Each stream of
+  // receive actions (kind and peer stage) keeps its next action's receives posted: the first ones when
+  // the step begins, the next when one is taken. posted_ holds them by (peer rank, tag), which a step
+  // never repeats; eval batches post nothing ahead.
+  struct RecvSpec {
+    int peer_rank, tag;
+    std::vector<int64_t> shape;
+    torch::ScalarType dtype;
+  };
+  struct Posted {
+    std::vector<int64_t> shape;
+    torch::ScalarType dtype;
+    detail::PostedRecv recv;
+  };
+  /// The messages a receive action takes, in the order transfer() and token() take them.
+  std::vector<RecvSpec> recv_specs(const Action& a) const {
+    const bool grad = a.kind == ActionKind::recv_grad;
+    const plan::Stage& peer = p_.stages[a.peer];
+    const auto& names = grad ? edge(st_.id, peer.id) : edge(peer.id, st_.id);
+    Range range{a.sample_begin, a.sample_count};
+    Range mine = my_share(range.begin);
+    std::vector<RecvSpec> out;
+    for (size_t i = 0; i < peer.devices.size(); ++i) {
+      Range part = intersect(intersect(range, mine), replica_share(peer, static_cast<int>(i), range.begin));
+      if (part.count == 0) continue;
+      const int peer_rank = peer.devices[i];
+      if (names.empty()) {
+        out.push_back({peer_rank, transfer_tag(grad || eval_, part.begin, 0, step_), {1}, torch::kFloat});
+      } else if (packed(names, grad)) {
+        int64_t bytes = 0;
+        for (const auto& n : names) {
+          if (grad && !torch::isFloatingType(dtype_of(n))) continue;
+          const auto shape = rows_shape(n, part.count);
+          bytes += (c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype_of(n))) + 15) / 16 * 16;
+        }
+        out.push_back({peer_rank, transfer_tag(grad || eval_, part.begin, 0, step_), {bytes}, torch::kUInt8});
+      } else {
+        for (size_t t = 0; t < names.size(); ++t)
+          if (!grad || torch::isFloatingType(dtype_of(names[t])))
+            out.push_back({peer_rank, transfer_tag(grad || eval_, part.begin, t, step_),
+                           rows_shape(names[t], part.count), dtype_of(names[t])});
+      }
+    }
+    return out;
+  }
+  void post_ahead(const Action& a) {
+    for (RecvSpec& r : recv_specs(a)) {
+      auto recv =
+          world_.post_recv(r.shape, torch::TensorOptions(r.dtype).device(module_->device()), r.peer_rank, r.tag);
+      bool fresh = posted_.emplace(std::pair{r.peer_rank, r.tag}, Posted{r.shape, r.dtype, std::move(recv)}).second;
+      GP_ASSERT(fresh, "stage {}: the receive of tag {} from rank {} was posted twice", st_.id, r.tag, r.peer_rank);
+    }
+  }
+  /// The message (`peer_rank`, `tag`) of the expected shape and dtype: posted ahead, or posted now.
+  torch::Tensor receive(const std::vector<int64_t>& shape, torch::ScalarType dtype, int peer_rank, int tag) {
+    auto it = posted_.find({peer_rank, tag});
+    if (it == posted_.end())
+      return world_.post_recv(shape, torch::TensorOptions(dtype).device(module_->device()), peer_rank, tag).wait();
+    Posted p = std::move(it->second);
+    posted_.erase(it);
+    GP_ASSERT(p.shape == shape && p.dtype == dtype,
+              "stage {}: the receive of tag {} from rank {} was posted as [{}] {}, taken as [{}] {}", st_.id, tag,
+              peer_rank, fmt::join(p.shape, ", "), c10::toString(p.dtype), fmt::join(shape, ", "),
+              c10::toString(dtype));
+    return p.recv.wait();
+  }
+  /// next_recv_[i]: the schedule's next receive action after action i of the same kind from the same
+  /// peer stage (-1: none); first_recvs_: the first receive action of each such stream.
+  void link_receive_streams() {
+    next_recv_.assign(actions_.size(), -1);
+    std::map<std::pair<int, int>, int> last;  // (kind, peer stage) -> its latest receive action
+    for (size_t i = 0; i < actions_.size(); ++i) {
+      const Action& a = actions_[i];
+      if (a.kind != ActionKind::recv_act && a.kind != ActionKind::recv_grad) continue;
+      auto [it, first] = last.try_emplace({static_cast<int>(a.kind), a.peer}, static_cast<int>(i));
+      if (first)
+        first_recvs_.push_back(static_cast<int>(i));
+      else
+        next_recv_[static_cast<size_t>(it->second)] = static_cast<int>(i);
+      it->second = static_cast<int>(i);
+    }
+  }
+  std::vector<int64_t> rows_shape(const std::string& name, int64_t n) const {
+    std::vector<int64_t> shape = g_.op(g_.find(name)).output_shape;
+    GP_ASSERT(!shape.empty() && shape[0] == ir::kBatch, "edge tensor {} has no batch dim", name);
+    shape[0] = n;
+    return shape;
   }
 
   // Several tensors crossing one stage edge (a DAG cut often cuts more than one) travel as one
@@ -369,14 +467,14 @@ class StageRunner {
       ts.push_back(send ? rows(grad ? ms.in_grads.at(n) : ms.outputs.at(n), mine.begin, part).detach()
                         : empty_rows(n, part.count));
     const std::vector<int64_t> off = pack_offsets(ts);
-    torch::Tensor buf = torch::empty({off.back()}, torch::TensorOptions(torch::kUInt8).device(module_->device()));
     const int tag = transfer_tag(grad || eval_, part.begin, 0, step_);
     if (send) {
+      torch::Tensor buf = torch::empty({off.back()}, torch::TensorOptions(torch::kUInt8).device(module_->device()));
       for (size_t k = 0; k < ts.size(); ++k) byte_view(buf, off[k], ts[k]).copy_(ts[k]);
       (grad ? sends_ : ms.act_sends[peer_rank]).push_back(world_.send(buf, peer_rank, tag));
       return;
     }
-    world_.recv(buf, peer_rank, tag);
+    torch::Tensor buf = receive({off.back()}, torch::kUInt8, peer_rank, tag);
     for (size_t k = 0; k < ts.size(); ++k) ts[k].copy_(byte_view(buf, off[k], ts[k]));
     if (!grad) {
       pieces_[peer_stage][part.begin] = std::move(ts);
@@ -399,8 +497,7 @@ class StageRunner {
       sends_.push_back(world_.send(torch::full({1}, static_cast<float>(part.count)), peer_rank, tag));
       return;
     }
-    torch::Tensor t = torch::empty({1});
-    world_.recv(t, peer_rank, tag);
+    torch::Tensor t = receive({1}, torch::kFloat, peer_rank, tag);
     if (grad) mbs_[static_cast<int>(part.begin / st_.micro_batch_size)].grads_from.insert(peer_rank);
     GP_ASSERT(t.item<float>() == static_cast<float>(part.count),
               "stage {}: ordering token from rank {} for samples [{}, {}) carries {}", st_.id, peer_rank,
@@ -565,6 +662,8 @@ class StageRunner {
   std::map<int, MicroBatchState> mbs_;
   std::map<int, std::map<int64_t, std::vector<torch::Tensor>>> pieces_;  // peer -> first sample -> tensors
   std::vector<Pending> sends_;
+  std::map<std::pair<int, int>, Posted> posted_;  // receives posted ahead, by (peer rank, tag)
+  std::vector<int> next_recv_, first_recvs_;      // link_receive_streams
   std::unique_ptr<InputPrefetcher> feed_;  // reads --data one forward ahead
   std::vector<int> forwards_;              // micro-batches in the order of the stage's forwards
   const Dataset* data_;       // --data (null: synthetic)
@@ -736,14 +835,30 @@ class StepStats {
       GP_CHECK(log_.good(), "--log: cannot open {} for writing", opt.log_path);
     }
   }
-  /// Starts reducing this step's figures and reports the previous step's.
+  /// Starts reducing this step's figures and reports the previous step's. One all-reduce per step (a
+  /// sum and a max were two, each a few network latencies on Gloo's one collective thread): every rank
+  /// fills its own row of a world x 4 table, the sum gives every rank all rows, and the loss is summed
+  /// in rank order here, the times' maxima taken here.
   void submit(Communicator& world, int64_t step, double loss, double t_start, double t_end, double data_s) {
-    Stats s{step, {torch::tensor({loss}, torch::kFloat64)}, {torch::tensor({t_end, -t_start, data_s}, torch::kFloat64)},
-            {}, {}};
-    s.ps = world.all_reduce(s.sum, detail::Reduce::sum);
-    s.pm = world.all_reduce(s.max, detail::Reduce::max);
+    Stats s{step, {torch::zeros({world.size(), 4}, torch::kFloat64)}, {}};
+    auto row = s.table[0][world.rank()];
+    row[0] = loss;
+    row[1] = t_end;
+    row[2] = -t_start;
+    row[3] = data_s;
+    s.pending = world.all_reduce(s.table, detail::Reduce::sum);
     flush();
     pending_ = std::make_unique<Stats>(std::move(s));
+  }
+  /// The median time from one step's end (its last rank's) to the next one's, the first step's left out:
+  /// the pace of training. Below the median step time (iteration_time_s) when the ranks start their steps
+  /// at different times: a stage that waits for its input starts its step (and its clock) early, and
+  /// a step's time, from its first rank's start to its last rank's end, counts that wait; the simulator's
+  /// iteration time is this pace. 0 with fewer than 3 steps.
+  double median_period() const {
+    std::vector<double> d;
+    for (size_t i = 1; i < ends_.size(); ++i) d.push_back(ends_[i] - ends_[i - 1]);
+    return d.empty() ? 0.0 : median_step_time(d);
   }
   /// Reports the step still in flight, if any.
   void flush() {
@@ -754,17 +869,24 @@ class StepStats {
  private:
   struct Stats {
     int64_t step;
-    std::vector<torch::Tensor> sum, max;
-    Pending ps, pm;
+    std::vector<torch::Tensor> table;  // rank r's row: loss, end, -start, data seconds
+    Pending pending;
   };
   void report(Stats& s) {
-    s.ps.wait();
-    s.pm.wait();
-    double loss = s.sum[0].item<double>();
-    double dt = s.max[0][0].item<double>() + s.max[0][1].item<double>();
+    s.pending.wait();
+    auto t = s.table[0].accessor<double, 2>();
+    double loss = 0, end = t[0][1], neg_start = t[0][2], data = t[0][3];
+    for (int64_t r = 0; r < t.size(0); ++r) {
+      loss += t[r][0];
+      end = std::max(end, t[r][1]);
+      neg_start = std::max(neg_start, t[r][2]);
+      data = std::max(data, t[r][3]);
+    }
+    double dt = end + neg_start;
+    ends_.push_back(end);
     res_.step_losses.push_back(loss);
     res_.step_times_s.push_back(dt);
-    res_.step_data_s.push_back(s.max[0][2].item<double>());
+    res_.step_data_s.push_back(data);
     StepReport rep{s.step, loss, dt, run_.data.get(), run_.plan.mini_batch_size, res_.step_data_s.back(), nullptr};
     if (!res_.evals.empty() && res_.evals.back().first == s.step) rep.eval = &res_.evals.back().second;
     if (io_.rank != 0) return;
@@ -785,6 +907,7 @@ class StepStats {
   const WorkerIo& io_;
   WorkerResult& res_;
   std::ofstream log_;
+  std::vector<double> ends_;        // each reported step's end (its last rank's clock)
   std::unique_ptr<Stats> pending_;  // not std::optional: GCC 12 warned maybe-uninitialized on its move
 };
 
@@ -883,8 +1006,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   if (!opt.trace_path.empty()) write_trace(opt, run, io, res.events, meter.get());
   if (io.rank == 0 && io.print && opt.json) {
     double predicted = run.plan.predicted.iteration_time_s;
-    std::printf("%s\n", train_summary_json(res.step_losses, median_step_time(res.step_times_s), predicted,
-                                            res.memory).dump(2).c_str());
+    Json summary = train_summary_json(res.step_losses, median_step_time(res.step_times_s), predicted, res.memory);
+    summary["step_period_s"] = stats.median_period();
+    std::printf("%s\n", summary.dump(2).c_str());
     std::fflush(stdout);
   }
   if (io.rank == 0 && io.print && !opt.json) print_memory_report(res.memory);

@@ -52,6 +52,27 @@ class Pending {
   std::function<void()> wait_;
 };
 
+/// A receive posted ahead of its use (Communicator::post_recv): wait() blocks (bounded by the
+/// communicator timeout) and returns the received tensor; a failure is a CommError.
+class PostedRecv {
+ public:
+  PostedRecv() = default;
+  explicit PostedRecv(std::function<torch::Tensor()> wait) : wait_(std::move(wait)) {}
+  torch::Tensor wait() {
+    GP_ASSERT(wait_ != nullptr, "PostedRecv waited twice or never posted");
+    return std::exchange(wait_, nullptr)();
+  }
+
+ private:
+  std::function<torch::Tensor()> wait_;
+};
+
+/// Bytes past the expected size that a receive posted ahead (post_recv) accepts and then refuses by the
+/// message's size header: a message longer than expected + this makes Gloo abort the process (its
+/// receive buffers cannot grow), so a message that is too long by more is not a clean error. The
+/// received tensor is a view of that buffer when the spare bytes are under 1/32 of it, else a copy.
+constexpr int64_t kPostedRecvSlackBytes = 4096;
+
 enum class Reduce { sum, max };
 
 /// Ranks 0..size()-1 of one group. Tags distinguish messages between the same pair of ranks.
@@ -65,6 +86,20 @@ class Communicator {
   virtual Pending send(const torch::Tensor& t, int dst, int tag) = 0;
   /// Receives into `t` (preallocated with the expected shape and dtype) from `src`.
   virtual void recv(torch::Tensor& t, int src, int tag) = 0;
+  /// Posts now the receive of a tensor of `shape` and `options` (dtype, device) from `src`, so that the
+  /// peer's send goes out the moment it is made: Gloo sends a message only to a receive the peer has
+  /// announced, so a receive posted when the receiver needs the tensor costs a round trip more than one
+  /// posted before the sender sends (docs/runtime.md "What a transfer costs"). The header and the
+  /// payload are both posted at once, the payload with kPostedRecvSlackBytes to spare, and checked at
+  /// wait(): a size or dtype mismatch is a CommError (rejected) naming the peer. The default waits for
+  /// the whole receive in wait() (backends that match by order post nothing early).
+  virtual PostedRecv post_recv(c10::IntArrayRef shape, torch::TensorOptions options, int src, int tag) {
+    torch::Tensor t = torch::empty(shape, options);
+    return PostedRecv([this, t, src, tag]() mutable {
+      recv(t, src, tag);
+      return t;
+    });
+  }
   /// Reduces in place over all ranks of this communicator; returns when done.
   virtual Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) = 0;
   /// A communicator over `ranks` (this group's ranks, sorted; must include rank()). Collective

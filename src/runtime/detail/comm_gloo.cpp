@@ -80,6 +80,42 @@ class GlooCommunicator final : public Communicator {
     from_host(t, v[0]);
   }
 
+  // The header's and the payload's receives posted at once (the sender sends them as always, one after
+  // the other on the same tag, and Gloo matches a tag's messages in order): both announcements reach
+  // the sender together, so a send made after them goes out at once and the transfer costs one one-way
+  // latency, where recv() costs three (header, then the payload's announcement, then the payload).
+  PostedRecv post_recv(c10::IntArrayRef shape, torch::TensorOptions options, int src, int tag) override {
+    GP_ASSERT(src >= 0 && src < size_ && src != rank_, "bad recv peer {}", src);
+    std::string op = fmt::format("recv from rank {} (tag {})", src, tag);
+    const auto dtype = options.dtype().toScalarType();
+    const int64_t want = c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype));
+    std::vector<int64_t> dims(shape.begin(), shape.end());
+    std::vector<torch::Tensor> head{torch::empty({2}, torch::kInt64)},
+        body{torch::empty({want + kPostedRecvSlackBytes}, torch::kUInt8)};
+    c10::intrusive_ptr<c10d::Work> work_head, work;
+    guarded(op, src, [&] {
+      work_head = pg_->recv(head, src, tag);
+      work = pg_->recv(body, src, tag);
+    });
+    return PostedRecv([this, op, src, want, dtype, dims, options, head, body, work_head, work]() -> torch::Tensor {
+      guarded(op, src, [&] { work_head->wait(o_.timeout); });
+      torch::Tensor t = body[0].narrow(0, 0, want).view(dtype).view(dims);
+      try {
+        check_announced(op, src, head[0].data_ptr<int64_t>()[0], head[0].data_ptr<int64_t>()[1], t);
+      } catch (const CommError&) {
+        refused_.push_back(work);  // its buffer stays alive: the payload may still land in it
+        throw;
+      }
+      guarded(op, src, [&] { work->wait(o_.timeout); });
+      if (o_.force_host_staging || options.device().type() != torch::kCPU) {  // host staging
+        torch::Tensor out = torch::empty(dims, options);
+        from_host(out, t);
+        return out;
+      }
+      return kPostedRecvSlackBytes * 32 <= want ? t : t.clone();
+    });
+  }
+
   Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) override {
     if (size_ == 1) return {};
     c10d::AllreduceOptions ao;
@@ -112,6 +148,9 @@ class GlooCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
   CommOptions o_;
+  // Posted payload receives whose header was refused, kept (with their buffers) until the backend is
+  // gone: declared before pg_ so that they outlive it.
+  std::vector<c10::intrusive_ptr<c10d::Work>> refused_;
   c10::intrusive_ptr<c10d::Backend> pg_;
 };
 

@@ -215,6 +215,75 @@ TEST(DistComm, HostStagingKeepsTheSizeHeaderAndTimeouts) {
       30s, /*staging=*/true);
 }
 
+// --- Receives posted ahead (post_recv): one one-way latency per transfer, the size header still checked ---
+
+// A receive posted before the send lets the send complete while the receiver has not yet asked for the
+// tensor (Gloo had the receiver's announcement already): with recv() the sender's wait would block
+// until the receiver called it, and this test would time out. Small (copied) and large (a view of the
+// receive buffer) tensors.
+TEST(DistComm, PostedRecvLetsTheSendCompleteBeforeTheReceiverWaits) {
+  auto sent = std::make_shared<std::promise<void>>();
+  auto sent_f = sent->get_future().share();
+  auto posted = std::make_shared<std::promise<void>>();
+  auto posted_f = posted->get_future().share();
+  run_ranks(2, 5s, [=](int r, Communicator& c) {
+    const auto big = torch::arange(300000, torch::kFloat32).reshape({1000, 300});
+    if (r == 0) {
+      posted_f.wait();
+      c.send(torch::arange(6, torch::kFloat32).reshape({2, 3}), 1, 5).wait();
+      c.send(big, 1, 6).wait();
+      sent->set_value();
+      return;
+    }
+    PostedRecv small = c.post_recv({2, 3}, torch::kFloat32, 0, 5);
+    PostedRecv large = c.post_recv({1000, 300}, torch::kFloat32, 0, 6);
+    posted->set_value();
+    ASSERT_EQ(sent_f.wait_for(4s), std::future_status::ready) << "the sends waited for the receiver";
+    EXPECT_TRUE(torch::equal(small.wait(), torch::arange(6, torch::kFloat32).reshape({2, 3})));
+    EXPECT_TRUE(torch::equal(large.wait(), big));
+  });
+}
+
+// A posted receive refuses a message of the wrong size by its header, naming the peer and both sizes,
+// and the pair keeps working: the next message arrives.
+TEST(DistComm, PostedRecvRefusesAWrongSizedMessageAndThePairGoesOn) {
+  for (int64_t sent : {10, 6}) {
+    run_ranks(2, 3s, [=](int r, Communicator& c) {
+      if (r == 0) {
+        c.send(torch::arange(sent, torch::kFloat32), 1, 4).wait();
+        c.send(torch::full({3}, 2.0), 1, 8).wait();
+        return;
+      }
+      PostedRecv p = c.post_recv({8}, torch::kFloat32, 0, 4);
+      try {
+        auto t = p.wait();
+        ADD_FAILURE() << "a posted receive of 8 floats took " << sent << ": " << t;
+      } catch (const CommError& e) {
+        EXPECT_EQ(e.peer(), 0);
+        EXPECT_TRUE(e.rejected());
+        std::string what = e.what();
+        EXPECT_NE(what.find("recv from rank 0 (tag 4)"), std::string::npos) << what;
+        EXPECT_NE(what.find(std::to_string(sent * 4) + " bytes of Float, expected 32 bytes"), std::string::npos)
+            << what;
+      }
+      EXPECT_TRUE(torch::equal(c.post_recv({3}, torch::kFloat32, 0, 8).wait(), torch::full({3}, 2.0)));
+    });
+  }
+}
+
+// Host staging (the GPU path): a posted receive's bytes come back through one counted copy.
+TEST(DistComm, PostedRecvWithHostStagingCopiesOnce) {
+  const int64_t before = host_staged_bytes().load();
+  run_ranks(
+      2, 10s,
+      [](int r, Communicator& c) {
+        if (r == 0) return c.send(torch::arange(6, torch::kFloat32), 1, 5).wait();
+        EXPECT_TRUE(torch::equal(c.post_recv({6}, torch::kFloat32, 0, 5).wait(), torch::arange(6, torch::kFloat32)));
+      },
+      30s, /*staging=*/true);
+  EXPECT_EQ(host_staged_bytes().load() - before, 2 * 24);
+}
+
 // --- The pairwise communicator (NCCL's logic) over Gloo, and the choice of backend ---
 
 template <class F>
