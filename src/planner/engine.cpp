@@ -65,7 +65,7 @@ int SeqDp::down_of(const Seq& q, int i, int m, int down) const {
   return after(units_.count() - 1, down);
 }
 
-bool SeqDp::memo_answer(const Memo::Cell& c, int* val) {
+inline bool SeqDp::memo_answer(const Memo::Cell& c, int* val) {
   const bool never = c.infeasible_below == std::numeric_limits<double>::infinity();
   if (never || tmax_ < c.infeasible_below) {  // infeasible here and at every smaller target
     range_.meet({-std::numeric_limits<double>::infinity(), c.infeasible_below, !never});

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "planner/engine.h"
@@ -158,6 +159,28 @@ TEST(BruteForce, MirrorSequencesShareAnswersExactly) {
   }
   EXPECT_GT(shared, 50u) << "no identical sequences: the test does not exercise the sharing";
   EXPECT_LT(states[1], states[0]) << "sharing solved no fewer states";
+}
+
+// The DP's named outcomes (issue 39: no -1/-2/-3 integers): solve_within says whether a plan was
+// found, none exists, or the budget ran out; solve() keeps minimise_target's contract (a depth,
+// kNoPlan at this target, kNeverFeasible at every target).
+TEST(PlannerEngine, SolveOutcomesAreNamed) {
+  const double inf = std::numeric_limits<double>::infinity();
+  ir::Graph g = branchy_model(3);
+  cost::CostModel cm(g, test::round_cluster(4, 4));
+  const detail::Structure st = detail::sp_structure(cm, nullptr);
+  detail::SeqDp dp(cm, st, 8, 64, 1e18, 4, true);
+  EXPECT_EQ(dp.solve_within(inf, 1), detail::SeqDp::Budgeted::out_of_budget);
+  EXPECT_EQ(dp.solve_within(inf, 0), detail::SeqDp::Budgeted::plan);
+  std::vector<detail::StageChoice> plan;
+  EXPECT_GE(dp.solve(inf, &plan), 0);
+  EXPECT_FALSE(plan.empty());
+  // Below every stage's compute: rejected for time, so infeasible here only.
+  EXPECT_EQ(dp.solve(1e-15, nullptr), detail::kNoPlan);
+  // One byte per device: memory alone rules every plan out, at every target.
+  detail::SeqDp tiny(cm, st, 8, 64, 1.0, 4, true);
+  EXPECT_EQ(tiny.solve(1.0, nullptr), detail::kNeverFeasible);
+  EXPECT_EQ(tiny.solve_within(inf, 0), detail::SeqDp::Budgeted::no_plan);
 }
 
 }  // namespace
