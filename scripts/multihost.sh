@@ -5,9 +5,9 @@
 # (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = host 0's address, MASTER_PORT), no
 # launcher. Cases (docs/runtime.md "Several hosts"; figures in docs/results.md, issue 37):
 #   equal   2 and 3 hosts: the per-step losses equal `train --single` (1e-5 relative)
-#   delay   every host's egress delayed D ms +- J ms: completes, losses equal, the measured trace's
+#   delay   every host's incoming packets delayed D ms +- J ms: completes, losses equal, the measured trace's
 #           receive waits grow, and the slowdown is compared with `simulate` given that link latency
-#   loss    P% of every host's outgoing packets dropped: completes, losses equal
+#   loss    P% of every host's incoming packets dropped: completes, losses equal
 #   cut     one host's link taken down mid-run: every rank exits within --timeout (+ slack) naming
 #           the peer it lost; the link back up, --resume from the last checkpoint: the losses of the
 #           resumed steps are bit-identical to an uninterrupted run's
@@ -77,10 +77,8 @@ hosts() {
     ip -n "$h" link set "${TAG}h$i" name eth0
     ip -n "$h" addr add "10.77.0.$((i + 1))/24" dev eth0
     ip -n "$h" link set eth0 up && ip -n "$h" link set lo up
-    # The delay is emulated on the sender (netem qdisc or NFQUEUE), where the held packets still count
-    # as the socket's unsent bytes: TCP autocorking then holds back each later small write (Gloo's
-    # 40-byte notices) until those leave, one emulated delay later. A real link's propagation delay
-    # holds nothing in the sender: autocorking off in the hosts' namespaces makes the emulation match.
+    # With tc netem the delay is held in the sender, where TCP autocorking holds back each later small
+    # write (Gloo's 40-byte notices) until the held packets leave (see impair): off in the hosts.
     ip netns exec "$h" sysctl -qw net.ipv4.tcp_autocorking=0 2>/dev/null
     ip -n "$sw" link set "${TAG}s$i" master br0 && ip -n "$sw" link set "${TAG}s$i" up
   done
@@ -104,7 +102,13 @@ netem_counts() {
 }
 addr() { echo "10.77.0.$(($1 + 1))"; }
 
-# impair HOST DELAY_MS JITTER_MS LOSS_PCT: host HOST's outgoing packets on eth0.
+# impair HOST DELAY_MS JITTER_MS LOSS_PCT: host HOST's packets on eth0: outgoing with tc netem (a qdisc),
+# incoming with NFQUEUE. Incoming, because a sender that holds its own packets for the delay (netem
+# on its egress, or NFQUEUE on OUTPUT) still counts them as its socket's bytes in flight below TCP:
+# TCP Small Queues then holds back its later writes until those leave, one delay later, so a message
+# written after another costs two delays (measured: the gradient took 41 ms at 20 ms). A real link's
+# propagation delay holds nothing in the sender; a packet crossing the veth into the host leaves the
+# sender's accounting, so delaying it on arrival is the same link delay without the artefact.
 NETEM_KIND=""
 NFQ_PIDS=()
 impair() {
@@ -127,7 +131,7 @@ impair() {
       --seed "$((7 + $1))" > "$T/nfq$1.out" 2>&1 &
     NFQ_PIDS+=($!); disown $!
     for _ in $(seq 50); do grep -q "^nfq_netem: queue" "$T/nfq$1.out" 2>/dev/null && break; sleep 0.1; done
-    ip netns exec "$h" iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num "$((10 + $1))" || return 1
+    ip netns exec "$h" iptables -A INPUT -i eth0 -j NFQUEUE --queue-num "$((10 + $1))" || return 1
   fi
 }
 
@@ -251,7 +255,7 @@ sim_time() { "$GP" simulate --plan "$1" --cluster "$2" --json | python3 -c "impo
 
 case_delay() {
   local d=${DELAY_MS:-20} j=${JITTER_MS:-5} steps=30
-  echo "== delay: 2 hosts, every host's egress ${d} ms +- ${j} ms, $steps steps"
+  echo "== delay: 2 hosts, every host's incoming packets ${d} ms +- ${j} ms, $steps steps"
   hosts 2 || { fail "making 2 hosts"; return; }
   plan_for 2 $steps || { fail "plan"; unhosts; return; }
   run_ok 2 120 base --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 --trace "$T/base.trace.json" || { unhosts; return; }
@@ -297,7 +301,7 @@ case_loss() {
   local l=${LOSS_PCT:-3} n
   for n in 2 3; do
     [ $n = 2 ] && [ "$QUICK" = 0 ] && continue
-    echo "== loss: $n hosts, ${l}% of every host's outgoing packets dropped, 20 steps"
+    echo "== loss: $n hosts, ${l}% of every host's incoming packets dropped, 20 steps"
     hosts "$n" || { fail "making $n hosts"; return; }
     plan_for "$n" 20 || { fail "plan"; unhosts; return; }
     local i; for ((i = 0; i < n; i++)); do impair $i 0 0 "$l" || { fail "impairing the links"; unhosts; return; }; done
@@ -305,7 +309,7 @@ case_loss() {
     if run_ok "$n" 300 "loss$n" --plan "$T/plan$n.json" --steps 20 "${COMMON[@]}" --timeout 30; then
       local r; r=$(compare "$T/loss$n.json" "$T/single$n.json" 1e-5) && ok "completes with ${l}% loss: $r (wall $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s)" || fail "losses with ${l}% loss: $r"
     fi
-    echo "  outgoing packets: $(netem_counts)"
+    echo "  packets: $(netem_counts)"
     unhosts
   done
 }
@@ -418,7 +422,7 @@ case_quick() {
   if run_ok 2 60 lossy --plan "$T/plan2.json" --steps 10 "${COMMON[@]}" --timeout 20; then
     r=$(compare "$T/lossy.json" "$T/single2.json" 1e-5) && ok "3% loss: $r" || fail "3% loss: $r"
   fi
-  echo "  outgoing packets: $(netem_counts)"
+  echo "  packets: $(netem_counts)"
   RDZV_TIMEOUT=3 rdzv_missing
   unhosts
 }
