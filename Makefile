@@ -4,16 +4,23 @@ JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
 .PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python zb-sim
+.PHONY: format format-check tidy ci
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
+# WERROR=ON: warnings are errors in our code (GP_WERROR; LibTorch's headers are system includes and
+# stay quiet). CI sets it (`make ci`); an existing build is reconfigured when WERROR names another value.
+WERROR ?=
+
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(if $(WERROR),-DGP_WERROR=$(WERROR))
 
 configure: deps $(BUILD)/build.ninja
+	@if [ -n "$(WERROR)" ] && ! grep -qx 'GP_WERROR:BOOL=$(WERROR)' $(BUILD)/CMakeCache.txt; then \
+	  cmake -DGP_WERROR=$(WERROR) $(BUILD); fi
 
 # A first build compiles about 100 files, 20 of them LibTorch-heavy; nearly all of a first
 # `make test` is this (docs/results-history.md, "Build time").
@@ -97,6 +104,23 @@ test-tsan: deps
 FUZZ_SECONDS ?= 30
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) fuzz/run.sh
+
+# The habits CI checks (README "Developing"): the C++ layout of .clang-format (clang-format 14),
+# .clang-tidy's checks on the libraries without LibTorch, and `ci` = what .ci/run runs: the layout,
+# then the build with warnings as errors and every test, then clang-tidy.
+format-check: deps
+	@scripts/format.sh check
+
+format: deps
+	@scripts/format.sh fix
+
+tidy: configure
+	@scripts/tidy.sh $(BUILD)
+
+ci:
+	$(MAKE) format-check
+	$(MAKE) test WERROR=ON
+	$(MAKE) tidy
 
 clean:
 	rm -rf $(BUILD)

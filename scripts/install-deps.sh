@@ -11,13 +11,14 @@
 # agree), GP_SKIP_PIP=1 (apt only: a LibTorch of your own, given to CMake with -DTorch_DIR).
 # libgloo-dev is for its headers only: c10d's ProcessGroupGloo.hpp includes gloo's headers, which the
 # wheel does not ship (its Gloo is compiled into libtorch_cpu.so; we never link Debian's libgloo).
+# clang-format and clang-tidy (14 on Debian 12) are for `make format-check` and `make tidy` (CI).
 # iproute2 and iptables are for scripts/multihost.sh (network-namespace hosts; iptables' NFQUEUE
 # target stands in for tc netem on kernels without sch_netem).
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
   libgloo-dev libonnx-dev libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libgtest-dev libgmock-dev
-  libbenchmark-dev librapidcheck-dev graphviz iproute2 iptables)
+  libbenchmark-dev librapidcheck-dev graphviz iproute2 iptables clang-format clang-tidy)
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${GP_TORCH_VERSION:-2.11.0}
 # torchvision's release that matches each torch we pin (torchvision's README table). The others are
