@@ -8,6 +8,7 @@
 #include "cost/profile.h"
 #include "importers/resolve.h"
 #include "plan/costs.h"
+#include "plan/schedule_kind.h"
 #include "planner/planner.h"
 
 namespace gp::cli {
@@ -15,6 +16,7 @@ namespace {
 
 struct PlanArgs {
   std::string model, cluster = "summit", planner = "graphpipe", optimizer = "adam", profile, out, dot;
+  std::string schedule = "1f1b";
   int devices = 0, batch = 0, micro_batch = 0;
   double memory_limit_gb = 0, time_limit_s = 600;
   bool json = false, explain = false;
@@ -46,6 +48,7 @@ void run(const PlanArgs& a) {
   o.mini_batch = a.batch;
   o.micro_batch = a.micro_batch;
   o.planner = a.planner;
+  o.schedule = a.schedule;
   o.memory_limit_bytes = a.memory_limit_gb * 1e9;
   o.time_limit_s = a.time_limit_s;
   o.explain = a.explain;
@@ -62,9 +65,9 @@ void run(const PlanArgs& a) {
     std::printf("%s\n", plan::plan_to_json(p).dump(1).c_str());
     return;
   }
-  std::printf("%s plan for %s (%zu ops) on %d x %s (%s), mini-batch %d, %s\n", p.planner.c_str(),
+  std::printf("%s plan for %s (%zu ops) on %d x %s (%s), mini-batch %d, %s%s\n", p.planner.c_str(),
               g.name().c_str(), g.num_ops(), c.num_devices(), c.device.name.c_str(), c.name.c_str(),
-              a.batch, a.optimizer.c_str());
+              a.batch, a.optimizer.c_str(), p.schedule == "1f1b" ? "" : (", schedule " + p.schedule).c_str());
   std::printf("%5s  %5s  %-44s  %-12s  %5s  %9s  %12s  %10s\n", "stage", "#ops", "first .. last op",
               "devices", "mb", "in-flight", "ms/sample", "memory GB");
   for (const auto& s : p.stages) {
@@ -98,6 +101,9 @@ Registrar reg(20, [](CLI::App& root) {
                  "Fix every stage's micro-batch size to M (must divide --batch); default: search "
                  "every power of two dividing it");
   c->add_option("--planner", a->planner, "graphpipe | pipedream | piper")->capture_default_str();
+  c->add_option("--schedule", a->schedule,
+                plan::schedule_kind_help("The schedule to plan for (the estimate times it, the plan records it)"))
+      ->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adam | sgd")->capture_default_str();
   c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
   c->add_option("--time-limit", a->time_limit_s, "Piper: give up after this many seconds")->capture_default_str();

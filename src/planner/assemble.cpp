@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "planner/assemble.h"
 #include "planner/engine.h"
 #include "plan/plan.h"
 #include "planner/timeline.h"
@@ -17,6 +18,9 @@ std::string ms(double s) { return fmt::format("{:.4g} ms", s * 1e3); }
 
 // The share of the stage's compute that is backward (the simulator splits it the same way).
 double backward_share(const cost::StageCost& c) { return c.fwd_s + c.bwd_s > 0 ? c.bwd_s / (c.fwd_s + c.bwd_s) : 0; }
+// The share of the stage's backward that computes parameter gradients (zero-bubble W; sim_costs
+// splits it the same way).
+double weight_share(const cost::StageCost& c) { return c.bwd_s > 0 ? c.bwd_weight_s / c.bwd_s : 0; }
 
 // Bytes per sample on each stage edge (per stage, in outputs_to order), as sim_costs counts them.
 std::vector<std::vector<double>> edge_bytes_per_sample(const cost::CostModel& cm, const plan::Plan& p,
@@ -111,7 +115,7 @@ std::vector<std::vector<int>> placement_bases(const plan::Plan& p, const cost::C
 // Places the plan's stages and predicts it: stages get contiguous device blocks, largest degree
 // first (stable in a base order); power-of-two blocks in descending size stay aligned, so a block
 // no larger than a node never straddles one. Then each stage is re-costed on its placed links and
-// the iteration estimated by the 1F1B recurrence (timeline.h).
+// the iteration estimated by the recurrence over the plan's schedule (timeline.h).
 class Placer {
  public:
   Placer(const cost::CostModel& cm, const Parts& parts, int mbs, int mini_batch, double memory_limit,
@@ -135,6 +139,8 @@ class Placer {
     // gradients with their other holders, optimizer step).
     TimelineCosts st;
     st.out_bytes_per_sample = edge_bytes_;
+    zb_ = p.schedule == "zb";
+    all_in_flight_ = p.schedule == "gpipe";
     for (size_t k = 0; k < p.stages.size(); ++k) cost_stage(p, k, st, lines);
     p.predicted.iteration_time_s = timeline_iteration_s(p, cm_, st);
     p.predicted.throughput_samples_per_s = mini_batch_ / p.predicted.iteration_time_s;
@@ -163,11 +169,22 @@ class Placer {
     for (OpId o : ops) mask_[o.v] = 1;
     cost::StageCost c = cost::stage_cost(cm_, ops, mask_, dp, mb, mini_batch_, near);
     s.tps_s = c.tps_s;
-    s.memory_bytes = cost::stage_memory(c, std::min(s.in_flight, mini_batch_ / mb));
+    // GPipe holds every micro-batch's activations before the first backward.
+    s.memory_bytes = cost::stage_memory(c, all_in_flight_ ? mini_batch_ / mb : std::min(s.in_flight, mini_batch_ / mb));
     for (int d : s.devices) p.predicted.peak_memory_bytes[d] = s.memory_bytes;
     const double bwd = c.compute_s * backward_share(c);
     st.fwd_s.push_back(c.compute_s - bwd);
     st.bwd_s.push_back(bwd);
+    if (zb_) {
+      // Zero-bubble: the backward split into B and W as the ops' own times split it (sim_costs
+      // does the same); the plan records them, its schedule is built from them.
+      const double w = bwd * weight_share(c);
+      st.bwd_input_s.push_back(bwd - w);
+      st.bwd_weight_s.push_back(w);
+      s.fwd_s = st.fwd_s.back();
+      s.bwd_input_s = bwd - w;
+      s.bwd_weight_s = w;
+    }
     st.tail_s.push_back((dp > 1 ? c.allreduce_s : 0) + c.shared_allreduce_s + c.optimizer_s);
     p.predicted.bottleneck_tps_s = std::max(p.predicted.bottleneck_tps_s, c.tps_s);
     if (lines) lines->push_back(stage_line(s, k, c, near));
@@ -198,12 +215,19 @@ class Placer {
   const double memory_limit_;
   const std::vector<std::vector<double>> edge_bytes_;
   std::vector<char> mask_;
+  bool zb_ = false, all_in_flight_ = false;  // the schedule placed for: zero-bubble, GPipe
 };
 
 }  // namespace
 
 plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
                     int mini_batch, double memory_limit, Order order, std::vector<std::string>* explain) {
+  return assemble_for(cm, choices, mbs, mini_batch, memory_limit, order, "1f1b", explain);
+}
+
+plan::Plan assemble_for(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs, int mini_batch,
+                        double memory_limit, Order order, const std::string& schedule,
+                        std::vector<std::string>* explain) {
   const ir::Graph& g = cm.graph();
   const cost::Cluster& cl = cm.cluster();
   plan::Plan p;
@@ -212,6 +236,7 @@ plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& c
   p.cluster_name = cl.name;
   p.num_devices = cl.num_devices();
   p.mini_batch_size = mini_batch;
+  p.schedule = schedule;
   p.optimizer = cm.optimizer();
   Parts parts;
   for (const auto& c : choices) {

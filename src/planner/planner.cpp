@@ -12,8 +12,11 @@
 #include <numeric>
 #include <optional>
 
+#include "plan/schedule_kind.h"
+#include "planner/assemble.h"
 #include "planner/engine.h"
 #include "planner/piper.h"
+#include "planner/timeline.h"
 #include "schedule/schedule.h"
 #include "sim/sim.h"
 
@@ -104,15 +107,16 @@ struct Shortlist {
   double worst_s() const { return plans.back().plan.predicted.iteration_time_s; }
 };
 
-// Scores a shortlist with the discrete-event simulator (the 1F1B schedule the runtime runs, with
-// network contention) and returns the plan it simulates fastest (ties: the estimate's order).
+// Scores a shortlist with the discrete-event simulator (the schedule the plans are made for, as the
+// runtime runs it, with network contention) and returns the plan it simulates fastest (ties: the
+// estimate's order).
 Cand simulate_shortlist(const cost::CostModel& cm, Shortlist& sl) {
   GP_ASSERT(!sl.plans.empty(), "empty shortlist");
   const auto t0 = std::chrono::steady_clock::now();
   size_t best = 0;
   for (size_t i = 0; i < sl.plans.size(); ++i) {
     Cand& c = sl.plans[i];
-    c.simulated_s = sim::simulate(c.plan, schedule::build_schedule(c.plan), cm, {.events = false}).iteration_time_s;
+    c.simulated_s = sim::simulate(c.plan, detail::plan_schedule(c.plan), cm, {.events = false}).iteration_time_s;
     if (c.simulated_s < sl.plans[best].simulated_s * (1 - 1e-9)) best = i;
   }
   sl.simulate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -205,6 +209,8 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
   auto names = planner_names();
   GP_CHECK(std::find(names.begin(), names.end(), opt.planner) != names.end(),
            "--planner: unknown planner \"{}\" (valid: graphpipe, pipedream, piper)", opt.planner);
+  GP_CHECK(plan::find_schedule_kind(opt.schedule).has_value(), "--schedule: unknown schedule \"{}\" (valid: {})",
+           opt.schedule, plan::schedule_kind_names());
   GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes), "--memory-limit must be >= 0 and finite");
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
@@ -323,7 +329,7 @@ double iteration_lower_bound(const cost::CostModel& cm, const PlannerOptions& op
 // GraphPipe keeps two candidates: the SP DP's plan and the best chain plan (sequential pipelines
 // the SP DP cannot express, e.g. a stage cutting through a parallel block; placed like PipeDream's
 // but run as a DAG). Across sizes every planner ranks its plans by the predicted iteration time
-// (the 1F1B recurrence of timeline.h, so pipeline fill counts: one micro-batch of B samples has no
+// (the recurrence of timeline.h over the plan's schedule, so pipeline fill counts: one micro-batch of B samples has no
 // pipelining at all), keeps each kind's best kShortlist, and picks among them by sim::simulate
 // (which adds network contention), GraphPipe's SP plan unless the chain's is faster.
 class SizeSweep {
@@ -440,7 +446,7 @@ class SizeSweep {
   void offer(int mbs, Kind kind, detail::Order order, const std::vector<StageChoice>& st, std::optional<Cand>& here) {
     Cand c;
     c.mbs = mbs;
-    c.plan = detail::assemble(cm_, st, mbs, opt_.mini_batch, su_.limit, order, nullptr);
+    c.plan = detail::assemble_for(cm_, st, mbs, opt_.mini_batch, su_.limit, order, opt_.schedule, nullptr);
     const auto& peaks = c.plan.predicted.peak_memory_bytes;
     if (!peaks.empty() && *std::max_element(peaks.begin(), peaks.end()) > su_.limit * (1 + 1e-9)) {
       ++rep_.over_memory;
@@ -466,8 +472,8 @@ class SizeSweep {
 void record_plan(const cost::CostModel& cm, const PlannerOptions& opt, const Setup& su, const Searches& se,
                  const SizeSweep& sw, const Cand& best, bool sp_won, PlanReport& rep) {
   std::vector<std::string> explain;
-  rep.plan = detail::assemble(cm, best.stages, best.mbs, opt.mini_batch, su.limit, best.order,
-                              opt.explain ? &explain : nullptr);
+  rep.plan = detail::assemble_for(cm, best.stages, best.mbs, opt.mini_batch, su.limit, best.order, opt.schedule,
+                                  opt.explain ? &explain : nullptr);
   if (su.graphpipe && best.order == detail::Order::chain)
     explain.push_back("the best plan is a sequential pipeline (a chain of stages, run as a DAG)");
   rep.plan.planner = opt.planner;

@@ -20,6 +20,9 @@ struct PlannerOptions {
   int mini_batch = 0;
   int micro_batch = 0;                 // 0: search every power of two dividing mini_batch
   std::string planner = "graphpipe";   // graphpipe | pipedream | piper
+  // The schedule the plan is made for (1f1b | gpipe | zb): the estimate times it, the shortlist is
+  // simulated under it, the plan records it (zb: with every stage's pass times).
+  std::string schedule = "1f1b";
   double memory_limit_bytes = 0;       // per device; 0 = the cluster's device memory
   double time_limit_s = 600;           // piper only: give up after this long
   bool explain = false;                // fill PlanReport::explain

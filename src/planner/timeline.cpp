@@ -1,4 +1,5 @@
-// The 1F1B recurrence behind the planner's iteration estimate (timeline.h).
+// The recurrence behind the planner's iteration estimate (timeline.h): each stage's compute passes
+// in its schedule's order (1F1B, GPipe, zero-bubble).
 #include "planner/timeline.h"
 
 #include <algorithm>
@@ -6,6 +7,8 @@
 #include <numeric>
 
 namespace gp::planner::detail {
+
+using schedule::ActionKind;
 
 namespace {
 
@@ -22,8 +25,9 @@ struct Edge {
 };
 
 struct StageState {
-  int m = 1, share = 1, micro = 1, warm = 1;  // size, samples per replica, micro-batches, warm-up forwards
-  int pc = 0;                                 // next pass in 1F1B order
+  int m = 1, share = 1, micro = 1;            // size, samples per replica, micro-batches
+  const std::vector<Pass>* passes = nullptr;  // in the schedule's order
+  size_t pc = 0;                              // next pass
   double free = 0, port = 0;                  // when the replica and its send port are next free
   std::vector<int> in_edges, out_edges;       // inputs_from / outputs_to order
   // Per own micro-batch: pieces still to arrive and when the last arrived (activations, gradients).
@@ -31,21 +35,15 @@ struct StageState {
   std::vector<double> act_at, grad_at;
 };
 
-// The pc-th pass of a stage under 1F1B (schedule::build_schedule): `warm` forwards, then one
-// backward and one forward while forwards remain, then the remaining backwards.
-std::pair<bool, int> pass(const StageState& s, int pc) {
-  if (pc < s.warm) return {true, pc};
-  const int k = pc - s.warm, paired = s.micro - s.warm;
-  if (k < 2 * paired) return k % 2 == 0 ? std::pair{false, k / 2} : std::pair{true, s.warm + k / 2};
-  return {false, paired + (k - 2 * paired)};
-}
-
 class Recurrence {
  public:
-  // `mini_batch`: the samples per iteration to run (the plan's, or fewer for the extrapolation).
-  Recurrence(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c, int mini_batch)
+  // `mini_batch`: the samples per iteration to run (the plan's, or fewer for the extrapolation);
+  // `passes`: each stage's compute passes over that many samples.
+  Recurrence(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c, int mini_batch,
+             const std::vector<std::vector<Pass>>& passes)
       : p_(p), c_(c) {
     const size_t n = p.stages.size();
+    GP_ASSERT(passes.size() == n, "timeline: passes for {} stages, plan has {}", passes.size(), n);
     st_.resize(n);
     for (size_t k = 0; k < n; ++k) {
       const plan::Stage& s = p.stages[k];
@@ -53,7 +51,7 @@ class Recurrence {
       x.m = s.micro_batch_size;
       x.share = std::max(1, x.m / static_cast<int>(s.devices.size()));
       x.micro = mini_batch / x.m;
-      x.warm = std::clamp(s.in_flight, 1, x.micro);
+      x.passes = &passes[k];
       x.act_left.assign(x.micro, 0);
       x.grad_left.assign(x.micro, 0);
       x.act_at.assign(x.micro, 0);
@@ -76,8 +74,8 @@ class Recurrence {
     }
     double end = 0;
     for (size_t k = 0; k < st_.size(); ++k) {
-      GP_ASSERT(st_[k].pc == 2 * st_[k].micro, "timeline: stage {} stuck at pass {} of {}", k, st_[k].pc,
-                2 * st_[k].micro);
+      GP_ASSERT(st_[k].pc == st_[k].passes->size(), "timeline: stage {} stuck at pass {} of {}", k, st_[k].pc,
+                st_[k].passes->size());
       end = std::max(end, st_[k].free + c_.tail_s[k]);
     }
     return end;
@@ -100,15 +98,26 @@ class Recurrence {
     for (int& left : st_[u].grad_left) left += std::max(1, st_[u].m / st_[e.v].m);
   }
 
-  // Runs stage k's passes until one waits for an input; returns the stages it sent to.
+  // Runs stage k's passes until one waits for an input; returns the stages it sent to. A forward
+  // waits for activations and sends them on; a backward (or B) waits for gradients and sends them
+  // back; a W waits for the stage only and sends nothing.
   std::vector<int> advance(int k) {
     StageState& s = st_[k];
     std::vector<int> woke;
-    while (s.pc < 2 * s.micro) {
-      const auto [fwd, mb] = pass(s, s.pc);
+    while (s.pc < s.passes->size()) {
+      const Pass ps = (*s.passes)[s.pc];
+      const int mb = ps.mb;
+      if (ps.kind == ActionKind::backward_weight) {
+        s.free += c_.bwd_weight_s[k];
+        ++s.pc;
+        continue;
+      }
+      const bool fwd = ps.kind == ActionKind::forward;
       if ((fwd ? s.act_left : s.grad_left)[mb] > 0) break;
       const double start = std::max(s.free, (fwd ? s.act_at : s.grad_at)[mb]);
-      s.free = start + (fwd ? c_.fwd_s : c_.bwd_s)[k];
+      s.free = start + (fwd                                     ? c_.fwd_s
+                        : ps.kind == ActionKind::backward_input ? c_.bwd_input_s
+                                                                : c_.bwd_s)[k];
       ++s.pc;
       for (int id : fwd ? s.out_edges : s.in_edges) {
         const int peer = fwd ? edges_[id].v : edges_[id].u;
@@ -147,23 +156,79 @@ class Recurrence {
 
 }  // namespace
 
+schedule::Schedule plan_schedule(const plan::Plan& p) { return schedule::build_schedule(p, p.schedule); }
+
+std::vector<std::vector<Pass>> schedule_passes(const schedule::Schedule& s) {
+  std::vector<std::vector<Pass>> out;
+  for (const schedule::StageSchedule& st : s.stages) {
+    std::vector<Pass>& ps = out.emplace_back();
+    for (const schedule::Action& a : st.actions)
+      if (a.kind == ActionKind::forward || a.kind == ActionKind::backward || a.kind == ActionKind::backward_input ||
+          a.kind == ActionKind::backward_weight)
+        ps.push_back({a.kind, a.micro_batch});
+  }
+  return out;
+}
+
+std::vector<Pass> one_f_one_b_passes(int micro, int in_flight) {
+  // `warm` forwards, then one backward and one forward while forwards remain, then the remaining
+  // backwards (schedule::build_schedule).
+  const int warm = std::clamp(in_flight, 1, micro);
+  std::vector<Pass> out;
+  out.reserve(2 * static_cast<size_t>(micro));
+  for (int k = 0; k < warm; ++k) out.push_back({ActionKind::forward, k});
+  for (int k = 0; k < micro; ++k) {
+    out.push_back({ActionKind::backward, k});
+    if (warm + k < micro) out.push_back({ActionKind::forward, warm + k});
+  }
+  return out;
+}
+
+double timeline_run_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c,
+                      const std::vector<std::vector<Pass>>& passes) {
+  return Recurrence(p, cm, c, p.mini_batch_size, passes).run();
+}
+
+namespace {
+
+// Each stage's passes over `mini_batch` samples under the plan's schedule.
+std::vector<std::vector<Pass>> plan_passes(const plan::Plan& p, int mini_batch) {
+  if (p.schedule == "1f1b") {
+    std::vector<std::vector<Pass>> out;
+    for (const plan::Stage& s : p.stages) out.push_back(one_f_one_b_passes(mini_batch / s.micro_batch_size, s.in_flight));
+    return out;
+  }
+  if (mini_batch == p.mini_batch_size) return schedule_passes(plan_schedule(p));
+  plan::Plan shorter = p;
+  shorter.mini_batch_size = mini_batch;
+  return schedule_passes(plan_schedule(shorter));
+}
+
+double run_for(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c, int mini_batch) {
+  return Recurrence(p, cm, c, mini_batch, plan_passes(p, mini_batch)).run();
+}
+
+}  // namespace
+
 double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c) {
   GP_ASSERT(c.fwd_s.size() == p.stages.size() && c.bwd_s.size() == p.stages.size() &&
                 c.tail_s.size() == p.stages.size() && c.out_bytes_per_sample.size() == p.stages.size(),
             "timeline: costs for {} stages, plan has {}", c.fwd_s.size(), p.stages.size());
+  GP_ASSERT(p.schedule != "zb" || (c.bwd_input_s.size() == p.stages.size() && c.bwd_weight_s.size() == p.stages.size()),
+            "timeline: zb needs B and W times for {} stages", p.stages.size());
   // Past a few hundred micro-batches the pipeline is in its periodic regime: each further sample
-  // adds the same time (1F1B's steady state), so two shorter runs give the slope and the rest is
-  // extrapolated (the tails do not depend on the mini-batch). Keeps a plan of 65,536 micro-batches
-  // as cheap as one of 512.
+  // adds the same time (the schedule's steady state), so two shorter runs give the slope and the
+  // rest is extrapolated (the tails do not depend on the mini-batch). Keeps a plan of 65,536
+  // micro-batches as cheap as one of 512.
   int smallest = p.mini_batch_size, step = 1;
   for (const plan::Stage& s : p.stages) {
     smallest = std::min(smallest, s.micro_batch_size);
     step = std::lcm(step, s.micro_batch_size);
   }
   const int64_t b1 = (int64_t{kDirectMicroBatches} / 2 * smallest + step - 1) / step * step;
-  if (p.mini_batch_size <= 2 * (2 * b1)) return Recurrence(p, cm, c, p.mini_batch_size).run();
-  const double t1 = Recurrence(p, cm, c, static_cast<int>(b1)).run();
-  const double t2 = Recurrence(p, cm, c, static_cast<int>(2 * b1)).run();
+  if (p.mini_batch_size <= 2 * (2 * b1)) return run_for(p, cm, c, p.mini_batch_size);
+  const double t1 = run_for(p, cm, c, static_cast<int>(b1));
+  const double t2 = run_for(p, cm, c, static_cast<int>(2 * b1));
   // The extrapolation never predicts less than a stage's own passes and tail (what the full
   // recurrence guarantees, and what the planner's size bound relies on: timeline_floor_s).
   return std::max(t2 + (t2 - t1) * static_cast<double>(p.mini_batch_size - 2 * b1) / static_cast<double>(b1),

@@ -154,5 +154,36 @@ TEST_F(PlanCostsCli, APlanWithoutAProfileRecordsItsClusterOnly) {
                                "the plan was made with (summit: 4 x V100-16GB)"));
 }
 
+// plan --schedule zb (issue 33): the plan file records the schedule and every stage's pass times;
+// simulate without --schedule runs the schedule the plan records (and reproduces its prediction
+// within 5%), --schedule overrides it; a 1F1B plan's file has no schedule field; an unknown
+// schedule is refused (exit 2).
+TEST_F(PlanCostsCli, PlanForZeroBubbleAndSimulateTheRecordedSchedule) {
+  Proc plan = graphpipe(std::string("plan --model ") + kModel + " --cluster summit --devices 4 --batch 32 --schedule zb --out " +
+                       path("zb.json"));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr(", schedule zb\n"));
+  Json pj = read_json_file(path("zb.json"));
+  EXPECT_EQ(pj["schedule"], "zb");
+  for (const Json& st : pj["stages"]) EXPECT_GT(st["fwd_s"].get<double>(), 0) << st.dump();
+  Proc sim = graphpipe("simulate --json --plan " + path("zb.json"));
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  Json sj = Json::parse(sim.out);
+  EXPECT_EQ(sj["schedule"], "zb");
+  const double ratio = sj["iteration_time_s"].get<double>() / sj["predicted_iteration_time_s"].get<double>();
+  EXPECT_GT(ratio, 0.95);
+  EXPECT_LT(ratio, 1.05);
+  Proc over = graphpipe("simulate --json --schedule 1f1b --plan " + path("zb.json"));
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_EQ(Json::parse(over.out)["schedule"], "1f1b");
+  Proc ofob = graphpipe(std::string("plan --model ") + kModel + " --cluster summit --devices 4 --batch 32 --out " +
+                       path("1f1b.json"));
+  ASSERT_EQ(ofob.code, 0) << ofob.err;
+  EXPECT_FALSE(read_json_file(path("1f1b.json")).contains("schedule"));
+  Proc bad = graphpipe(std::string("plan --model ") + kModel + " --devices 4 --batch 32 --schedule zbv");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--schedule: unknown schedule \"zbv\""));
+}
+
 }  // namespace
 }  // namespace gp
