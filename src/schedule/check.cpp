@@ -17,9 +17,7 @@ bool is_transfer(ActionKind k) {
 bool is_send(ActionKind k) { return k == ActionKind::send_act || k == ActionKind::send_grad; }
 bool is_grad(ActionKind k) { return k == ActionKind::send_grad || k == ActionKind::recv_grad; }
 
-bool contains(const std::vector<int>& v, int x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 std::string range_str(int b, int e) { return fmt::format("[{},{})", b, e); }
 
@@ -36,9 +34,7 @@ class Checker {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& msg) const {
-    throw UserError(fmt::format("{}: {}", where_, msg));
-  }
+  [[noreturn]] void fail(const std::string& msg) const { throw UserError(fmt::format("{}: {}", where_, msg)); }
   [[noreturn]] void fail_at(int st, size_t i, const std::string& msg) const {
     fail(fmt::format("stage {} [{}] {}: {}", st, i, to_string(s_.stages[st].actions[i]), msg));
   }
@@ -51,8 +47,7 @@ class Checker {
     for (size_t i = 0; i < s_.stages.size(); ++i) {
       if (s_.stages[i].stage != static_cast<int>(i))
         fail(fmt::format("stages[{}] has stage id {}", i, s_.stages[i].stage));
-      if (p_.stages[i].id != static_cast<int>(i))
-        fail(fmt::format("plan stages[{}] has id {}", i, p_.stages[i].id));
+      if (p_.stages[i].id != static_cast<int>(i)) fail(fmt::format("plan stages[{}] has id {}", i, p_.stages[i].id));
       num_micro_batches(p_.stages[i], B_);  // throws when the size does not divide B
     }
   }
@@ -80,21 +75,24 @@ class Checker {
       switch (a.kind) {
         case ActionKind::forward:
           if (a.micro_batch != next_f)
-            fail_at(sid, i, fmt::format("C4: expected F mb{} next (forwards run in micro-batch "
-                                        "order, each once; the stage has {} micro-batches)",
-                                        next_f, n));
+            fail_at(sid, i,
+                    fmt::format("C4: expected F mb{} next (forwards run in micro-batch "
+                                "order, each once; the stage has {} micro-batches)",
+                                next_f, n));
           ++next_f;
           break;
         case ActionKind::backward:
         case ActionKind::backward_input:
           if (a.micro_batch >= 0 && a.micro_batch < next_b)
-            fail_at(sid, i, fmt::format("C4: mb{} already had its backward ({}; a micro-batch runs "
-                                        "either B or BI then W, once)",
-                                        a.micro_batch, bwd[a.micro_batch] == whole ? "B" : "BI"));
+            fail_at(sid, i,
+                    fmt::format("C4: mb{} already had its backward ({}; a micro-batch runs "
+                                "either B or BI then W, once)",
+                                a.micro_batch, bwd[a.micro_batch] == whole ? "B" : "BI"));
           if (a.micro_batch != next_b)
-            fail_at(sid, i, fmt::format("C4: expected B or BI mb{} next (backwards run in "
-                                        "micro-batch order, each once; the stage has {} micro-batches)",
-                                        next_b, n));
+            fail_at(sid, i,
+                    fmt::format("C4: expected B or BI mb{} next (backwards run in "
+                                "micro-batch order, each once; the stage has {} micro-batches)",
+                                next_b, n));
           if (a.micro_batch >= next_f)
             fail_at(sid, i, fmt::format("C4: backward before the forward of mb{}", a.micro_batch));
           bwd[next_b++] = a.kind == ActionKind::backward ? whole : input;
@@ -102,24 +100,22 @@ class Checker {
           break;
         case ActionKind::backward_weight: {
           const int k = a.micro_batch;
-          if (k < 0 || k >= n)
-            fail_at(sid, i, fmt::format("no micro-batch {} (the stage has {})", k, n));
-          if (bwd[k] == none)
-            fail_at(sid, i, fmt::format("backward_weight before the backward_input of mb{}", k));
+          if (k < 0 || k >= n) fail_at(sid, i, fmt::format("no micro-batch {} (the stage has {})", k, n));
+          if (bwd[k] == none) fail_at(sid, i, fmt::format("backward_weight before the backward_input of mb{}", k));
           if (bwd[k] == whole)
-            fail_at(sid, i, fmt::format("mb{} ran its whole backward (B) already; a micro-batch runs "
-                                        "either B or BI then W", k));
+            fail_at(sid, i,
+                    fmt::format("mb{} ran its whole backward (B) already; a micro-batch runs "
+                                "either B or BI then W",
+                                k));
           if (bwd[k] == input_weight) fail_at(sid, i, fmt::format("second backward_weight of mb{}", k));
           bwd[k] = input_weight;
           --pending_w;
           break;
         }
         case ActionKind::allreduce:
-          if (st.devices.size() <= 1)
-            fail_at(sid, i, "all-reduce on a stage with one device");
+          if (st.devices.size() <= 1) fail_at(sid, i, "all-reduce on a stage with one device");
           if (next_b != n) fail_at(sid, i, "all-reduce before the last backward");
-          if (pending_w > 0)
-            fail_at(sid, i, fmt::format("all-reduce before the backward_weight of mb{}", pending()));
+          if (pending_w > 0) fail_at(sid, i, fmt::format("all-reduce before the backward_weight of mb{}", pending()));
           ++allreduces;
           break;
         case ActionKind::optimizer_step:
@@ -149,14 +145,14 @@ class Checker {
     bool to_succ = a.kind == ActionKind::send_act || a.kind == ActionKind::recv_grad;
     const auto& peers = to_succ ? st.outputs_to : st.inputs_from;
     if (!contains(peers, a.peer))
-      fail_at(sid, i, fmt::format("stage {} is not a {} of stage {} in the plan", a.peer,
-                                  to_succ ? "successor" : "predecessor", sid));
+      fail_at(sid, i,
+              fmt::format("stage {} is not a {} of stage {} in the plan", a.peer, to_succ ? "successor" : "predecessor",
+                          sid));
     int b = a.sample_begin, e = a.sample_begin + a.sample_count;
     if (a.sample_count < 1 || b < 0 || e > B_)
       fail_at(sid, i, fmt::format("sample range outside the mini-batch [0,{})", B_));
     for (int m : {st.micro_batch_size, p_.stages[a.peer].micro_batch_size})
-      if (b / m != (e - 1) / m)
-        fail_at(sid, i, fmt::format("sample range spans two micro-batches of size {}", m));
+      if (b / m != (e - 1) / m) fail_at(sid, i, fmt::format("sample range spans two micro-batches of size {}", m));
   }
 
   // Symbolic execution: every stage runs its list; a receive takes the oldest unmatched send on
@@ -195,15 +191,13 @@ class Checker {
       if (pc[sid] < s_.stages[sid].actions.size()) deadlock(pc);
     for (auto& [key, q] : chan)
       if (!q.empty())
-        fail_at(q.front().first, q.front().second,
-                fmt::format("is never received by stage {}", std::get<1>(key)));
+        fail_at(q.front().first, q.front().second, fmt::format("is never received by stage {}", std::get<1>(key)));
   }
 
   // Names the cycle of stages waiting on each other (or a wait on a stage that already finished).
   [[noreturn]] void deadlock(const std::vector<size_t>& pc) const {
     auto waiting = [&](int sid) {
-      return fmt::format("stage {} waits at [{}] {}", sid, pc[sid],
-                         to_string(s_.stages[sid].actions[pc[sid]]));
+      return fmt::format("stage {} waits at [{}] {}", sid, pc[sid], to_string(s_.stages[sid].actions[pc[sid]]));
     };
     int start = 0;
     while (pc[start] >= s_.stages[start].actions.size()) ++start;
@@ -252,9 +246,9 @@ class Checker {
         for (int peer : peers) {
           int have = cursor[{peer, recv}];
           if (have < need)
-            fail_at(sid, i, fmt::format("runs before its {} from stage {} for samples {} arrived",
-                                        fwd ? "activations" : "gradients", peer,
-                                        range_str(have, need)));
+            fail_at(sid, i,
+                    fmt::format("runs before its {} from stage {} for samples {} arrived",
+                                fwd ? "activations" : "gradients", peer, range_str(have, need)));
         }
         (fwd ? fwd_done : bwd_done) += 1;
       }
@@ -263,8 +257,8 @@ class Checker {
       for (int peer : peers) {
         int c = cursor[{peer, k}];
         if (c != B_)
-          fail(fmt::format("stage {}: {} with stage {} covers samples [0,{}) of [0,{})", sid,
-                           to_string(k), peer, c, B_));
+          fail(fmt::format("stage {}: {} with stage {} covers samples [0,{}) of [0,{})", sid, to_string(k), peer, c,
+                           B_));
       }
     };
     expect_all(st.inputs_from, ActionKind::recv_act);
@@ -281,8 +275,6 @@ class Checker {
 
 }  // namespace
 
-void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& where) {
-  Checker(s, p, where).run();
-}
+void check_schedule(const Schedule& s, const plan::Plan& p, const std::string& where) { Checker(s, p, where).run(); }
 
 }  // namespace gp::schedule

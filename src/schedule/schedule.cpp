@@ -48,22 +48,19 @@ std::string to_string(const Action& a) {
     case ActionKind::backward_input: return fmt::format("BI mb{}", a.micro_batch);
     case ActionKind::backward_weight: return fmt::format("W mb{}", a.micro_batch);
     case ActionKind::send_act:
-    case ActionKind::send_grad:
-      return fmt::format("{} ->s{} {}", to_string(a.kind), a.peer, range());
+    case ActionKind::send_grad: return fmt::format("{} ->s{} {}", to_string(a.kind), a.peer, range());
     case ActionKind::recv_act:
-    case ActionKind::recv_grad:
-      return fmt::format("{} <-s{} {}", to_string(a.kind), a.peer, range());
+    case ActionKind::recv_grad: return fmt::format("{} <-s{} {}", to_string(a.kind), a.peer, range());
     case ActionKind::allreduce: return "allreduce";
     case ActionKind::optimizer_step: return "optimizer_step";
   }
-  internal_assert_fail("known ActionKind", __FILE__, __LINE__,
-                       std::to_string(static_cast<int>(a.kind)));
+  internal_assert_fail("known ActionKind", __FILE__, __LINE__, std::to_string(static_cast<int>(a.kind)));
 }
 
 int num_micro_batches(const plan::Stage& st, int mini_batch_size) {
   GP_CHECK(st.micro_batch_size >= 1 && mini_batch_size % st.micro_batch_size == 0,
-           "stage {}: micro_batch_size {} does not divide the mini-batch {}", st.id,
-           st.micro_batch_size, mini_batch_size);
+           "stage {}: micro_batch_size {} does not divide the mini-batch {}", st.id, st.micro_batch_size,
+           mini_batch_size);
   return mini_batch_size / st.micro_batch_size;
 }
 
@@ -73,8 +70,8 @@ std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int mini_
 }
 
 std::vector<std::pair<int, int>> edge_pieces(int mbs_from, int mbs_to, int begin, int end) {
-  GP_ASSERT(mbs_from >= 1 && mbs_to >= 1 && 0 <= begin && begin <= end, "bad sizes {} {} [{}, {})", mbs_from,
-            mbs_to, begin, end);
+  GP_ASSERT(mbs_from >= 1 && mbs_to >= 1 && 0 <= begin && begin <= end, "bad sizes {} {} [{}, {})", mbs_from, mbs_to,
+            begin, end);
   std::vector<std::pair<int, int>> out;
   while (begin < end) {
     // Next boundary of either side's micro-batch partition.
@@ -114,8 +111,8 @@ class StageBuilder {
     for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
   }
   int peer_mbs(int peer) const {
-    GP_CHECK(peer >= 0 && peer < static_cast<int>(p_.stages.size()),
-             "stage {}: edge to unknown stage {}", st_.id, peer);
+    GP_CHECK(peer >= 0 && peer < static_cast<int>(p_.stages.size()), "stage {}: edge to unknown stage {}", st_.id,
+             peer);
     return p_.stages[peer].micro_batch_size;
   }
   // The pieces of edge (peer -> this) or (this -> peer) inside this stage's micro-batch k.
@@ -140,8 +137,7 @@ Schedule build_schedule(const plan::Plan& p, const std::string& kind) {
 
 Schedule build_schedule(const plan::Plan& p, const std::string& kind_name, const PassTimes& times) {
   std::optional<plan::ScheduleKind> kind = plan::find_schedule_kind(kind_name);
-  GP_CHECK(kind.has_value(), "unknown schedule kind \"{}\" (valid: {})", kind_name,
-           plan::schedule_kind_names());
+  GP_CHECK(kind.has_value(), "unknown schedule kind \"{}\" (valid: {})", kind_name, plan::schedule_kind_names());
   GP_CHECK(p.mini_batch_size >= 1, "plan: mini_batch_size must be >= 1, got {}", p.mini_batch_size);
   for (size_t i = 0; i < p.stages.size(); ++i)
     GP_CHECK(p.stages[i].id == static_cast<int>(i), "plan: stages[{}] has id {}", i, p.stages[i].id);

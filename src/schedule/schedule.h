@@ -16,17 +16,17 @@ namespace gp::schedule {
 /// (or gradients) of one sample range whose size is min(m_u, m_v): when sizes differ, the larger
 /// side's micro-batch is sent/received as several pieces (regrouping; see docs/schedule.md).
 enum class ActionKind {
-  forward,      // micro_batch: run forward of this stage's ops
-  backward,     // micro_batch: run backward (input and weight gradients together)
+  forward,          // micro_batch: run forward of this stage's ops
+  backward,         // micro_batch: run backward (input and weight gradients together)
   backward_input,   // micro_batch: zero-bubble "B": gradients w.r.t. the stage's inputs only (sent
                     // upstream at once); keeps what backward_weight needs
   backward_weight,  // micro_batch: zero-bubble "W": the parameters' gradients of a micro-batch whose
                     // backward_input ran; nothing but the all-reduce / optimizer step waits on it
-  send_act,     // peer: successor stage; samples [sample_begin, sample_begin+sample_count)
-  recv_act,     // peer: predecessor stage
-  send_grad,    // peer: predecessor stage (gradient of its output)
-  recv_grad,    // peer: successor stage
-  allreduce,    // gradient all-reduce among the stage's replicas (only when devices.size() > 1)
+  send_act,         // peer: successor stage; samples [sample_begin, sample_begin+sample_count)
+  recv_act,         // peer: predecessor stage
+  send_grad,        // peer: predecessor stage (gradient of its output)
+  recv_grad,        // peer: successor stage
+  allreduce,        // gradient all-reduce among the stage's replicas (only when devices.size() > 1)
   optimizer_step,
 };
 const char* to_string(ActionKind k);
@@ -34,10 +34,10 @@ ActionKind action_kind_from_string(const std::string& s);
 
 struct Action {
   ActionKind kind = ActionKind::forward;
-  int micro_batch = -1;   // forward/backward: the stage's own micro-batch index
-  int peer = -1;          // transfers: the other stage id
-  int sample_begin = 0;   // transfers: first sample of the range
-  int sample_count = 0;   // transfers: number of samples
+  int micro_batch = -1;  // forward/backward: the stage's own micro-batch index
+  int peer = -1;         // transfers: the other stage id
+  int sample_begin = 0;  // transfers: first sample of the range
+  int sample_count = 0;  // transfers: number of samples
   bool operator==(const Action&) const = default;
 };
 std::string to_string(const Action& a);  // "F mb3", "B mb0", "BI mb0", "W mb0", "send_act ->s2 [0,8)", ...

@@ -55,10 +55,7 @@ Json schedule_to_json(const Schedule& s) {
     }
     stages.push_back({{"stage", st.stage}, {"actions", std::move(acts)}});
   }
-  return {{"format", kFormat},
-          {"kind", s.kind},
-          {"mini_batch_size", s.mini_batch_size},
-          {"stages", std::move(stages)}};
+  return {{"format", kFormat}, {"kind", s.kind}, {"mini_batch_size", s.mini_batch_size}, {"stages", std::move(stages)}};
 }
 
 Schedule schedule_from_json(const Json& j, const std::string& file) {
@@ -69,8 +66,8 @@ Schedule schedule_from_json(const Json& j, const std::string& file) {
   Schedule s;
   s.kind = doc.at("kind").str();
   if (!plan::find_schedule_kind(s.kind) && s.kind != kManualKind)
-    doc.at("kind").fail(fmt::format("unknown schedule kind \"{}\" (valid: {}, {})", s.kind,
-                                    plan::schedule_kind_names(), kManualKind));
+    doc.at("kind").fail(
+        fmt::format("unknown schedule kind \"{}\" (valid: {}, {})", s.kind, plan::schedule_kind_names(), kManualKind));
   s.mini_batch_size = small_int(doc.at("mini_batch_size"), 1);
   JsonAt stages = doc.at("stages");
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -111,8 +108,6 @@ Schedule schedule_from_json(const Json& j, const std::string& file) {
 
 Schedule load_schedule(const std::string& path) { return schedule_from_json(read_json_file(path), path); }
 
-void save_schedule(const std::string& path, const Schedule& s) {
-  write_json_file(path, schedule_to_json(s));
-}
+void save_schedule(const std::string& path, const Schedule& s) { write_json_file(path, schedule_to_json(s)); }
 
 }  // namespace gp::schedule

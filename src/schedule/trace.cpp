@@ -31,8 +31,8 @@ const char* trace_colour(const std::string& category) {
 }
 
 void TraceWriter::add_device(int device, int stage) {
-  const std::string name =
-      stage >= 0 ? fmt::format("device {}: stage {}", device, stage) : fmt::format("device {}", device);
+  const std::string name = stage >= 0 ? fmt::format("device {}: stage {}", device, stage)
+                                      : fmt::format("device {}", device);
   auto meta = [&](const char* what, int tid, Json args) {
     events_.push_back({{"ph", "M"}, {"name", what}, {"pid", device}, {"tid", tid}, {"args", std::move(args)}});
   };
@@ -42,10 +42,14 @@ void TraceWriter::add_device(int device, int stage) {
   meta("thread_name", kSendTrack, {{"name", "send"}});
 }
 
-void TraceWriter::add_slice(int device, int track, const std::string& name, const std::string& category,
-                            double start_s, double end_s, Json args) {
-  Json e = {{"ph", "X"},         {"name", name},           {"pid", device},
-            {"tid", track},      {"ts", start_s * 1e6},    {"dur", (end_s - start_s) * 1e6},
+void TraceWriter::add_slice(int device, int track, const std::string& name, const std::string& category, double start_s,
+                            double end_s, Json args) {
+  Json e = {{"ph", "X"},
+            {"name", name},
+            {"pid", device},
+            {"tid", track},
+            {"ts", start_s * 1e6},
+            {"dur", (end_s - start_s) * 1e6},
             {"args", std::move(args)}};
   if (!category.empty()) e["cat"] = category;
   if (const char* colour = trace_colour(category)) e["cname"] = colour;

@@ -36,7 +36,7 @@ namespace {
 
 struct StageState {
   int n = 0, m = 1, in_flight = 1;
-  int f = 0, bi = 0, w = 0;        // passes done (each kind runs in micro-batch order)
+  int f = 0, bi = 0, w = 0;  // passes done (each kind runs in micro-batch order)
   double free_at = 0;
   std::vector<double> f_end, bi_end;  // end time of each micro-batch's forward / backward_input
   std::vector<Pass> order;
@@ -76,10 +76,10 @@ class ListScheduler {
     for (size_t i = 0; i < st_.size(); ++i) {
       const StageState& x = st_[i];
       if (x.w != x.n)
-        throw UserError(fmt::format(
-            "zb schedule of the plan: stage {} stops after {} forwards, {} backward_inputs and {} "
-            "backward_weights of {} micro-batches (its in_flight {} is too small for its successors?)",
-            i, x.f, x.bi, x.w, x.n, x.in_flight));
+        throw UserError(
+            fmt::format("zb schedule of the plan: stage {} stops after {} forwards, {} backward_inputs and {} "
+                        "backward_weights of {} micro-batches (its in_flight {} is too small for its successors?)",
+                        i, x.f, x.bi, x.w, x.n, x.in_flight));
       out.push_back(std::move(st_[i].order));
     }
     return out;

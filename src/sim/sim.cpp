@@ -25,7 +25,7 @@ std::pair<int, int> share(const plan::Stage& st, int r, int mb) {
 struct Ev {
   double t;
   long seq;
-  int device;    // device to wake (resume or arrival)
+  int device;  // device to wake (resume or arrival)
   bool operator>(const Ev& o) const { return std::tie(t, seq) > std::tie(o.t, o.seq); }
 };
 
@@ -33,16 +33,15 @@ class Engine {
  public:
   Engine(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& c, bool events)
       : p_(p), s_(s), c_(c), events_on_(events) {
-    GP_CHECK(c.stages.size() == p.stages.size(), "sim: costs for {} stages, plan has {}",
-             c.stages.size(), p.stages.size());
+    GP_CHECK(c.stages.size() == p.stages.size(), "sim: costs for {} stages, plan has {}", c.stages.size(),
+             p.stages.size());
     for (const plan::Stage& st : p.stages) {
       GP_CHECK(c.stages[st.id].out_bytes_per_sample.size() == st.outputs_to.size(),
-               "sim: stage {}: {} edge sizes for {} successors", st.id,
-               c.stages[st.id].out_bytes_per_sample.size(), st.outputs_to.size());
+               "sim: stage {}: {} edge sizes for {} successors", st.id, c.stages[st.id].out_bytes_per_sample.size(),
+               st.outputs_to.size());
       for (size_t r = 0; r < st.devices.size(); ++r) {
         int d = st.devices[r];
-        GP_CHECK(d >= 0 && d < p.num_devices, "sim: stage {}: device {} outside [0,{})", st.id, d,
-                 p.num_devices);
+        GP_CHECK(d >= 0 && d < p.num_devices, "sim: stage {}: device {} outside [0,{})", st.id, d, p.num_devices);
         devs_.push_back({d, st.id, static_cast<int>(r)});
       }
     }
@@ -72,9 +71,10 @@ class Engine {
     for (const Dev& d : devs_) {
       const auto& acts = s_.stages[d.stage].actions;
       if (d.pc < acts.size())
-        throw UserError(fmt::format("sim: device {} (stage {}) is stuck at [{}] {}; run "
-                                    "`graphpipe schedule check` on this schedule",
-                                    d.device, d.stage, d.pc, schedule::to_string(acts[d.pc])));
+        throw UserError(
+            fmt::format("sim: device {} (stage {}) is stuck at [{}] {}; run "
+                        "`graphpipe schedule check` on this schedule",
+                        d.device, d.stage, d.pc, schedule::to_string(acts[d.pc])));
       r.iteration_time_s = std::max(r.iteration_time_s, d.busy_until);
       r.busy_s[d.device] = d.busy;
       const StageTimes& t = c_.stages[d.stage];
@@ -126,8 +126,7 @@ class Engine {
     if (!events_on_) return;
     const Action& a = s_.stages[d.stage].actions[d.pc];
     events_.push_back({d.device, d.stage, static_cast<int>(d.pc), track,
-                       fmt::format("s{} {}", d.stage, schedule::to_string(a)), a.kind,
-                       a.micro_batch, start, end});
+                       fmt::format("s{} {}", d.stage, schedule::to_string(a)), a.kind, a.micro_batch, start, end});
   }
 
   // Runs device i from time `now` until it computes (resumes later), blocks, or finishes.

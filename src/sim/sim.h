@@ -22,11 +22,11 @@ struct StageTimes {
   /// up to bwd_s; a hand-filled SimCosts that leaves both 0 times BI and W as 0.
   double bwd_input_s = 0;
   double bwd_weight_s = 0;
-  double allreduce_s = 0;        // gradient all-reduce among the replicas, once per iteration
-  double optimizer_s = 0;        // the optimizer step, once per iteration (with, before it, the sum
-                                 // of shared parameters' gradients over their holding stages)
-  double state_bytes = 0;        // weights + gradients + optimizer state, per device
-  double act_bytes_per_mb = 0;   // activations saved for backward per held micro-batch, per device
+  double allreduce_s = 0;       // gradient all-reduce among the replicas, once per iteration
+  double optimizer_s = 0;       // the optimizer step, once per iteration (with, before it, the sum
+                                // of shared parameters' gradients over their holding stages)
+  double state_bytes = 0;       // weights + gradients + optimizer state, per device
+  double act_bytes_per_mb = 0;  // activations saved for backward per held micro-batch, per device
   /// The rest of the peak, per device: transient buffers of one micro-batch and the gradients sent
   /// upstream that a step holds (cost::stage_memory_parts).
   double other_bytes = 0;
@@ -58,9 +58,9 @@ schedule::PassTimes pass_times(const SimCosts& c);
 struct Event {
   int device = 0;
   int stage = 0;
-  int action = 0;            // index in the stage's action list
-  int track = 0;             // 0: device, 1: sends
-  std::string name;          // "s2 F mb3", "s1 send_act ->s2 [0,8)", "s0 allreduce"
+  int action = 0;    // index in the stage's action list
+  int track = 0;     // 0: device, 1: sends
+  std::string name;  // "s2 F mb3", "s1 send_act ->s2 [0,8)", "s0 allreduce"
   schedule::ActionKind kind = schedule::ActionKind::forward;
   int micro_batch = -1;
   double start_s = 0;
@@ -70,11 +70,11 @@ struct Event {
 struct SimResult {
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
-  std::vector<double> peak_memory_bytes;   // per device of the plan (0 for unused devices)
-  double bubble_fraction = 0;              // idle / (iteration time x devices in use)
-  std::vector<double> busy_s;              // per device: forward, backward, all-reduce, step
-  std::vector<int> peak_in_flight;         // per stage
-  std::vector<Event> events;               // in start order per device
+  std::vector<double> peak_memory_bytes;  // per device of the plan (0 for unused devices)
+  double bubble_fraction = 0;             // idle / (iteration time x devices in use)
+  std::vector<double> busy_s;             // per device: forward, backward, all-reduce, step
+  std::vector<int> peak_in_flight;        // per stage
+  std::vector<Event> events;              // in start order per device
 };
 
 /// What simulate() records besides the iteration's figures.
@@ -87,8 +87,7 @@ struct SimOptions {
 /// the transfer occupies the sender's port, one transfer at a time, and both nodes' shared
 /// network interfaces when it leaves the node); a receive blocks until its data arrived; all-reduce waits for all
 /// replicas of the stage. The iteration ends at the last optimizer step.
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs,
-                   const SimOptions& opt = {});
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const SimCosts& costs, const SimOptions& opt = {});
 SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,
                    const SimOptions& opt = {});
 

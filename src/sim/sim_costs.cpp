@@ -36,9 +36,8 @@ std::vector<double> shared_allreduce_times(const plan::Plan& p, const cost::Cost
 SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
   const ir::Graph& g = cm.graph();
   const cost::Cluster& cl = cm.cluster();
-  GP_CHECK(p.num_devices <= cl.num_devices(),
-           "plan uses {} devices but the cluster \"{}\" has {}", p.num_devices, cl.name,
-           cl.num_devices());
+  GP_CHECK(p.num_devices <= cl.num_devices(), "plan uses {} devices but the cluster \"{}\" has {}", p.num_devices,
+           cl.name, cl.num_devices());
   std::vector<int> stage_of(g.num_ops(), -1);
   std::vector<std::vector<OpId>> ops(p.stages.size());
   for (const plan::Stage& st : p.stages) {
@@ -66,8 +65,8 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
       for (int d : p.stages[v].devices) same_node = same_node && cl.same_node(d, st.devices[0]);
     for (int u : st.inputs_from)
       for (int d : p.stages[u].devices) same_node = same_node && cl.same_node(d, st.devices[0]);
-    cost::StageCost sc = cost::stage_cost(cm, ops[st.id], in_stage, dp, st.micro_batch_size,
-                                          p.mini_batch_size, same_node);
+    cost::StageCost sc = cost::stage_cost(cm, ops[st.id], in_stage, dp, st.micro_batch_size, p.mini_batch_size,
+                                          same_node);
     // Split the planner's compute time into forward and backward as the ops' own times do.
     StageTimes t;
     t.fwd_s = sc.fwd_s + sc.bwd_s > 0 ? sc.compute_s * sc.fwd_s / (sc.fwd_s + sc.bwd_s) : 0;
@@ -96,8 +95,7 @@ schedule::PassTimes pass_times(const SimCosts& c) {
   return t;
 }
 
-SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm,
-                   const SimOptions& opt) {
+SimResult simulate(const plan::Plan& p, const schedule::Schedule& s, const cost::CostModel& cm, const SimOptions& opt) {
   SimCosts c = sim_costs(p, cm);
   return simulate(p, s, c, opt);
 }

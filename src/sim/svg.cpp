@@ -99,8 +99,8 @@ std::string svg_head(const Layout& L, const plan::Plan& p, const SimResult& r, c
       "<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n"
       "<text x=\"{}\" y=\"40\" font-size=\"12\" fill=\"#333\">iteration {:.4g} ms · {:.4g} "
       "samples/s · bubble {:.1f}% · {} stages on {} devices · mini-batch {}</text>\n",
-      L.left, esc(head), L.left, r.iteration_time_s * 1e3, r.throughput_samples_per_s,
-      r.bubble_fraction * 100, p.stages.size(), L.rows.size(), p.mini_batch_size);
+      L.left, esc(head), L.left, r.iteration_time_s * 1e3, r.throughput_samples_per_s, r.bubble_fraction * 100,
+      p.stages.size(), L.rows.size(), p.mini_batch_size);
   return o;
 }
 
@@ -109,19 +109,20 @@ std::string svg_rows_and_axis(const Layout& L) {
   std::string o;
   for (size_t i = 0; i < L.rows.size(); ++i) {
     double y = L.top + i * L.pitch;
-    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", L.left,
-                     y, L.plot_w, L.row_h);
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", L.left, y, L.plot_w,
+                     L.row_h);
     o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">device {} · s{}</text>\n", L.left - 8,
                      y + L.row_h / 2 + 4, L.rows[i].first, L.rows[i].second);
   }
   double step = nice_step(L.T, 10);
   for (double t = 0; t <= L.T * 1.0001; t += step) {
     double x = L.x(t);
-    o += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\" "
-                     "stroke-width=\"0.5\"/>\n",
-                     x, L.top - 4, L.axis_y);
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>\n", x,
-                     L.axis_y + 14, time_label(t, step));
+    o += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\" "
+        "stroke-width=\"0.5\"/>\n",
+        x, L.top - 4, L.axis_y);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" fill=\"#333\">{}</text>\n", x, L.axis_y + 14,
+                     time_label(t, step));
   }
   o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", L.left, L.axis_y,
                    L.left + L.plot_w, L.axis_y);
@@ -164,8 +165,14 @@ std::string svg_event(const Layout& L, const Event& e) {
       text_fill = "#fff";
       break;
     case ActionKind::backward_weight: fill = light(e.stage); break;
-    case ActionKind::allreduce: fill = "#d62728"; text_fill = "#fff"; break;
-    case ActionKind::optimizer_step: fill = "#444"; text_fill = "#fff"; break;
+    case ActionKind::allreduce:
+      fill = "#d62728";
+      text_fill = "#fff";
+      break;
+    case ActionKind::optimizer_step:
+      fill = "#444";
+      text_fill = "#fff";
+      break;
     case ActionKind::send_act:
     case ActionKind::send_grad:
       fill = e.kind == ActionKind::send_act ? "#7f7f7f" : "#222";
@@ -176,17 +183,18 @@ std::string svg_event(const Layout& L, const Event& e) {
     case ActionKind::recv_grad: return "";
   }
   if (w < 0.3 && h == L.send_h) w = 0.6;  // keep tiny transfers visible
-  std::string o = fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" "
-                              "stroke=\"{}\" stroke-width=\"0.4\"><title>{} [{:.6g}, {:.6g}] s</title></rect>\n",
-                              x0, yy, w, h, fill, h == L.send_h ? fill : "#fff", esc(e.name), e.start_s,
-                              e.end_s);
+  std::string o = fmt::format(
+      "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" "
+      "stroke=\"{}\" stroke-width=\"0.4\"><title>{} [{:.6g}, {:.6g}] s</title></rect>\n",
+      x0, yy, w, h, fill, h == L.send_h ? fill : "#fff", esc(e.name), e.start_s, e.end_s);
   if (e.kind == ActionKind::backward_weight)
-    o += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"/>\n", x0, yy, w,
-                     h, kHatch);
+    o += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"/>\n", x0, yy, w, h,
+                     kHatch);
   if (!label.empty() && w >= 7.0 * label.size() + 2)
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
-                     "fill=\"{}\">{}</text>\n",
-                     x0 + w / 2, y + L.row_h / 2 + 4, text_fill, label);
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"10\" "
+        "fill=\"{}\">{}</text>\n",
+        x0 + w / 2, y + L.row_h / 2 + 4, text_fill, label);
   return o;
 }
 

@@ -23,9 +23,8 @@ Json chrome_trace(const plan::Plan& p, const SimResult& r) {
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
     w.add_slice(e.device, e.track, e.name, schedule::trace_category(e.kind), e.start_s, e.end_s, std::move(args));
   }
-  return std::move(w).finish({{"source", "simulator"},
-                              {"iteration_time_s", r.iteration_time_s},
-                              {"bubble_fraction", r.bubble_fraction}});
+  return std::move(w).finish(
+      {{"source", "simulator"}, {"iteration_time_s", r.iteration_time_s}, {"bubble_fraction", r.bubble_fraction}});
 }
 
 }  // namespace gp::sim

@@ -84,8 +84,7 @@ TEST(CheckSchedule, MissingBackwardAndStep) {
   plan::Plan p = make_chain(1, 2, 1);
   Schedule s = build_schedule(p);
   s.stages[0].actions.erase(s.stages[0].actions.begin() + 3);  // B mb1
-  EXPECT_EQ(check_error(s, p),
-            "schedule: stage 0 [3] optimizer_step: optimizer step before the last backward");
+  EXPECT_EQ(check_error(s, p), "schedule: stage 0 [3] optimizer_step: optimizer step before the last backward");
   s = build_schedule(p);
   s.stages[0].actions.pop_back();
   EXPECT_EQ(check_error(s, p), "schedule: stage 0: needs exactly one optimizer_step, found 0");
@@ -124,8 +123,7 @@ TEST(CheckSchedule, SendNeverReceived) {
   auto& a = s.stages[1].actions;
   ASSERT_EQ(to_string(a[4]), "recv_act <-s0 [2,4)");
   a.erase(a.begin() + 4);
-  EXPECT_EQ(check_error(s, p),
-            "schedule: stage 0 [3] send_act ->s1 [2,4): is never received by stage 1");
+  EXPECT_EQ(check_error(s, p), "schedule: stage 0 [3] send_act ->s1 [2,4): is never received by stage 1");
 }
 
 TEST(CheckSchedule, DataParallelStageNeedsAllReduce) {
@@ -133,8 +131,7 @@ TEST(CheckSchedule, DataParallelStageNeedsAllReduce) {
   Schedule s = build_schedule(p);
   auto& a = s.stages[0].actions;
   a.erase(a.end() - 2);
-  EXPECT_EQ(check_error(s, p),
-            "schedule: stage 0 [4] optimizer_step: optimizer step before the gradient all-reduce");
+  EXPECT_EQ(check_error(s, p), "schedule: stage 0 [4] optimizer_step: optimizer step before the gradient all-reduce");
 }
 
 TEST(CheckSchedule, PlanMismatch) {

@@ -20,8 +20,7 @@ RC_GTEST_PROP(ScheduleProperty, BuiltSchedulesPassAndRespectInFlight, ()) {
   }
   Schedule g = build_schedule(p, "gpipe");
   std::vector<int> gpeak = peak_in_flight(g);
-  for (size_t i = 0; i < p.stages.size(); ++i)
-    RC_ASSERT(gpeak[i] == p.mini_batch_size / p.stages[i].micro_batch_size);
+  for (size_t i = 0; i < p.stages.size(); ++i) RC_ASSERT(gpeak[i] == p.mini_batch_size / p.stages[i].micro_batch_size);
   RC_ASSERT(schedule_from_json(schedule_to_json(s), "s.json") == s);
 }
 

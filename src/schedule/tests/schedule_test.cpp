@@ -190,10 +190,8 @@ TEST(ScheduleJson, StrictErrorsNameFileAndPath) {
             "s.json: stages[1].stage: expected 1 (stages are listed in id order)");
   EXPECT_EQ(parse_error([](Json& j) { j["kind"] = "zb-v"; }),
             "s.json: kind: unknown schedule kind \"zb-v\" (valid: 1f1b, gpipe, zb, manual)");
-  EXPECT_NE(parse_error([](Json& j) { j["format"] = "graphpipe.plan/1"; }).find("graphpipe.plan/1"),
-            std::string::npos);
-  EXPECT_EQ(parse_error([](Json& j) { j["extra"] = 1; }).substr(0, 36),
-            "s.json: (top): unexpected field \"ext");
+  EXPECT_NE(parse_error([](Json& j) { j["format"] = "graphpipe.plan/1"; }).find("graphpipe.plan/1"), std::string::npos);
+  EXPECT_EQ(parse_error([](Json& j) { j["extra"] = 1; }).substr(0, 36), "s.json: (top): unexpected field \"ext");
 }
 
 }  // namespace

@@ -10,9 +10,9 @@ namespace gp::testing {
 
 struct StageSpec {
   int micro_batch_size = 1;
-  int devices = 1;               // data-parallel degree
-  std::vector<int> outputs_to;   // successor stage ids (all greater than this stage's id)
-  int in_flight = 0;             // 0: the in-flight rule, counted in samples
+  int devices = 1;              // data-parallel degree
+  std::vector<int> outputs_to;  // successor stage ids (all greater than this stage's id)
+  int in_flight = 0;            // 0: the in-flight rule, counted in samples
 };
 
 /// A plan with consecutive device ids, inputs_from derived from outputs_to, and in-flight counts

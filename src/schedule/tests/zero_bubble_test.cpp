@@ -17,8 +17,7 @@ using gp::testing::make_plan;
 std::string passes_str(const StageSchedule& s) {
   std::string out;
   for (const Action& a : s.actions) {
-    if (a.kind != ActionKind::forward && a.kind != ActionKind::backward_input &&
-        a.kind != ActionKind::backward_weight)
+    if (a.kind != ActionKind::forward && a.kind != ActionKind::backward_input && a.kind != ActionKind::backward_weight)
       continue;
     out += (out.empty() ? "" : " ") + to_string(a);
   }
@@ -71,10 +70,8 @@ TEST(ZeroBubble, TwoStageChainByHand) {
   // the bound holds its next F back.
   plan::Plan p = make_chain(2, 4, 1);
   Schedule s = build_schedule(p, "zb");
-  EXPECT_EQ(passes_str(s.stages[0]),
-            "F mb0 F mb1 BI mb0 W mb0 F mb2 BI mb1 W mb1 F mb3 BI mb2 W mb2 BI mb3 W mb3");
-  EXPECT_EQ(passes_str(s.stages[1]),
-            "F mb0 BI mb0 W mb0 F mb1 BI mb1 W mb1 F mb2 BI mb2 W mb2 F mb3 BI mb3 W mb3");
+  EXPECT_EQ(passes_str(s.stages[0]), "F mb0 F mb1 BI mb0 W mb0 F mb2 BI mb1 W mb1 F mb3 BI mb2 W mb2 BI mb3 W mb3");
+  EXPECT_EQ(passes_str(s.stages[1]), "F mb0 BI mb0 W mb0 F mb1 BI mb1 W mb1 F mb2 BI mb2 W mb2 F mb3 BI mb3 W mb3");
   EXPECT_EQ(peak_in_flight(s), (std::vector<int>{2, 1}));
 }
 
@@ -127,15 +124,16 @@ TEST(ZeroBubble, CheckerRejectsBrokenWeightPasses) {
     size_t bi = find_action(s, 0, "BI mb0"), w = find_action(s, 0, "W mb0");
     std::swap(s.stages[0].actions[bi], s.stages[0].actions[w]);
     EXPECT_EQ(check_error(s, p), fmt::format("schedule: stage 0 [{}] W mb0: backward_weight before the "
-                                             "backward_input of mb0", bi));
+                                             "backward_input of mb0",
+                                             bi));
   }
   {  // BI twice: stage 1's "BI mb1" becomes a second "BI mb0".
     Schedule s = good;
     size_t i = find_action(s, 1, "BI mb1");
     set_action(s, 1, i, {ActionKind::backward_input, 0, -1, 0, 0});
-    EXPECT_EQ(check_error(s, p),
-              fmt::format("schedule: stage 1 [{}] BI mb0: C4: mb0 already had its backward (BI; a "
-                          "micro-batch runs either B or BI then W, once)", i));
+    EXPECT_EQ(check_error(s, p), fmt::format("schedule: stage 1 [{}] BI mb0: C4: mb0 already had its backward (BI; a "
+                                             "micro-batch runs either B or BI then W, once)",
+                                             i));
   }
   {  // W twice.
     Schedule s = good;
@@ -148,7 +146,8 @@ TEST(ZeroBubble, CheckerRejectsBrokenWeightPasses) {
     auto& acts = s.stages[0].actions;
     acts.erase(acts.begin() + static_cast<long>(find_action(s, 0, "W mb3")));
     EXPECT_EQ(check_error(s, p), fmt::format("schedule: stage 0 [{}] optimizer_step: optimizer step before "
-                                             "the backward_weight of mb3", acts.size() - 1));
+                                             "the backward_weight of mb3",
+                                             acts.size() - 1));
     acts.pop_back();
     EXPECT_EQ(check_error(s, p), "schedule: stage 0: BI mb3 ran but its backward_weight (W mb3) is missing");
   }
@@ -156,9 +155,9 @@ TEST(ZeroBubble, CheckerRejectsBrokenWeightPasses) {
     Schedule s = good;
     size_t i = find_action(s, 1, "BI mb0");
     set_action(s, 1, i, {ActionKind::backward, 0, -1, 0, 0});
-    EXPECT_EQ(check_error(s, p),
-              fmt::format("schedule: stage 1 [{}] W mb0: mb0 ran its whole backward (B) already; a "
-                          "micro-batch runs either B or BI then W", find_action(s, 1, "W mb0")));
+    EXPECT_EQ(check_error(s, p), fmt::format("schedule: stage 1 [{}] W mb0: mb0 ran its whole backward (B) already; a "
+                                             "micro-batch runs either B or BI then W",
+                                             find_action(s, 1, "W mb0")));
   }
   {  // A W for a micro-batch that does not exist.
     Schedule s = good;

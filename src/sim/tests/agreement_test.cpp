@@ -45,8 +45,8 @@ double planner_estimate(const plan::Plan& p, const cost::CostModel& cm) {
       ops.push_back(g.find(name));
       mask[ops.back().v] = 1;
     }
-    cost::StageCost c = cost::stage_cost(cm, ops, mask, static_cast<int>(st.devices.size()),
-                                         st.micro_batch_size, p.mini_batch_size, true);
+    cost::StageCost c = cost::stage_cost(cm, ops, mask, static_cast<int>(st.devices.size()), st.micro_batch_size,
+                                         p.mini_batch_size, true);
     double mb = c.compute_s + c.comm_s, start = 0;  // tps_s also spreads per-iteration work
     for (int u : st.inputs_from) start = std::max(start, finish[u]);
     finish[st.id] = start + mb;
@@ -61,8 +61,7 @@ TEST(PlannerAgreement, UniformChainWithFreeLinksIsExact) {
   cost::CostModel cm(g, free_links(4));
   // 4 stages of 2 layers each; the loss joins the last stage, which makes it the slowest.
   plan::Plan p = gp::testing::make_chain(4, 64, 8);
-  for (int s = 0; s < 4; ++s)
-    p.stages[s].ops = {"l" + std::to_string(2 * s), "l" + std::to_string(2 * s + 1)};
+  for (int s = 0; s < 4; ++s) p.stages[s].ops = {"l" + std::to_string(2 * s), "l" + std::to_string(2 * s + 1)};
   p.stages[3].ops.push_back("loss");
   SimCosts c = sim_costs(p, cm);
   SimResult r = simulate(p, schedule::build_schedule(p), c);
@@ -70,7 +69,8 @@ TEST(PlannerAgreement, UniformChainWithFreeLinksIsExact) {
   EXPECT_NEAR(r.iteration_time_s - c.stages[0].optimizer_s, predicted, 1e-9 * predicted);
   // Stages 0-2 are identical and the last one (with the loss) is the slowest: the case in
   // which the planner's formula is exact for 1F1B.
-  for (int s = 1; s < 3; ++s) EXPECT_DOUBLE_EQ(c.stages[s].fwd_s + c.stages[s].bwd_s, c.stages[0].fwd_s + c.stages[0].bwd_s);
+  for (int s = 1; s < 3; ++s)
+    EXPECT_DOUBLE_EQ(c.stages[s].fwd_s + c.stages[s].bwd_s, c.stages[0].fwd_s + c.stages[0].bwd_s);
   EXPECT_GT(c.stages[3].fwd_s + c.stages[3].bwd_s, c.stages[0].fwd_s + c.stages[0].bwd_s);
 }
 
@@ -80,8 +80,7 @@ TEST(PlannerAgreement, CostlyLinksMakeThePlannerPessimistic) {
   ir::Graph g = uniform_chain(8);
   cost::CostModel cm(g, cost::load_cluster("summit", 4));
   plan::Plan p = gp::testing::make_chain(4, 64, 8);
-  for (int s = 0; s < 4; ++s)
-    p.stages[s].ops = {"l" + std::to_string(2 * s), "l" + std::to_string(2 * s + 1)};
+  for (int s = 0; s < 4; ++s) p.stages[s].ops = {"l" + std::to_string(2 * s), "l" + std::to_string(2 * s + 1)};
   p.stages[3].ops.push_back("loss");
   SimCosts c = sim_costs(p, cm);
   double sim = simulate(p, schedule::build_schedule(p), c).iteration_time_s - c.stages[0].optimizer_s;

@@ -9,8 +9,7 @@ namespace gp::sim {
 
 /// Every stage: forward f, backward b per micro-batch, state and activation bytes as given;
 /// one node with free links (zero latency, infinite bandwidth); zero-byte edges.
-inline SimCosts uniform_costs(const plan::Plan& p, double f, double b, double state = 0,
-                              double act = 0) {
+inline SimCosts uniform_costs(const plan::Plan& p, double f, double b, double state = 0, double act = 0) {
   SimCosts c;
   c.cluster.name = "test";
   c.cluster.num_nodes = 1;
@@ -56,8 +55,8 @@ inline std::string send_slices(const SimResult& r, int device) {
   std::string out;
   for (const Event& e : r.events)
     if (e.device == device && e.track == 1)
-      out += fmt::format("{}{}[{:g},{:g}]", out.empty() ? "" : " ",
-                         e.name.substr(e.name.find(' ') + 1), e.start_s, e.end_s);
+      out += fmt::format("{}{}[{:g},{:g}]", out.empty() ? "" : " ", e.name.substr(e.name.find(' ') + 1), e.start_s,
+                         e.end_s);
   return out;
 }
 

@@ -25,10 +25,12 @@ TEST(Simulate, TwoStageChainTimeline) {
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 15);
   EXPECT_DOUBLE_EQ(r.throughput_samples_per_s, 4.0 / 15);
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 6.0 / 30);
-  EXPECT_EQ(compute_slices(r, 0), "F0[0,1] F1[1,2] B0[4,6] F2[6,7] B1[7,9] F3[9,10] B2[10,12] "
-                                  "B3[13,15] opt[15,15]");
-  EXPECT_EQ(compute_slices(r, 1), "F0[1,2] B0[2,4] F1[4,5] B1[5,7] F2[7,8] B2[8,10] F3[10,11] "
-                                  "B3[11,13] opt[13,13]");
+  EXPECT_EQ(compute_slices(r, 0),
+            "F0[0,1] F1[1,2] B0[4,6] F2[6,7] B1[7,9] F3[9,10] B2[10,12] "
+            "B3[13,15] opt[15,15]");
+  EXPECT_EQ(compute_slices(r, 1),
+            "F0[1,2] B0[2,4] F1[4,5] B1[5,7] F2[7,8] B2[8,10] F3[10,11] "
+            "B3[11,13] opt[13,13]");
 }
 
 TEST(Simulate, FourStageChainMatchesTheOneFOneBFormula) {
@@ -70,8 +72,7 @@ TEST(Simulate, DataParallelStageAddsItsAllReduce) {
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 20);
   EXPECT_EQ(r.busy_s, (std::vector<double>{17, 17, 12}));
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 1 - 46.0 / 60);
-  EXPECT_EQ(compute_slices(r, 1).substr(compute_slices(r, 1).rfind("B3")),
-            "B3[13,15] allreduce[15,20] opt[20,20]");
+  EXPECT_EQ(compute_slices(r, 1).substr(compute_slices(r, 1).rfind("B3")), "B3[13,15] allreduce[15,20] opt[20,20]");
 }
 
 TEST(Simulate, SkipEdgeBehavesLikeTheChainItSpans) {
@@ -98,8 +99,9 @@ TEST(Simulate, RegroupingAcrossMicroBatchSizes) {
   c.stages[0].bwd_s = 4;
   SimResult r = simulate(p, build_schedule(p), c);
   EXPECT_EQ(compute_slices(r, 0), "F0[0,2] F1[2,4] B0[8,12] B1[14,18] opt[18,18]");
-  EXPECT_EQ(compute_slices(r, 1), "F0[2,3] B0[3,5] F1[5,6] B1[6,8] F2[8,9] B2[9,11] F3[11,12] "
-                                  "B3[12,14] opt[14,14]");
+  EXPECT_EQ(compute_slices(r, 1),
+            "F0[2,3] B0[3,5] F1[5,6] B1[6,8] F2[8,9] B2[9,11] F3[11,12] "
+            "B3[12,14] opt[14,14]");
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 18);
 }
 
@@ -219,8 +221,13 @@ TEST(Trace, WriterNamesTracksAndFormat) {
   EXPECT_EQ(ev[2]["args"]["name"], "compute");
   EXPECT_EQ(ev[3]["tid"], 1);
   EXPECT_EQ(ev[3]["args"]["name"], "send");
-  EXPECT_EQ(ev[4], (Json{{"ph", "X"}, {"name", "s0 send_act ->s1 [0,4)"}, {"pid", 3}, {"tid", 1},
-                         {"ts", 5e5}, {"dur", 2.5e5}, {"args", {{"stage", 0}}}}));  // no "cat"
+  EXPECT_EQ(ev[4], (Json{{"ph", "X"},
+                         {"name", "s0 send_act ->s1 [0,4)"},
+                         {"pid", 3},
+                         {"tid", 1},
+                         {"ts", 5e5},
+                         {"dur", 2.5e5},
+                         {"args", {{"stage", 0}}}}));  // no "cat"
   EXPECT_EQ(ev[5]["ph"], "C");
   EXPECT_EQ(ev[5]["ts"], 1e6);
   // The simulator's trace is written through it.

@@ -26,8 +26,9 @@ TEST(ZeroBubbleSim, TwoStageChainByHand) {
   // The pass order of schedule's TwoStageChainByHand, timed: one slot per pass.
   plan::Plan p = make_chain(2, 4, 1);
   SimResult r = simulate(p, build_schedule(p, "zb"), split_costs(p));
-  EXPECT_EQ(compute_slices(r, 0), "F0[0,1] F1[1,2] I0[3,4] W0[4,5] F2[5,6] I1[6,7] W1[7,8] F3[8,9] "
-                                  "I2[9,10] W2[10,11] I3[12,13] W3[13,14] opt[14,14]");
+  EXPECT_EQ(compute_slices(r, 0),
+            "F0[0,1] F1[1,2] I0[3,4] W0[4,5] F2[5,6] I1[6,7] W1[7,8] F3[8,9] "
+            "I2[9,10] W2[10,11] I3[12,13] W3[13,14] opt[14,14]");
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 14);  // 1F1B: 15
   EXPECT_DOUBLE_EQ(simulate(p, build_schedule(p, "1f1b"), split_costs(p)).iteration_time_s, 15);
 }
