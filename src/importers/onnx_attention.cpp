@@ -85,6 +85,7 @@ std::optional<double> binary(const std::string& op, double a, double b) {
   if (op == "Sub") return a - b;
   if (op == "Mul") return a * b;
   if (op == "Div") return a / b;
+  if (op == "Pow") return std::pow(a, b);  // Swin's (C // heads) ** -0.5
   if (op == "Equal") return a == b ? 1.0 : 0.0;
   if (op == "Less") return a < b ? 1.0 : 0.0;
   if (op == "Greater") return a > b ? 1.0 : 0.0;
@@ -568,6 +569,11 @@ AttentionMasks scan_attention_masks(const Net& net, int softmax, int64_t seq) {
     r.prep = f.nodes;
   }
   return r;
+}
+
+std::optional<double> constant_value(const Net& net, const std::string& t) {
+  std::string why;
+  return constant_scalar(net, t, why);
 }
 
 }  // namespace gp::importers::onnx_detail

@@ -35,4 +35,8 @@ struct AttentionMasks {
 /// reverse ("ignore"). `error` names the node that does not fit.
 AttentionMasks scan_attention_masks(const Net& net, int softmax, int64_t seq);
 
+/// The single value of a constant (non-activation) tensor evaluated through the folded nodes (all
+/// elements equal), or nothing.
+std::optional<double> constant_value(const Net& net, const std::string& t);
+
 }  // namespace gp::importers::onnx_detail

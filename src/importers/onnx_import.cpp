@@ -698,16 +698,20 @@ void Mapper::map_slice(int i) {
   ir::Shape shape = ir_shape(cur);
   for (size_t k = 0; k < starts->size(); ++k) {
     int64_t axis = norm_axis(axes ? (*axes)[k] : static_cast<int64_t>(k), xs.size());
-    if (steps && (*steps)[k] != 1) return unsupported(n, "only step 1 is supported");
+    const int64_t step = steps ? (*steps)[k] : 1;
+    if (step < 1) return unsupported(n, fmt::format("step {} (only positive steps are supported)", step));
     if (axis < 1) return unsupported(n, "slicing the batch dimension");
     int64_t d = xs[axis], s = (*starts)[k], e = (*ends)[k];
     s = std::clamp(s < 0 ? s + d : s, int64_t{0}, d);
     e = std::clamp(e < 0 ? e + d : e, int64_t{0}, d);
-    shape[axis] = e - s;
+    if (e <= s) return unsupported(n, fmt::format("an empty slice [{}, {}) of axis {}", s, e, axis));
+    shape[axis] = (e - s + step - 1) / step;
     bool last = k + 1 == starts->size();
     std::string out = last ? n.output(0) : fmt::format("\x01{}/{}", n.name(), k);
     std::string name = emit(starts->size() == 1 ? n.name() : fmt::format("{}/{}", n.name(), k), ir::OpKind::slice,
-                            {cur}, out, Json{{"axis", axis}, {"start", s}, {"end", e}}, &shape);
+                            {cur}, out, step == 1 ? Json{{"axis", axis}, {"start", s}, {"end", e}}
+                                                : Json{{"axis", axis}, {"start", s}, {"end", e}, {"step", step}},
+                            &shape);
     cur = out;
   }
 }

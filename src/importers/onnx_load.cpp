@@ -252,7 +252,27 @@ bool fold_passthrough(const onnx::NodeProto& n, Net& net, Folded& f) {
   f.vshape = net.t[n.input(0)].value_shape;
   if (op == "Unsqueeze" && f.vshape.empty()) f.vshape = {1};
   if (op == "Squeeze" && f.vals.size() == 1) f.vshape = {};
-  if (op == "Reshape") f.vshape = {length(f.vals)};
+  if (op == "Reshape") {  // the target shape when it is known (0 copies the input's dim, -1 the rest)
+    f.vshape = {length(f.vals)};
+    const auto* target = ints_of(n, net, 1);
+    if (target && !target->empty() && attr_i(n, "allowzero", 0) == 0) {
+      const std::vector<int64_t>& in_shape = net.t[n.input(0)].value_shape;
+      std::vector<int64_t> shape;
+      int64_t known = 1, infer = -1;
+      for (size_t k = 0; k < target->size(); ++k) {
+        int64_t v = (*target)[k];
+        if (v == 0) v = k < in_shape.size() ? in_shape[k] : -2;
+        if (v == -1 && infer < 0) infer = static_cast<int64_t>(k);
+        else if (v < 0) return true;  // not readable: keep it flat
+        else known *= v;
+        shape.push_back(v);
+      }
+      if (infer >= 0 && known > 0 && length(f.vals) % known == 0) shape[static_cast<size_t>(infer)] = length(f.vals) / known;
+      int64_t total = 1;
+      for (int64_t v : shape) total *= v;
+      if (total == length(f.vals) && (infer < 0 || known > 0)) f.vshape = shape;
+    }
+  }
   return true;
 }
 
@@ -286,32 +306,77 @@ bool fold_constant_of_shape(const onnx::NodeProto& n, Net& net, Folded& f) {
   return true;
 }
 
-// Equal and Where on integer shape vectors (1-element operands broadcast).
-bool fold_equal_where(const onnx::NodeProto& n, Net& net, Folded& f) {
-  const bool equal = n.op_type() == "Equal";
-  std::vector<const std::vector<int64_t>*> in;
-  size_t len = 1;
-  for (int k = 0; k < n.input_size(); ++k) {
-    in.push_back(ints_of(n, net, k));
-    if (!in.back()) return false;
-    if (in.back()->size() != 1 && len != 1 && in.back()->size() != len) return false;
-    len = std::max(len, in.back()->size());
+// NumPy broadcasting of known integer tensors (value shapes; a scalar has shape []): the output
+// shape and, per operand, each output element's source index; false when they do not broadcast.
+bool broadcast_values(const std::vector<std::vector<int64_t>>& shapes, std::vector<int64_t>& out,
+                      std::vector<std::vector<int64_t>>& src) {
+  size_t rank = 0;
+  for (const auto& sh : shapes) rank = std::max(rank, sh.size());
+  out.assign(rank, 1);
+  for (const auto& sh : shapes)
+    for (size_t k = 0; k < sh.size(); ++k) {
+      int64_t& o = out[rank - sh.size() + k];
+      if (sh[k] != 1 && o != 1 && sh[k] != o) return false;
+      if (sh[k] != 1) o = sh[k];
+    }
+  int64_t total = 1;
+  for (int64_t d : out) total *= d;
+  if (total > (int64_t{1} << 16)) return false;
+  src.assign(shapes.size(), {});
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& sh = shapes[i];
+    std::vector<int64_t> st(sh.size(), 1);
+    for (size_t k = sh.size(); k-- > 1;) st[k - 1] = st[k] * sh[k];
+    for (int64_t o = 0; o < total; ++o) {
+      int64_t rest = o, idx = 0;
+      for (size_t k = rank; k-- > 0;) {
+        const int64_t coord = rest % out[k];
+        rest /= out[k];
+        const size_t kk = k + sh.size();
+        if (kk >= rank && sh[kk - rank] != 1) idx += coord * st[kk - rank];
+      }
+      src[i].push_back(idx);
+    }
   }
-  if (in.size() != (equal ? 2u : 3u)) return false;
-  auto at = [&](size_t k, size_t i) { return (*in[k])[in[k]->size() == 1 ? 0 : i]; };
-  for (size_t i = 0; i < len; ++i) f.vals.push_back(equal ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
-  f.vshape = {static_cast<int64_t>(len)};
   return true;
 }
 
-// Add, Sub, Mul, Div on integer vectors (a 1-element operand broadcasts).
+// The value shape of input k for broadcasting: its recorded shape, [n] when it has none but n values.
+std::vector<int64_t> value_shape_of(const onnx::NodeProto& n, Net& net, int k) {
+  const TensorInfo& ti = net.t[n.input(k)];
+  int64_t total = 1;
+  for (int64_t d : ti.value_shape) total *= d;
+  if (ti.ints && total != length(*ti.ints)) return {length(*ti.ints)};
+  return ti.value_shape;
+}
+
+// Equal and Where on known integer tensors (NumPy broadcasting).
+bool fold_equal_where(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const bool equal = n.op_type() == "Equal";
+  std::vector<const std::vector<int64_t>*> in;
+  std::vector<std::vector<int64_t>> shapes;
+  for (int k = 0; k < n.input_size(); ++k) {
+    in.push_back(ints_of(n, net, k));
+    if (!in.back()) return false;
+    shapes.push_back(value_shape_of(n, net, k));
+  }
+  if (in.size() != (equal ? 2u : 3u)) return false;
+  std::vector<std::vector<int64_t>> src;
+  if (!broadcast_values(shapes, f.vshape, src)) return false;
+  auto at = [&](size_t k, size_t i) { return (*in[k])[static_cast<size_t>(src[k][i])]; };
+  for (size_t i = 0; i < src[0].size(); ++i) f.vals.push_back(equal ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
+  return true;
+}
+
+// Add, Sub, Mul, Div, Mod on known integer tensors (NumPy broadcasting).
 bool fold_arithmetic(const onnx::NodeProto& n, Net& net, Folded& f) {
   const std::string& op = n.op_type();
   const auto *a = ints_of(n, net, 0), *b = ints_of(n, net, 1);
-  if (!a || !b || (a->size() != b->size() && a->size() != 1 && b->size() != 1)) return false;
-  size_t len = std::max(a->size(), b->size());
-  for (size_t i = 0; i < len; ++i) {
-    int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
+  if (!a || !b) return false;
+  std::vector<std::vector<int64_t>> src;
+  if (!broadcast_values({value_shape_of(n, net, 0), value_shape_of(n, net, 1)}, f.vshape, src)) return false;
+  for (size_t i = 0; i < src[0].size(); ++i) {
+    int64_t x = (*a)[static_cast<size_t>(src[0][i])], y = (*b)[static_cast<size_t>(src[1][i])];
     if ((op == "Div" || op == "Mod") && y == 0) return false;
     if (op == "Mod") {  // integer Mod (fmod=0): the sign of the divisor, as Python's % (torch 2.x's dim wrapping)
       if (attr_i(n, "fmod", 0) != 0) return false;
@@ -321,8 +386,6 @@ bool fold_arithmetic(const onnx::NodeProto& n, Net& net, Folded& f) {
     }
     f.vals.push_back(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : x / y);
   }
-  const auto &sa = net.t[n.input(0)].value_shape, &sb = net.t[n.input(1)].value_shape;
-  f.vshape = sa.size() >= sb.size() ? sa : sb;
   return true;
 }
 
@@ -339,15 +402,95 @@ bool fold_range(const onnx::NodeProto& n, Net& net, Folded& f) {
   return true;
 }
 
+// Row-major strides of a value shape.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) st[d - 1] = st[d] * shape[d];
+  return st;
+}
+
+// Slice of a known integer tensor of any rank: constant starts / ends, optional axes and steps
+// (ONNX's clamping; a negative step walks backwards: torch 2.x's F.pad writes its pads reversed so).
 bool fold_slice(const onnx::NodeProto& n, Net& net, Folded& f) {
   const auto *d = ints_of(n, net, 0), *st = ints_of(n, net, 1), *en = ints_of(n, net, 2);
-  if (!d || !st || !en || st->size() != 1 || en->size() != 1) return false;
-  int64_t len = length(*d);
-  int64_t s = (*st)[0] < 0 ? (*st)[0] + len : (*st)[0], e = (*en)[0] < 0 ? (*en)[0] + len : (*en)[0];
-  s = std::clamp(s, int64_t{0}, len);
-  e = std::clamp(e, int64_t{0}, len);
-  for (int64_t i = s; i < e; ++i) f.vals.push_back((*d)[i]);
-  f.vshape = {length(f.vals)};
+  const auto *ax = ints_of(n, net, 3), *sp = ints_of(n, net, 4);
+  if (!d || !st || !en || st->size() != en->size() || (n.input_size() > 3 && !n.input(3).empty() && !ax) ||
+      (n.input_size() > 4 && !n.input(4).empty() && !sp) || (ax && ax->size() != st->size()) ||
+      (sp && sp->size() != st->size()))
+    return false;
+  std::vector<int64_t> shape = net.t[n.input(0)].value_shape;
+  if (shape.empty()) shape = {length(*d)};
+  int64_t total = 1;
+  for (int64_t x : shape) total *= x;
+  if (total != length(*d)) return false;
+  const int64_t r = length(shape);
+  std::vector<int64_t> begin(shape.size(), 0), step(shape.size(), 1), count = shape;
+  for (size_t k = 0; k < st->size(); ++k) {
+    int64_t a = ax ? (*ax)[k] : static_cast<int64_t>(k);
+    a = a < 0 ? a + r : a;
+    const int64_t s_k = sp ? (*sp)[k] : 1;
+    if (a < 0 || a >= r || s_k == 0) return false;
+    const int64_t dim = shape[static_cast<size_t>(a)];
+    int64_t s = (*st)[k], e = (*en)[k];
+    s = s < 0 ? (s < -dim ? 0 : s + dim) : s;
+    e = e < 0 ? (e < -dim ? -1 : e + dim) : e;
+    if (s_k > 0) {
+      s = std::clamp(s, int64_t{0}, dim);
+      e = std::clamp(e, int64_t{0}, dim);
+    } else {
+      s = std::clamp(s, int64_t{0}, dim - 1);
+      e = std::clamp(e, int64_t{-1}, dim - 1);
+      if ((*st)[k] < -dim) s = -1;  // an empty reverse slice
+    }
+    const int64_t c = s_k > 0 ? (e - s + s_k - 1) / s_k : (s - e + (-s_k) - 1) / (-s_k);
+    begin[static_cast<size_t>(a)] = s;
+    step[static_cast<size_t>(a)] = s_k;
+    count[static_cast<size_t>(a)] = std::max<int64_t>(c, 0);
+  }
+  const std::vector<int64_t> in_st = strides_of(shape);
+  int64_t out_total = 1;
+  for (int64_t c : count) out_total *= c;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t o = 0; o < out_total; ++o) {
+    int64_t src = 0;
+    for (size_t k = 0; k < shape.size(); ++k) src += (begin[k] + idx[k] * step[k]) * in_st[k];
+    f.vals.push_back((*d)[static_cast<size_t>(src)]);
+    for (size_t k = shape.size(); k-- > 0;)
+      if (++idx[k] < count[k]) break;
+      else idx[k] = 0;
+  }
+  f.vshape = net.t[n.input(0)].value_shape.empty() ? std::vector<int64_t>{out_total} : count;
+  return true;
+}
+
+// Transpose of a known integer tensor (torch 2.x's F.pad reorders its pads so).
+bool fold_transpose(const onnx::NodeProto& n, Net& net, Folded& f) {
+  const auto* d = ints_of(n, net, 0);
+  const std::vector<int64_t> shape = net.t[n.input(0)].value_shape;
+  if (!d || shape.empty()) return false;
+  int64_t total = 1;
+  for (int64_t x : shape) total *= x;
+  if (total != length(*d)) return false;
+  std::vector<int64_t> perm = attr_ints(n, "perm");
+  if (perm.empty())
+    for (size_t k = shape.size(); k-- > 0;) perm.push_back(static_cast<int64_t>(k));
+  if (perm.size() != shape.size()) return false;
+  std::vector<int64_t> out_shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= length(shape)) return false;
+    out_shape.push_back(shape[static_cast<size_t>(p)]);
+  }
+  const std::vector<int64_t> in_st = strides_of(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t o = 0; o < total; ++o) {
+    int64_t src = 0;
+    for (size_t k = 0; k < perm.size(); ++k) src += idx[k] * in_st[static_cast<size_t>(perm[k])];
+    f.vals.push_back((*d)[static_cast<size_t>(src)]);
+    for (size_t k = out_shape.size(); k-- > 0;)
+      if (++idx[k] < out_shape[k]) break;
+      else idx[k] = 0;
+  }
+  f.vshape = out_shape;
   return true;
 }
 
@@ -360,7 +503,7 @@ bool fold_node(const onnx::NodeProto& n, Net& net) {
       {"Equal", fold_equal_where},    {"Where", fold_equal_where},       {"Add", fold_arithmetic},
       {"Sub", fold_arithmetic},       {"Mul", fold_arithmetic},          {"Div", fold_arithmetic},
       {"Mod", fold_arithmetic},
-      {"Range", fold_range},          {"Slice", fold_slice}};
+      {"Range", fold_range},          {"Slice", fold_slice},             {"Transpose", fold_transpose}};
   auto rule = rules.find(n.op_type());
   Folded f;
   if (rule == rules.end() || !rule->second(n, net, f)) return false;
@@ -619,12 +762,28 @@ void infer_round(onnx::ModelProto& model, const std::vector<bool>& materialized,
   g.clear_node();
   for (size_t i = 0; i < net.nodes.size(); ++i)
     if (!materialized[i]) *g.add_node() = net.nodes[i];
+  const onnx::GraphProto before = data_prop ? g : onnx::GraphProto();
   try {
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 1, data_prop));
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    throw UserError(fmt::format("{}: ONNX shape inference failed: {}", net.path, msg.substr(0, msg.find('\n'))));
+    // libonnx's data propagation can fail where the values are fine (a Slice with a negative step
+    // gives an empty shape to torch 2.x's F.pad pads computation, Swin): inference without it still
+    // gives the shapes up to there, and the importer folds those values itself in the next rounds.
+    bool retried = false;
+    if (data_prop) {
+      *model.mutable_graph() = before;
+      try {
+        onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                           onnx::ShapeInferenceOptions(false, 1, false));
+        retried = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (!retried) {
+      std::string msg = e.what();
+      throw UserError(fmt::format("{}: ONNX shape inference failed: {}", net.path, msg.substr(0, msg.find('\n'))));
+    }
   }
   auto take = [&](const onnx::ValueInfoProto& v) {
     TensorInfo& ti = net.t[v.name()];

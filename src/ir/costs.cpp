@@ -162,6 +162,22 @@ void attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   c.saved_bytes = (5 * s * h + heads * s * s) * x.eb + (x.in.size() > 1 ? s : 0.0);
 }
 
+// Swin's window attention on the padded map [Hp, Wp, C], n = Hp Wp tokens in windows of N = wh ww:
+// QKV and output projections 8nC^2, scores and weighted sum 4nNC, softmax and the bias / mask adds
+// 7 heads n N. Saved: the padded input, Q, K, V, context (5nC) + probabilities (heads n N).
+void window_attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const std::vector<int64_t> win = attr_ints(x.op, "window", kWhere);
+  const auto padded = [](int64_t d, int64_t w) { return static_cast<double>((d + w - 1) / w * w); };
+  const double wh = static_cast<double>(win[0]), ww = static_cast<double>(win[1]);
+  const double n = padded(x.in[0][1], win[0]) * padded(x.in[0][2], win[1]), w = wh * ww;
+  const double ch = static_cast<double>(x.in[0][3]);
+  const double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
+  p.params = 4 * ch * ch + 4 * ch + (2 * wh - 1) * (2 * ww - 1) * heads;
+  c.fwd_flops = 8 * n * ch * ch + 4 * n * w * ch + 7 * heads * n * w;
+  c.bwd_flops = 2 * (8 * n * ch * ch + 4 * n * w * ch) + 5 * heads * n * w;
+  c.saved_bytes = (5 * n * ch + heads * n * w) * x.eb;
+}
+
 // Each output element is a dot product over its group's ci/groups input channels x kh x kw.
 void conv2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const ConvGeometry g = conv_geometry(x.op, x.in[0][1], kWhere);
@@ -252,6 +268,7 @@ CostRule cost_rule(OpKind k) {
     case OpKind::embedding_bag: return embedding_bag_cost;
     case OpKind::embedding: return embedding_cost;
     case OpKind::attention: return attention_cost;
+    case OpKind::window_attention: return window_attention_cost;
     case OpKind::conv2d: return conv2d_cost;
     case OpKind::conv_transpose2d: return conv_transpose2d_cost;
     case OpKind::resize: return resize_cost;

@@ -30,6 +30,7 @@ constexpr std::array kKinds = {
     KindName{OpKind::clip, "clip"},           KindName{OpKind::hardsigmoid, "hardsigmoid"},
     KindName{OpKind::hardswish, "hardswish"}, KindName{OpKind::pad, "pad"},
     KindName{OpKind::conv_transpose2d, "conv_transpose2d"}, KindName{OpKind::resize, "resize"},
+    KindName{OpKind::window_attention, "window_attention"},
 };
 
 }  // namespace

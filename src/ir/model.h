@@ -43,7 +43,8 @@ enum class OpKind {
   concat,         // concatenation along attrs.axis (>= 1); attrs.param (optional per-sample shape): a
                   // learned parameter "param" broadcast over the batch is one more operand, at position
                   // attrs.param_at (default 0) among them (ViT's class token)
-  slice,          // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end
+  slice,          // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end; step (default 1:
+                  // every step-th element from start, PyTorch's x[..., start:end:step])
   relu, gelu, sigmoid, tanh,  // elementwise; gelu is the exact (erf) form
   clip,           // elementwise clamp to [attrs.min, attrs.max] (each optional; ReLU6 is 0, 6)
   hardsigmoid,    // max(0, min(1, alpha x + beta)); attrs alpha (default 1/6), beta (default 0.5)
@@ -67,6 +68,15 @@ enum class OpKind {
                   // masked: PyTorch's key_padding_mask); masked keys get attrs.mask_fill added
                   // (default -inf; e.g. -10000 as BERT adds (1 - m) * -10000). A row whose keys
                   // are all masked is NaN with -inf, as PyTorch's exported graph computes it.
+  window_attention,  // Swin's (shifted) window attention, torchvision's shifted_window_attention:
+                     // x [B, H, W, C] -> same. attrs: heads, window [wh, ww], shift [sh, sw]
+                     // (default [0, 0]). x is zero-padded to multiples of the window, rolled by
+                     // -shift, split into wh x ww windows; in each, multi-head attention with a
+                     // packed QKV projection (wqkv [3C, C], bqkv [3C]), scores q k^T / sqrt(C/heads)
+                     // + a learned relative-position bias (rel_bias [(2wh-1)(2ww-1), heads], read
+                     // through Swin's relative_position_index) + (shift != 0) -100 between tokens
+                     // from different regions of the rolled map; output projection (wo [C, C],
+                     // bo [C]); windows merged, rolled back by +shift, cropped to H x W.
   conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true),
                   // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
                   // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or

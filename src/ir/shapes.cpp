@@ -298,8 +298,9 @@ Shape slice_shape(const ShapeInput& x) {
   int64_t start = x.integer("start", std::nullopt), end = x.integer("end", std::nullopt);
   if (start < 0 || end > x.in[0][axis] || start >= end)
     x.fail(fmt::format("slice [{}, {}) out of range for axis {} of {}", start, end, axis, shape_str(x.in[0])));
+  const int64_t step = x.positive("step", 1);
   Shape out = x.in[0];
-  out[axis] = end - start;
+  out[axis] = (end - start + step - 1) / step;
   return out;
 }
 
@@ -385,6 +386,22 @@ Shape attention_shape(const ShapeInput& x) {
   } else if (x.op.attrs.contains("mask") || x.op.attrs.contains("mask_fill")) {
     x.fail("attrs.mask / attrs.mask_fill without a padding-mask input (input 1)");
   }
+  return x.in[0];
+}
+
+// x [B, H, W, C]; window [wh, ww] positive, shift [sh, sw] in [0, window) (Swin's shifts are window / 2).
+Shape window_attention_shape(const ShapeInput& x) {
+  x.one_input(4, 4);
+  int64_t heads = x.positive("heads", std::nullopt);
+  if (x.in[0][3] % heads != 0)
+    x.fail(fmt::format("attrs.heads = {} does not divide the channels {}", heads, x.in[0][3]));
+  std::vector<int64_t> win = attr_ints(x.op, "window", x.where);
+  std::vector<int64_t> shift = x.op.attrs.contains("shift") ? attr_ints(x.op, "shift", x.where) : std::vector<int64_t>{0, 0};
+  if (win.size() != 2 || win[0] <= 0 || win[1] <= 0 || win[0] > 4096 || win[1] > 4096)
+    x.fail(fmt::format("attrs.window must be [wh, ww] with each in [1, 4096], found {}", x.op.attrs.at("window").dump()));
+  if (shift.size() != 2 || shift[0] < 0 || shift[1] < 0 || shift[0] >= win[0] || shift[1] >= win[1])
+    x.fail(fmt::format("attrs.shift must be [sh, sw] with 0 <= sh < wh and 0 <= sw < ww, found {}",
+                       x.op.attrs.at("shift").dump()));
   return x.in[0];
 }
 
@@ -547,6 +564,7 @@ ShapeRule shape_rule(OpKind k) {
     case OpKind::embedding_bag: return embedding_bag_shape;
     case OpKind::embedding: return embedding_shape;
     case OpKind::attention: return attention_shape;
+    case OpKind::window_attention: return window_attention_shape;
     case OpKind::conv2d: return conv2d_shape;
     case OpKind::conv_transpose2d: return conv_transpose2d_shape;
     case OpKind::batchnorm: return batchnorm_shape;

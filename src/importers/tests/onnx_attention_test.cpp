@@ -152,5 +152,38 @@ TEST(OnnxAttention, AMaskThatAddsAPositiveValueIsRefused) {
   EXPECT_THAT(err, HasSubstr("expected 0 for one and a negative fill for the other"));
 }
 
+// torchvision's Swin (v1), tiny, exported by torch 2.x: each block's window attention (pad, roll,
+// partition, QKV, the relative-position bias gathered from its table, the shift's mask, reverse) is
+// one window_attention op; PatchMerging's x[..., 0::2, 0::2, :] are slices with step 2; PyTorch's
+// parameter count (the relative_position_index buffers are no parameters).
+TEST(OnnxAttention, TinySwinImportsAsWindowAttentionWithPyTorchsParameterCount) {
+  Json e = expected().at("tiny_swin_torch2");
+  ir::Graph g = ir::Graph::build(import_onnx(kDir + "/tiny_swin_torch2.onnx"), "tiny_swin_torch2");
+  EXPECT_EQ(g.total_params(), e.at("params").get<int64_t>());  // 35,777
+  std::map<std::string, Json> windows;
+  int strided = 0;
+  for (const auto& op : g.model().ops) {
+    if (op.kind == ir::OpKind::window_attention) windows[op.name] = op.attrs;
+    if (op.kind == ir::OpKind::slice && op.attrs.value("step", 1) == 2) ++strided;
+  }
+  const std::string s1 = "/features/features.1/features.1.", s2 = "/features/features.3/features.3.";
+  ASSERT_EQ(windows.size(), 4u);
+  EXPECT_EQ(windows.at(s1 + "0/attn/window_attention"), Json({{"heads", 2}, {"window", {4, 4}}}));
+  EXPECT_EQ(windows.at(s1 + "1/attn/window_attention"), Json({{"heads", 2}, {"window", {4, 4}}, {"shift", {2, 2}}}));
+  // Stage 2's map is 4x4, one window: torchvision does not shift it (no roll, no mask in the file).
+  EXPECT_EQ(windows.at(s2 + "0/attn/window_attention"), Json({{"heads", 4}, {"window", {4, 4}}}));
+  EXPECT_EQ(windows.at(s2 + "1/attn/window_attention"), Json({{"heads", 4}, {"window", {4, 4}}}));
+  EXPECT_EQ(strided, 6);  // PatchMerging: H [0::2], [1::2] (the exporter shares them), then W for each of 4
+}
+
+// Scores scaled by (C / heads)^-0.25 instead of ^-0.5: refused naming the block.
+TEST(OnnxAttention, ASwinBlockWithAnotherScaleIsRefused) {
+  onnx::ModelProto m = load_proto(kDir + "/tiny_swin_torch2.onnx");
+  set_constant(m, "/features/features.1/features.1.0/attn/Constant_33", -0.25f);
+  const std::string err = error_of(save_temp(m, "swin_scale"));
+  EXPECT_THAT(err, HasSubstr("are not a Swin window-attention block (the scores are scaled by 0.594604, expected "
+                             "1/sqrt(8) = 0.353553)"));
+}
+
 }  // namespace
 }  // namespace gp::importers

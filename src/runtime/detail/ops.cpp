@@ -2,8 +2,10 @@
 // parameter shapes and the deterministic parameter initialisation.
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "ir/attrs.h"
 #include "runtime/detail/executor.h"
@@ -85,6 +87,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
       return {{"wq", dims(h, h)}, {"bq", dims(h)}, {"wk", dims(h, h)}, {"bk", dims(h)},
               {"wv", dims(h, h)}, {"bv", dims(h)}, {"wo", dims(h, h)}, {"bo", dims(h)}};
     }
+    case ir::OpKind::window_attention: {  // torchvision's SwinTransformerBlock attention parameters
+      int64_t c = in_shape(0).back(), heads = ir::attr_int(op, "heads", std::nullopt, where);
+      std::vector<int64_t> win = ir::attr_ints(op, "window", where);
+      return {{"wqkv", dims(3 * c, c)}, {"bqkv", dims(3 * c)}, {"wo", dims(c, c)}, {"bo", dims(c)},
+              {"rel_bias", dims((2 * win[0] - 1) * (2 * win[1] - 1), heads)}};
+    }
     case ir::OpKind::conv2d: {
       int64_t ci = in_shape(0)[1], co = ir::attr_int(op, "out_channels", std::nullopt, where);
       ir::ConvGeometry cg = ir::conv_geometry(op, ci, where);
@@ -120,6 +128,7 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
   double fan_in = 1;
   switch (op.kind) {
     case ir::OpKind::linear:
+    case ir::OpKind::window_attention:
     case ir::OpKind::attention: fan_in = static_cast<double>(shape_of(g, op.inputs[0]).back()); break;
     case ir::OpKind::conv2d: {  // in_channels / groups x kh x kw, for weight and bias alike
       int64_t ci = shape_of(g, op.inputs[0])[1];
@@ -271,6 +280,57 @@ torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const std::vector<
   return torch::linear(o.transpose(1, 2).reshape({b, s, h}), w[6], w[7]);
 }
 
+// torchvision's shifted_window_attention (Swin v1), step by step as PyTorch computes it (ir/model.h).
+torch::Tensor window_attention(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+                               const std::vector<torch::Tensor>& w) {
+  const int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
+  const std::vector<int64_t> win = ir::attr_ints(op, "window", g.name());
+  std::vector<int64_t> shift = op.attrs.contains("shift") ? ir::attr_ints(op, "shift", g.name()) : std::vector<int64_t>{0, 0};
+  const int64_t b = x.size(0), h = x.size(1), wd = x.size(2), c = x.size(3), wh = win[0], ww = win[1];
+  const int64_t pad_r = (ww - wd % ww) % ww, pad_b = (wh - h % wh) % wh;
+  torch::Tensor xp = torch::constant_pad_nd(x, {0, 0, 0, pad_r, 0, pad_b}, 0.0);
+  const int64_t ph = xp.size(1), pw = xp.size(2);
+  if (wh >= ph) shift[0] = 0;  // a window as large as the map: nothing to shift
+  if (ww >= pw) shift[1] = 0;
+  const bool shifted = shift[0] + shift[1] > 0;
+  if (shifted) xp = torch::roll(xp, {-shift[0], -shift[1]}, {1, 2});
+  const int64_t nw = (ph / wh) * (pw / ww), n = wh * ww, dh = c / heads;
+  torch::Tensor xw = xp.view({b, ph / wh, wh, pw / ww, ww, c}).permute({0, 1, 3, 2, 4, 5}).reshape({b * nw, n, c});
+  torch::Tensor qkv = torch::linear(xw, w[0], w[1]).reshape({b * nw, n, 3, heads, dh}).permute({2, 0, 3, 1, 4});
+  torch::Tensor q = qkv[0] * std::pow(static_cast<double>(dh), -0.5);
+  torch::Tensor attn = q.matmul(qkv[1].transpose(-2, -1));
+  // relative_position_index[i, j] = (hi - hj + wh - 1) (2 ww - 1) + (wi - wj + ww - 1), i, j in a window
+  auto lopts = torch::TensorOptions(torch::kLong).device(x.device());
+  torch::Tensor hs = torch::arange(wh, lopts).repeat_interleave(ww), ws = torch::arange(ww, lopts).repeat({wh});
+  torch::Tensor index = (hs.unsqueeze(1) - hs.unsqueeze(0) + (wh - 1)) * (2 * ww - 1) + (ws.unsqueeze(1) - ws.unsqueeze(0) + (ww - 1));
+  attn = attn + w[4].index_select(0, index.flatten()).view({n, n, heads}).permute({2, 0, 1}).contiguous().unsqueeze(0);
+  if (shifted) {  // -100 between tokens of different regions of the rolled map (Swin's attn_mask)
+    torch::Tensor region = torch::zeros({ph, pw}, torch::TensorOptions(x.scalar_type()).device(x.device()));
+    auto bounds = [](int64_t lo, std::optional<int64_t> hi, int64_t d) {  // Python's [lo:hi] on a length-d axis
+      auto norm = [d](int64_t v) { return std::clamp(v < 0 ? v + d : v, int64_t{0}, d); };
+      int64_t a = norm(lo), e = hi ? norm(*hi) : d;
+      return std::pair<int64_t, int64_t>{a, std::max(a, e)};
+    };
+    const std::pair<int64_t, std::optional<int64_t>> hsl[3] = {{0, -wh}, {-wh, -shift[0]}, {-shift[0], std::nullopt}};
+    const std::pair<int64_t, std::optional<int64_t>> wsl[3] = {{0, -ww}, {-ww, -shift[1]}, {-shift[1], std::nullopt}};
+    int64_t count = 0;
+    for (const auto& [h0, h1] : hsl)
+      for (const auto& [w0, w1] : wsl) {
+        auto [ra, rb] = bounds(h0, h1, ph);
+        auto [ca, cb] = bounds(w0, w1, pw);
+        region.slice(0, ra, rb).slice(1, ca, cb).fill_(static_cast<double>(count++));
+      }
+    torch::Tensor m = region.view({ph / wh, wh, pw / ww, ww}).permute({0, 2, 1, 3}).reshape({nw, n});
+    torch::Tensor diff = m.unsqueeze(1) - m.unsqueeze(2);
+    torch::Tensor mask = diff.ne(0).to(attn.scalar_type()) * -100.0;
+    attn = (attn.view({b, nw, heads, n, n}) + mask.unsqueeze(1).unsqueeze(0)).view({-1, heads, n, n});
+  }
+  torch::Tensor o = torch::softmax(attn, -1).matmul(qkv[2]).transpose(1, 2).reshape({b * nw, n, c});
+  o = torch::linear(o, w[2], w[3]).view({b, ph / wh, pw / ww, wh, ww, c}).permute({0, 1, 3, 2, 4, 5}).reshape({b, ph, pw, c});
+  if (shifted) o = torch::roll(o, {shift[0], shift[1]}, {1, 2});
+  return o.slice(1, 0, h).slice(2, 0, wd).contiguous();
+}
+
 }  // namespace
 
 torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tensor>& in,
@@ -286,7 +346,8 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::concat: return concat(g, op, in, w);
     case ir::OpKind::slice:
       return in[0].slice(ir::attr_axis(op, "axis", std::nullopt, rank(0), where),
-                         ir::attr_int(op, "start", std::nullopt, where), ir::attr_int(op, "end", std::nullopt, where));
+                         ir::attr_int(op, "start", std::nullopt, where), ir::attr_int(op, "end", std::nullopt, where),
+                         ir::attr_int(op, "step", 1, where));
     case ir::OpKind::relu: return torch::relu(in[0]);
     case ir::OpKind::gelu: return torch::gelu(in[0]);  // exact (erf) form
     case ir::OpKind::sigmoid: return torch::sigmoid(in[0]);
@@ -318,6 +379,7 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch
     }
     case ir::OpKind::attention: return attention(g, op, in, w);
+    case ir::OpKind::window_attention: return window_attention(g, op, in[0], w);
     case ir::OpKind::conv2d: return conv2d(g, op, in[0], w);
     case ir::OpKind::batchnorm:  // training mode: statistics of this micro-batch
       return torch::batch_norm(in[0], w[0], w[1], {}, {}, true, 0.1, ir::attr_num(op, "eps", 1e-5, where), false);

@@ -76,5 +76,15 @@ TEST(MaskedAttention, BertWithAttentionMaskTrainsOnTwoStagesLikeSingle) {
   expect_like_single(p, "bert_mask_torch2");
 }
 
+// torchvision's Swin (tiny, torch 2.x export): the stem and the first (shifted) stage on one stage,
+// the patch merging and second stage on the other; 2 stages train like --single.
+TEST(MaskedAttention, TinySwinTrainsOnTwoStagesLikeSingle) {
+  const std::string spec = kOnnx + "tiny_swin_torch2.onnx";
+  plan::Plan p = testing::make_plan(spec, 8, {{{"/features/features.0/", "/features/features.1/"}, {0}, 4}, {{}, {1}, 4}});
+  ir::Graph g = importers::load_graph(spec);
+  EXPECT_EQ(g.op(g.find("/features/features.1/features.1.1/attn/window_attention")).attrs.at("shift"), Json({2, 2}));
+  expect_like_single(p, "tiny_swin_torch2");
+}
+
 }  // namespace
 }  // namespace gp::runtime
