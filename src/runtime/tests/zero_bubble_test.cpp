@@ -4,7 +4,11 @@
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <string_view>
@@ -244,6 +248,63 @@ TEST(ZeroBubbleTrain, PlanScheduleFieldAndTraceShowBackwardInputAndWeight) {
   for (const char* n : {"s0 BI mb0", "s0 W mb0", "s1 BI mb3", "s1 W mb3"}) EXPECT_TRUE(names.count(n)) << n;
   EXPECT_FALSE(names.count("s0 B mb0"));
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gp::runtime
+
+namespace gp::runtime {
+namespace {
+
+// Not in ctest (DISABLED_): the cost of the split on one stage, in one thread, interleaved with the
+// full backward. Run: runtime_dist_test --gtest_also_run_disabled_tests --gtest_filter='*SplitTiming*'
+// (GP_ZB_MODEL, GP_ZB_REPS override the model and the repetitions).
+TEST(SplitBackward, DISABLED_SplitTimingAgainstFullBackward) {
+  const char* env = std::getenv("GP_ZB_MODEL");
+  std::string spec = env ? env : "gpt:layers=4,seq=32,hidden=256,heads=4,ffn=1024,vocab=256";
+  int reps = std::getenv("GP_ZB_REPS") ? std::atoi(std::getenv("GP_ZB_REPS")) : 15;
+  auto p = make_plan(spec, 4, {{{"l0.", "l1."}, {0}, 4}, {{}, {1}, 4}});
+  ir::Graph g = importers::load_graph(spec);
+  auto stage_of = plan::stage_of_ops(p, g);
+  std::vector<OpId> ops;
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    if (stage_of[i] == 1) ops.emplace_back(static_cast<int32_t>(i));
+  StageModule m(g, ops, 1);
+  MicroBatchInfo info{0, 4, 4, 0};
+  std::vector<double> full, bi, w;
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  for (int r = 0; r < 2 * reps; ++r) {
+    TensorMap ext = synthetic_external_inputs(m, info);
+    std::vector<torch::Tensor> inputs;
+    for (const std::string& n : m.external_inputs())
+      if (!ext.count(n)) {
+        std::vector<int64_t> shape = g.op(g.find(n)).output_shape;
+        shape[0] = info.count;
+        ext[n] = torch::randn(shape).requires_grad_();
+        inputs.push_back(ext[n]);
+      }
+    auto loss = m.scaled_loss(m.forward(ext, info), info);
+    double t0 = now();
+    if (r % 2 == 0) {
+      torch::autograd::backward({loss}, {torch::ones_like(loss)});
+      full.push_back(now() - t0);
+    } else {
+      SplitBackward s;
+      s.backward_input({loss}, {torch::ones_like(loss)}, inputs, m.parameters());
+      double t1 = now();
+      s.backward_weight();
+      bi.push_back(t1 - t0);
+      w.push_back(now() - t1);
+    }
+    for (auto& t : m.parameters()) t.mutable_grad() = torch::Tensor();
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2] * 1e3;
+  };
+  std::printf("[zero-bubble timing] %s last stage, micro-batch 4, %d reps each: full backward %.2f ms, BI %.2f ms + W "
+              "%.2f ms = %.2f ms (%.3fx)\n",
+              spec.c_str(), reps, med(full), med(bi), med(w), med(bi) + med(w), (med(bi) + med(w)) / med(full));
 }
 
 }  // namespace
