@@ -43,7 +43,9 @@ struct GemmCounter {
   at::CallbackHandle handle;
 };
 
-torch::Tensor grad_or_zeros(const torch::Tensor& t) { return t.grad().defined() ? t.grad().clone() : torch::zeros_like(t); }
+torch::Tensor grad_or_zeros(const torch::Tensor& t) {
+  return t.grad().defined() ? t.grad().clone() : torch::zeros_like(t);
+}
 
 void expect_close(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << what << ": max diff " << (a - b).abs().max().item<double>();
@@ -210,7 +212,8 @@ TEST(SplitBackward, GptStagesSplitExactlyWithoutRecomputation) {
 // (Adam on the MLP models only: see dist_pipeline_test.cpp on attention's zero key-bias gradient.)
 TEST(ZeroBubbleTrain, ChainEqualsSingle) {
   expect_equivalent(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}), 2, "sgd", 0.05, "auto", "zb");
-  expect_equivalent(make_plan(kUno, 8, {{{"tower0.", "tower1."}, {0}, 2}, {{}, {1}, 2}}), 2, "adam", 1e-2, "auto", "zb");
+  expect_equivalent(make_plan(kUno, 8, {{{"tower0.", "tower1."}, {0}, 2}, {{}, {1}, 2}}), 2, "adam", 1e-2, "auto",
+                    "zb");
 }
 
 TEST(ZeroBubbleTrain, BranchesReplicatedStageAndRegroupingEqualSingle) {
@@ -302,9 +305,10 @@ TEST(SplitBackward, DISABLED_SplitTimingAgainstFullBackward) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2] * 1e3;
   };
-  std::printf("[zero-bubble timing] %s last stage, micro-batch 4, %d reps each: full backward %.2f ms, BI %.2f ms + W "
-              "%.2f ms = %.2f ms (%.3fx)\n",
-              spec.c_str(), reps, med(full), med(bi), med(w), med(bi) + med(w), (med(bi) + med(w)) / med(full));
+  std::printf(
+      "[zero-bubble timing] %s last stage, micro-batch 4, %d reps each: full backward %.2f ms, BI %.2f ms + W "
+      "%.2f ms = %.2f ms (%.3fx)\n",
+      spec.c_str(), reps, med(full), med(bi), med(w), med(bi) + med(w), (med(bi) + med(w)) / med(full));
 }
 
 }  // namespace
