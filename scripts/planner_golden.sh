@@ -10,6 +10,8 @@
 #                                                      planner_scale's search CPU time, the two builds
 #                                                      interleaved (ROUNDS rounds, default 7): per round the
 #                                                      totals, then the median ratio BUILD / REF
+#   scripts/planner_golden.sh paper REF.md NEW.md      two `make paper` outputs (PAPER_OUT=... scripts/paper.sh
+#                                                      BUILD_DIR): every table row equal but its search-time column
 #
 # BUILD_DIR (default build) holds graphpipe and bench/planner_scale (or planner_scale). What is
 # compared: each plan file (graphpipe.plan/1) with its wall-clock field search_time_s removed, the
@@ -45,6 +47,34 @@ if [ "${1:-}" = speed ]; then
   done
   printf '%s\n' "${ratios[@]}" | sort -n | awk '{ x[NR] = $1 } END { print "median new / ref: " x[int((NR + 1) / 2)] }'
   exit 0
+fi
+if [ "${1:-}" = paper ]; then
+  [ -f "${2:-}" ] && [ -f "${3:-}" ] || { echo "usage: scripts/planner_golden.sh paper REF.md NEW.md" >&2; exit 2; }
+  python3 - "$2" "$3" <<'PY'
+import sys
+def rows(path):
+    out, head = [], None
+    for line in open(path):
+        line = line.rstrip("\n")
+        if not line.startswith("| ") or "---" in line:
+            if line.startswith("#"): head = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if any("search" in c for c in cells) or cells[0] in ("model", "devices / planner"):
+            head = cells
+        elif head:
+            cells = ["T" if "search" in h else c for h, c in zip(head, cells)] + cells[len(head):]
+        out.append(cells)
+    return out
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+bad = [(x, y) for x, y in zip(a, b) if x != y]
+for x, y in bad: print("ref:", " | ".join(x), "\nnew:", " | ".join(y))
+if len(a) != len(b) or bad or not a:
+    print(f"planner_golden.sh: paper tables differ ({len(a)} vs {len(b)} rows, {len(bad)} differ)", file=sys.stderr)
+    sys.exit(1)
+print(f"planner_golden.sh: all {len(a)} paper table rows identical (search-time columns aside)")
+PY
+  exit $?
 fi
 MODE=${1:-}
 DIR=${2:-}
