@@ -202,9 +202,19 @@ class StageRunner {
     optim_->zero_grad();
     mbs_.clear();
     pieces_.clear();
-    GP_ASSERT(posted_.empty(), "stage {}: {} receives of step {} were posted and never taken", st_.id, posted_.size(),
-              step_ - 1);
+    if (!next_posted_)
+      for (int i : first_recvs_) post_ahead(actions_[static_cast<size_t>(i)]);
+    next_posted_ = false;
+  }
+  /// Posts step `next`'s first receives now, before the waits between steps (the step statistics, a
+  /// checkpoint), so that a peer that starts that step first finds them announced (docs/runtime.md "What
+  /// a transfer costs"). Not before an eval batch: its messages reuse the step parity of the tags.
+  void post_next_step(int64_t next) {
+    const int64_t current = step_;
+    step_ = next;
     for (int i : first_recvs_) post_ahead(actions_[static_cast<size_t>(i)]);
+    step_ = current;
+    next_posted_ = true;
   }
   /// Waits for this step's sends; returns the sum of scaled losses this rank computed.
   double end_step() {
@@ -214,6 +224,8 @@ class StageRunner {
       for (auto& [peer, pending] : ms.act_sends)
         for (auto& s : pending) s.wait();
     mbs_.clear();
+    GP_ASSERT(posted_.empty(), "stage {}: {} receives of step {} were posted and never taken", st_.id, posted_.size(),
+              step_);
     return loss_sum_;
   }
 
@@ -664,6 +676,7 @@ class StageRunner {
   std::vector<Pending> sends_;
   std::map<std::pair<int, int>, Posted> posted_;  // receives posted ahead, by (peer rank, tag)
   std::vector<int> next_recv_, first_recvs_;      // link_receive_streams
+  bool next_posted_ = false;                      // post_next_step ran for the coming step
   std::unique_ptr<InputPrefetcher> feed_;  // reads --data one forward ahead
   std::vector<int> forwards_;              // micro-batches in the order of the stage's forwards
   const Dataset* data_;       // --data (null: synthetic)
@@ -992,6 +1005,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       runner->begin_step(step);
       run_step_actions(opt, io, step, trace, *runner, *meter, res.events);
       loss = runner->end_step();
+      const bool eval_next = run.eval_data && (step + 1) % opt.eval_every == 0;
+      if (step + 1 < opt.steps && !eval_next) runner->post_next_step(step + 1);
     }
     stats.submit(*world, step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
