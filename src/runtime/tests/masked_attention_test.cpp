@@ -9,8 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
+#include "runtime/detail/data_feed.h"
 #include "runtime/tests/dist_plans.h"
+#include "runtime/train.h"
+#include "support/json.h"
 
 namespace gp::runtime {
 namespace {
@@ -84,6 +89,67 @@ TEST(MaskedAttention, TinySwinTrainsOnTwoStagesLikeSingle) {
   ir::Graph g = importers::load_graph(spec);
   EXPECT_EQ(g.op(g.find("/features/features.1/features.1.1/attn/window_attention")).attrs.at("shift"), Json({2, 2}));
   expect_like_single(p, "tiny_swin_torch2");
+}
+
+// PyTorch's own training (tests/fixtures/torch2_lm/make_reference.py, re-run by fixtures_reproduce):
+// the GPT-2-style decoder (MSE on its [B, S, vocab] logits, the importer's appended loss) and the
+// BERT-style encoder with an attention-mask input (cross-entropy) train --single like PyTorch's SGD
+// with momentum and Adam (losses within 1e-4), and on 2 stages like --single (within 1e-5).
+const std::filesystem::path kLm = std::filesystem::path(GP_SOURCE_DIR) / "tests/fixtures/torch2_lm";
+
+void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
+  std::ifstream f(kLm / "reference.json");
+  const Json all = Json::parse(f), ref = all.at(which);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gp_torch2_lm_" + which);
+  std::filesystem::create_directories(dir);
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    auto options = [&] {
+      TrainOptions o = testing::options(all.at("steps").get<int>(), optimizer, ref.at(optimizer).at("lr").get<double>());
+      if (optimizer == "sgd") o.momentum = ref.at(optimizer).at("momentum").get<double>();
+      o.model_spec = (kLm / ref.at("model").get<std::string>()).string();
+      o.data_dir = (kLm / ref.at("train").get<std::string>()).string();
+      return o;
+    };
+    TrainOptions s = options();
+    s.single = true;
+    s.batch = all.at("batch").get<int>();
+    s.log_path = (dir / (optimizer + ".jsonl")).string();
+    ASSERT_EQ(run_single(s), 0);
+    std::vector<double> single;
+    std::ifstream log(s.log_path);
+    for (std::string line; std::getline(log, line);) single.push_back(Json::parse(line).at("loss").get<double>());
+    const std::vector<double> torch_losses = ref.at(optimizer).at("losses").get<std::vector<double>>();
+    ASSERT_EQ(single.size(), torch_losses.size());
+    double worst = 0, worst_pipe = 0;
+    for (size_t k = 0; k < single.size(); ++k) {
+      EXPECT_LE(std::abs(single[k] - torch_losses[k]), 1e-4 * std::abs(torch_losses[k])) << which << " " << optimizer << " step " << k;
+      worst = std::max(worst, std::abs(single[k] - torch_losses[k]) / std::abs(torch_losses[k]));
+    }
+    TrainOptions o = options();
+    PreparedRun run = prepare_run(p, "1f1b");
+    RunData data = open_run_data(o, run.graph, true);
+    run.data = data.train;
+    for (const auto& r : testing::run_threads(run, o)) {
+      ASSERT_EQ(r.step_losses.size(), single.size());
+      for (size_t k = 0; k < single.size(); ++k) {
+        EXPECT_LE(std::abs(r.step_losses[k] - single[k]), 1e-5 * std::abs(single[k])) << which << " 2 stages step " << k;
+        worst_pipe = std::max(worst_pipe, std::abs(r.step_losses[k] - single[k]) / std::abs(single[k]));
+      }
+    }
+    std::printf("[torch2 lm] %s %s: %zu steps, --single vs PyTorch largest relative difference %.2e, 2 stages vs "
+                "--single %.2e\n", which.c_str(), optimizer.c_str(), single.size(), worst, worst_pipe);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MaskedAttention, Gpt2TrainsLikePyTorchSingleAndOnTwoStages) {
+  trains_like_pytorch("gpt2", testing::make_plan(kOnnx + "gpt2_torch2.onnx", 8,
+                                                 {{{"/tok/", "/blocks.0/"}, {0}, 4}, {{}, {1}, 4}}));
+}
+
+TEST(MaskedAttention, BertWithAttentionMaskTrainsLikePyTorchSingleAndOnTwoStages) {
+  trains_like_pytorch("bert", testing::make_plan(kOnnx + "bert_mask_torch2.onnx", 8,
+                                                 {{{"/tok/", "/ln/", "/layers.0/"}, {0}, 4}, {{}, {1}, 4}}));
 }
 
 }  // namespace
