@@ -4,7 +4,7 @@
 #   scripts/tidy.sh [BUILD_DIR] [PATH_REGEX]
 # BUILD_DIR: a configured build (default build). PATH_REGEX (grep -E on the repository-relative path):
 # which translation units to check. The default is CI's subset: the library sources of support, graph,
-# ir, models, plan, cost, schedule, sim, planner and profiler (45 translation units, about 3.5 s of CPU
+# ir, models, plan, cost, schedule, sim, planner and profiler (48 translation units, 3-6 s of CPU
 # each with .clang-tidy's checks), leaving out importers and cli (their ONNX/protobuf and CLI11
 # headers make each several times dearer) to stay within CI's 2 minutes on 2 cores; `make tidy-all`
 # passes 'all': every library source under src/. Translation units whose compile command names
