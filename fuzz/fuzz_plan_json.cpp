@@ -10,8 +10,8 @@
 
 namespace {
 const gp::ir::Graph& model_graph() {
-  static const gp::ir::Graph g =
-      gp::ir::Graph::build(gp::importers::read_model_json(gp::fuzz::data_file("model_mmt_small.json")));
+  static const gp::ir::Graph g = gp::ir::Graph::build(
+      gp::importers::read_model_json(gp::fuzz::data_file("model_mmt_small.json")));
   return g;
 }
 }  // namespace

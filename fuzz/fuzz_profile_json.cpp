@@ -10,8 +10,8 @@
 
 namespace {
 const gp::ir::Graph& tiny_graph() {
-  static const gp::ir::Graph g =
-      gp::ir::Graph::build(gp::importers::read_model_json(gp::fuzz::data_file("model_chain.json")));
+  static const gp::ir::Graph g = gp::ir::Graph::build(
+      gp::importers::read_model_json(gp::fuzz::data_file("model_chain.json")));
   return g;
 }
 }  // namespace

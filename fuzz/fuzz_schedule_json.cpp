@@ -20,8 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gp::schedule::Schedule s;
   try {
     s = gp::schedule::schedule_from_json(*doc, "fuzz.json");
-    gp::schedule::Schedule again =
-        gp::schedule::schedule_from_json(gp::schedule::schedule_to_json(s), "again.json");
+    gp::schedule::Schedule again = gp::schedule::schedule_from_json(gp::schedule::schedule_to_json(s), "again.json");
     if (!(again == s)) __builtin_trap();
     gp::schedule::check_schedule(s, fixed_plan(), "fuzz.json");
   } catch (const gp::UserError&) {

@@ -25,8 +25,7 @@ void run_export(const ModelArgs& a) {
   ir::Graph g = importers::load_graph(a.spec);  // validates before writing
   importers::write_model_json(a.out, g.model());
   if (a.json) {
-    Json out = {{"format", "graphpipe.model_export/1"}, {"out", a.out}, {"name", g.name()},
-                {"num_ops", g.num_ops()}};
+    Json out = {{"format", "graphpipe.model_export/1"}, {"out", a.out}, {"name", g.name()}, {"num_ops", g.num_ops()}};
     std::printf("%s\n", out.dump(1).c_str());
   } else {
     std::printf("wrote %s: model %s, %zu ops\n", a.out.c_str(), g.name().c_str(), g.num_ops());
@@ -40,8 +39,8 @@ bool is_onnx(const std::string& spec) { return spec.size() > 5 && spec.compare(s
 Json params_json(const importers::OnnxImportReport& r) {
   Json shared = Json::array();
   for (const auto& n : r.shared)
-    shared.push_back({{"initializer", n.initializer}, {"names", n.names}, {"kind", n.kind},
-                      {"trained_as_one", n.trained_as_one}});
+    shared.push_back(
+        {{"initializer", n.initializer}, {"names", n.names}, {"kind", n.kind}, {"trained_as_one", n.trained_as_one}});
   return {{"ties_mode", r.ties_mode}, {"shared", shared}, {"without_values", r.without_values}};
 }
 

@@ -26,8 +26,7 @@ void run_models(bool json) {
   for (const auto& m : models) {
     std::printf("%s\n  %s\n", m.name.c_str(), m.description.c_str());
     for (const auto& p : m.params)
-      std::printf("    %-20s %s\n", fmt::format("{}={}", p.name, p.default_value).c_str(),
-                  p.help.c_str());
+      std::printf("    %-20s %s\n", fmt::format("{}={}", p.name, p.default_value).c_str(), p.help.c_str());
   }
   std::printf(
       "\nA spec overrides parameters: --model mmt:branches=2,layers=2,hidden=64,seq=16,heads=4,ffn=128\n"

@@ -44,11 +44,14 @@ Registrar reg(25, [](CLI::App& root) {
   c->add_option("--cluster", a->cluster, "Cluster preset or graphpipe.cluster/1 file")->capture_default_str();
   c->add_option("--devices", a->devices, "Number of devices (Piper's maxDevices)")->required();
   c->add_option("--batch", a->batch, "Mini-batch size (samples per iteration)")->required();
-  c->add_option("--micro-batch", a->micro_batch, "Micro-batch size: Piper's 'sample' (must divide --batch)")->required();
+  c->add_option("--micro-batch", a->micro_batch, "Micro-batch size: Piper's 'sample' (must divide --batch)")
+      ->required();
   c->add_option("--optimizer", a->optimizer, "adam | sgd")->capture_default_str();
-  c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
+  c->add_option("--memory-limit", a->memory_limit_gb,
+                "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
   c->add_option("--time-limit", a->time_limit_s,
-                "Coarsen the graph as `plan --planner piper --micro-batch M --time-limit S` does")->capture_default_str();
+                "Coarsen the graph as `plan --planner piper --micro-batch M --time-limit S` does")
+      ->capture_default_str();
   c->add_option("--out", a->out, "Write the instance here (default: stdout)");
   c->callback([a] { run(*a); });
 });

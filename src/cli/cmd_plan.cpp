@@ -27,9 +27,9 @@ std::string stage_dot(const plan::Plan& p) {
   for (const auto& st : p.stages) {
     std::string devs;
     for (int d : st.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
-    s += fmt::format("  s{} [label=\"stage {}\\n{} ops: {} .. {}\\ndevices {}\\nmb {} in-flight {}\\n{:.3g} ms/sample\"];\n",
-                     st.id, st.id, st.ops.size(), st.ops.front(), st.ops.back(), devs,
-                     st.micro_batch_size, st.in_flight, st.tps_s * 1e3);
+    s += fmt::format(
+        "  s{} [label=\"stage {}\\n{} ops: {} .. {}\\ndevices {}\\nmb {} in-flight {}\\n{:.3g} ms/sample\"];\n", st.id,
+        st.id, st.ops.size(), st.ops.front(), st.ops.back(), devs, st.micro_batch_size, st.in_flight, st.tps_s * 1e3);
   }
   for (const auto& st : p.stages)
     for (int t : st.outputs_to) s += fmt::format("  s{} -> s{};\n", st.id, t);
@@ -65,26 +65,26 @@ void run(const PlanArgs& a) {
     std::printf("%s\n", plan::plan_to_json(p).dump(1).c_str());
     return;
   }
-  std::printf("%s plan for %s (%zu ops) on %d x %s (%s), mini-batch %d, %s%s\n", p.planner.c_str(),
-              g.name().c_str(), g.num_ops(), c.num_devices(), c.device.name.c_str(), c.name.c_str(),
-              a.batch, a.optimizer.c_str(), p.schedule == "1f1b" ? "" : (", schedule " + p.schedule).c_str());
-  std::printf("%5s  %5s  %-44s  %-12s  %5s  %9s  %12s  %10s\n", "stage", "#ops", "first .. last op",
-              "devices", "mb", "in-flight", "ms/sample", "memory GB");
+  std::printf("%s plan for %s (%zu ops) on %d x %s (%s), mini-batch %d, %s%s\n", p.planner.c_str(), g.name().c_str(),
+              g.num_ops(), c.num_devices(), c.device.name.c_str(), c.name.c_str(), a.batch, a.optimizer.c_str(),
+              p.schedule == "1f1b" ? "" : (", schedule " + p.schedule).c_str());
+  std::printf("%5s  %5s  %-44s  %-12s  %5s  %9s  %12s  %10s\n", "stage", "#ops", "first .. last op", "devices", "mb",
+              "in-flight", "ms/sample", "memory GB");
   for (const auto& s : p.stages) {
-    std::string devs = s.devices.size() == 1
-                           ? std::to_string(s.devices[0])
-                           : fmt::format("{}-{}", s.devices.front(), s.devices.back());
+    std::string devs = s.devices.size() == 1 ? std::to_string(s.devices[0])
+                                             : fmt::format("{}-{}", s.devices.front(), s.devices.back());
     std::string ops = s.ops.front() + " .. " + s.ops.back();
     if (ops.size() > 44) ops = ops.substr(0, 41) + "...";
-    std::printf("%5d  %5zu  %-44s  %-12s  %5d  %9d  %12.4f  %10.2f\n", s.id, s.ops.size(), ops.c_str(),
-                devs.c_str(), s.micro_batch_size, s.in_flight, s.tps_s * 1e3, s.memory_bytes / 1e9);
+    std::printf("%5d  %5zu  %-44s  %-12s  %5d  %9d  %12.4f  %10.2f\n", s.id, s.ops.size(), ops.c_str(), devs.c_str(),
+                s.micro_batch_size, s.in_flight, s.tps_s * 1e3, s.memory_bytes / 1e9);
   }
   double peak = 0;
   for (double m : p.predicted.peak_memory_bytes) peak = std::max(peak, m);
-  std::printf("predicted: bottleneck %.4f ms/sample, iteration %.4f s, throughput %.1f samples/s, "
-              "peak memory %.2f GB\n",
-              p.predicted.bottleneck_tps_s * 1e3, p.predicted.iteration_time_s,
-              p.predicted.throughput_samples_per_s, peak / 1e9);
+  std::printf(
+      "predicted: bottleneck %.4f ms/sample, iteration %.4f s, throughput %.1f samples/s, "
+      "peak memory %.2f GB\n",
+      p.predicted.bottleneck_tps_s * 1e3, p.predicted.iteration_time_s, p.predicted.throughput_samples_per_s,
+      peak / 1e9);
   std::printf("search time: %.3f s\n", p.search_time_s);
   for (const auto& line : rep.explain) std::printf("  %s\n", line.c_str());
   if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
@@ -98,14 +98,15 @@ Registrar reg(20, [](CLI::App& root) {
   c->add_option("--devices", a->devices, "Number of devices to use")->required();
   c->add_option("--batch", a->batch, "Mini-batch size (samples per iteration)")->required();
   c->add_option("--micro-batch", a->micro_batch,
-                 "Fix every stage's micro-batch size to M (must divide --batch); default: search "
-                 "every power of two dividing it");
+                "Fix every stage's micro-batch size to M (must divide --batch); default: search "
+                "every power of two dividing it");
   c->add_option("--planner", a->planner, "graphpipe | pipedream | piper")->capture_default_str();
   c->add_option("--schedule", a->schedule,
                 plan::schedule_kind_help("The schedule to plan for (the estimate times it, the plan records it)"))
       ->capture_default_str();
   c->add_option("--optimizer", a->optimizer, "adam | sgd")->capture_default_str();
-  c->add_option("--memory-limit", a->memory_limit_gb, "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
+  c->add_option("--memory-limit", a->memory_limit_gb,
+                "Per-device memory in GB (default: the device's); the preset's reserve is taken off it");
   c->add_option("--time-limit", a->time_limit_s, "Piper: give up after this many seconds")->capture_default_str();
   c->add_option("--profile", a->profile, "Measured op costs (graphpipe.profile/1)");
   c->add_option("--out", a->out, "Write the plan (graphpipe.plan/1)");

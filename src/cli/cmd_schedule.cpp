@@ -39,10 +39,9 @@ void check(const ScheduleArgs& a) {
   schedule::check_schedule(s, p, a.schedule);
   std::vector<int> peak = schedule::peak_in_flight(s);
   if (a.json) {
-    std::printf("%s\n", Json({{"format", "graphpipe.schedule-check/1"}, {"ok", true},
-                              {"peak_in_flight", peak}})
-                            .dump()
-                            .c_str());
+    std::printf(
+        "%s\n",
+        Json({{"format", "graphpipe.schedule-check/1"}, {"ok", true}, {"peak_in_flight", peak}}).dump().c_str());
     return;
   }
   std::string held;

@@ -47,8 +47,8 @@ void run(const SimArgs& a) {
                             : schedule::build_schedule(p, kind);
   }
   sim::SimResult r = sim::simulate(p, s, sim_costs);
-  std::string title = fmt::format("{} plan for {} on {} x {} ({}), {} schedule", p.planner, g.name(),
-                                  p.num_devices, c.device.name, c.name, s.kind);
+  std::string title = fmt::format("{} plan for {} on {} x {} ({}), {} schedule", p.planner, g.name(), p.num_devices,
+                                  c.device.name, c.name, s.kind);
   if (!a.trace.empty()) write_json_file(a.trace, sim::chrome_trace(p, r), -1);
   if (!a.svg.empty()) write_text_file(a.svg, sim::svg_timeline(p, r, title));
   if (a.json) {
@@ -72,25 +72,24 @@ void run(const SimArgs& a) {
   }
   std::printf("%s\n", title.c_str());
   std::printf("costs: cluster from %s, profile: %s\n", costs.cluster_from.c_str(), costs.profile_from.c_str());
-  std::printf("%5s  %-10s  %5s  %9s  %9s  %12s  %10s\n", "stage", "devices", "mb", "in-flight",
-              "peak held", "busy s", "memory GB");
+  std::printf("%5s  %-10s  %5s  %9s  %9s  %12s  %10s\n", "stage", "devices", "mb", "in-flight", "peak held", "busy s",
+              "memory GB");
   for (const plan::Stage& st : p.stages) {
-    std::string devs = st.devices.size() == 1
-                           ? std::to_string(st.devices[0])
-                           : fmt::format("{}-{}", st.devices.front(), st.devices.back());
+    std::string devs = st.devices.size() == 1 ? std::to_string(st.devices[0])
+                                              : fmt::format("{}-{}", st.devices.front(), st.devices.back());
     int d = st.devices.front();
-    std::printf("%5d  %-10s  %5d  %9d  %9d  %12.6f  %10.3f\n", st.id, devs.c_str(),
-                st.micro_batch_size, st.in_flight, r.peak_in_flight[st.id], r.busy_s[d],
-                r.peak_memory_bytes[d] / 1e9);
+    std::printf("%5d  %-10s  %5d  %9d  %9d  %12.6f  %10.3f\n", st.id, devs.c_str(), st.micro_batch_size, st.in_flight,
+                r.peak_in_flight[st.id], r.busy_s[d], r.peak_memory_bytes[d] / 1e9);
   }
   double peak = 0;
   for (double m : r.peak_memory_bytes) peak = std::max(peak, m);
-  std::printf("simulated: iteration %.6f s, throughput %.1f samples/s, bubble %.1f%%, peak memory "
-              "%.2f GB\n",
-              r.iteration_time_s, r.throughput_samples_per_s, r.bubble_fraction * 100, peak / 1e9);
+  std::printf(
+      "simulated: iteration %.6f s, throughput %.1f samples/s, bubble %.1f%%, peak memory "
+      "%.2f GB\n",
+      r.iteration_time_s, r.throughput_samples_per_s, r.bubble_fraction * 100, peak / 1e9);
   if (p.predicted.iteration_time_s > 0)
-    std::printf("planner predicted: iteration %.6f s (simulated / predicted = %.3f)\n",
-                p.predicted.iteration_time_s, r.iteration_time_s / p.predicted.iteration_time_s);
+    std::printf("planner predicted: iteration %.6f s (simulated / predicted = %.3f)\n", p.predicted.iteration_time_s,
+                r.iteration_time_s / p.predicted.iteration_time_s);
   if (!a.trace.empty()) std::printf("wrote %s\n", a.trace.c_str());
   if (!a.svg.empty()) std::printf("wrote %s\n", a.svg.c_str());
 }
@@ -99,9 +98,9 @@ Registrar reg(30, [](CLI::App& root) {
   auto a = std::make_shared<SimArgs>();
   auto* c = root.add_subcommand("simulate", "Simulate one training iteration of a plan");
   c->add_option("--plan", a->plan, "Plan file (graphpipe.plan/1)")->required();
-  c->add_option("--schedule", a->schedule,
-                 plan::schedule_kind_help("Schedule") +
-                     "\n  (default: the schedule the plan records, 1f1b in older plans)");
+  c->add_option(
+      "--schedule", a->schedule,
+      plan::schedule_kind_help("Schedule") + "\n  (default: the schedule the plan records, 1f1b in older plans)");
   c->add_option("--zb-times", a->zb_times,
                 "The pass times zb orders its passes by: plan (the plan's recorded ones, else 1:1:1; "
                 "what train runs) | sim (this simulator's)")
@@ -112,10 +111,10 @@ Registrar reg(30, [](CLI::App& root) {
   c->add_option("--svg", a->svg, "Write a timeline picture (SVG)");
   c->add_option("--model", a->model, "Override the plan's model.spec");
   c->add_option("--cluster", a->cluster,
-                 "Use this cluster instead of the one the plan was made with (recorded in the plan)");
+                "Use this cluster instead of the one the plan was made with (recorded in the plan)");
   c->add_option("--profile", a->profile,
-                 "Use these measured op costs (graphpipe.profile/1) instead of the profile the plan was "
-                 "made with (recorded in the plan; none if it was made without)");
+                "Use these measured op costs (graphpipe.profile/1) instead of the profile the plan was "
+                "made with (recorded in the plan; none if it was made without)");
   c->add_flag("--json", a->json, "Print graphpipe.sim/1 on stdout");
   c->callback([a] { run(*a); });
 });

@@ -52,9 +52,8 @@ Registrar reg(70, [](CLI::App& root) {
   reshard->add_option("--from", *from, "Checkpoint directory to read (its latest.json generation)")->required();
   reshard->add_option("--plan", *plan, "The plan to write checkpoints for (graphpipe.plan/1)")->required();
   reshard->add_option("--out", *out, "New checkpoint directory (must not hold a checkpoint)")->required();
-  reshard->callback([from, plan, out] {
-    std::fputs(runtime::reshard_checkpoints(*from, *plan, *out).c_str(), stdout);
-  });
+  reshard->callback(
+      [from, plan, out] { std::fputs(runtime::reshard_checkpoints(*from, *plan, *out).c_str(), stdout); });
 
   auto source = std::make_shared<std::string>(), format = std::make_shared<std::string>("pt"),
        file = std::make_shared<std::string>();
@@ -65,9 +64,8 @@ Registrar reg(70, [](CLI::App& root) {
   exp->add_option("path", *source, "A checkpoint file (.pt) or a --checkpoint-dir directory")->required();
   exp->add_option("--format", *format, "pt or npz")->capture_default_str();
   exp->add_option("--out", *file, "The file to write")->required();
-  exp->callback([source, format, file] {
-    std::fputs(runtime::export_checkpoint(*source, *format, *file).c_str(), stdout);
-  });
+  exp->callback(
+      [source, format, file] { std::fputs(runtime::export_checkpoint(*source, *format, *file).c_str(), stdout); });
 });
 
 }  // namespace

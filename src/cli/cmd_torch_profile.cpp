@@ -97,8 +97,8 @@ void run(const ProfileArgs& a) {
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cost::save_profile(a.out, p);
   if (a.json) {
-    Json out = {{"format", "graphpipe.profile_run/1"}, {"out", a.out}, {"model", model},
-                {"device", p.device}, {"signatures", p.ops.size()}, {"seconds", dt}};
+    Json out = {{"format", "graphpipe.profile_run/1"}, {"out", a.out}, {"model", model}, {"device", p.device},
+                {"signatures", p.ops.size()},          {"seconds", dt}};
     if (p.p2p) out["p2p"] = {{"latency_s", p.p2p->latency_s}, {"bandwidth_Bps", p.p2p->bandwidth_Bps}};
     if (p.allreduce)
       out["allreduce"] = {{"latency_s", p.allreduce->latency_s}, {"bandwidth_Bps", p.allreduce->bandwidth_Bps}};
@@ -108,18 +108,19 @@ void run(const ProfileArgs& a) {
   if (!a.spec.empty())
     std::printf("wrote %s: %zu op signatures of %s at batches %s on %s (%.1f s)\n", a.out.c_str(), p.ops.size(),
                 model.c_str(), a.batches.c_str(), p.device.c_str(), dt);
-  else
-    std::printf("wrote %s: links only, on %s (%.1f s)\n", a.out.c_str(), p.device.c_str(), dt);
+  else std::printf("wrote %s: links only, on %s (%.1f s)\n", a.out.c_str(), p.device.c_str(), dt);
   if (p.p2p)
-    std::printf("links: p2p latency %.1f us, bandwidth %.3f GB/s; all-reduce (2 ranks) latency %.1f us, "
-                "bandwidth %.3f GB/s\n",
-                p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
-                p.allreduce->bandwidth_Bps / 1e9);
+    std::printf(
+        "links: p2p latency %.1f us, bandwidth %.3f GB/s; all-reduce (2 ranks) latency %.1f us, "
+        "bandwidth %.3f GB/s\n",
+        p.p2p->latency_s * 1e6, p.p2p->bandwidth_Bps / 1e9, p.allreduce->latency_s * 1e6,
+        p.allreduce->bandwidth_Bps / 1e9);
 }
 
 Registrar reg(70, [](CLI::App& root) {
   auto a = std::make_shared<ProfileArgs>();
-  auto* c = root.add_subcommand("profile", "Measure operator costs on this machine with LibTorch (graphpipe.profile/1)");
+  auto* c = root.add_subcommand("profile",
+                                "Measure operator costs on this machine with LibTorch (graphpipe.profile/1)");
   c->add_option("--model", a->spec, "Model spec or file (optional with --links)");
   c->add_option("--out", a->out, "Output profile file")->capture_default_str();
   c->add_option("--batches", a->batches, "Per-device batch sizes to measure")->capture_default_str();

@@ -55,8 +55,8 @@ Cluster gpu_cluster(const GpuPreset& g) {
   Cluster c;
   c.name = g.name;
   c.devices_per_node = g.devices_per_node;
-  c.device = {g.device, g.memory_bytes, g.fp32_flops, g.tensor_flops, g.hbm_Bps, kGpuKernelOverhead,
-              gpu_efficiency(g.curves)};
+  c.device = {g.device,           g.memory_bytes,          g.fp32_flops, g.tensor_flops, g.hbm_Bps,
+              kGpuKernelOverhead, gpu_efficiency(g.curves)};
   c.device.memory_reserve_bytes = gpu_reserve(g.memory_bytes);
   c.intra = {g.nvlink_Bps, 5e-6};
   c.inter = {g.nic_Bps, 10e-6};
@@ -70,27 +70,24 @@ Cluster gpu_cluster(const GpuPreset& g) {
 /// Network: dual-rail EDR InfiniBand, 2 x 100 Gb/s = 25 GB/s injection per node; one GPU's flow
 /// uses one rail (12.5 GB/s).
 Cluster summit() {
-  return gpu_cluster({"summit", 4, "V100-16GB",
-                      16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB,
-                      "V100", 50 * GB, 12.5 * GB, 25 * GB});
+  return gpu_cluster(
+      {"summit", 4, "V100-16GB", 16 * GiB, 15.7 * TFLOPS, 125 * TFLOPS, 900 * GB, "V100", 50 * GB, 12.5 * GB, 25 * GB});
 }
 
 /// NVIDIA DGX A100 (80 GB): A100 SXM4 datasheet 19.5 TFLOP/s fp32, 312 TFLOP/s fp16 tensor,
 /// 2039 GB/s HBM2e. NVLink 3 through NVSwitch: 600 GB/s bidirectional = 300 GB/s per direction.
 /// 8 x 200 Gb/s HDR InfiniBand (one NIC per GPU): 25 GB/s per GPU, 200 GB/s per node.
 Cluster dgx_a100() {
-  return gpu_cluster({"dgx-a100", 8, "A100-80GB",
-                      80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB,
-                      "A100", 300 * GB, 25 * GB, 200 * GB});
+  return gpu_cluster({"dgx-a100", 8, "A100-80GB", 80 * GiB, 19.5 * TFLOPS, 312 * TFLOPS, 2039 * GB, "A100", 300 * GB,
+                      25 * GB, 200 * GB});
 }
 
 /// NVIDIA DGX H100: H100 SXM5 datasheet 67 TFLOP/s fp32, 989 TFLOP/s fp16 tensor (dense),
 /// 3350 GB/s HBM3. NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction.
 /// 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s per node.
 Cluster dgx_h100() {
-  return gpu_cluster({"dgx-h100", 8, "H100-80GB",
-                      80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB,
-                      "H100", 450 * GB, 50 * GB, 400 * GB});
+  return gpu_cluster({"dgx-h100", 8, "H100-80GB", 80 * GiB, 67 * TFLOPS, 989 * TFLOPS, 3350 * GB, "H100", 450 * GB,
+                      50 * GB, 400 * GB});
 }
 
 /// NVIDIA DGX H200: H200 SXM datasheet 141 GB HBM3e (decimal GB) at 4.8 TB/s, 67 TFLOP/s fp32,
@@ -98,9 +95,8 @@ Cluster dgx_h100() {
 /// 450 GB/s per direction. 8 x 400 Gb/s NDR InfiniBand (one NIC per GPU): 50 GB/s per GPU, 400 GB/s
 /// per node. Same V100 curves as the other GPU presets (not fitted to the H200).
 Cluster h200() {
-  return gpu_cluster({"h200", 8, "H200-141GB",
-                      141 * GB, 67 * TFLOPS, 989 * TFLOPS, 4800 * GB,
-                      "H200", 450 * GB, 50 * GB, 400 * GB});
+  return gpu_cluster(
+      {"h200", 8, "H200-141GB", 141 * GB, 67 * TFLOPS, 989 * TFLOPS, 4800 * GB, "H200", 450 * GB, 50 * GB, 400 * GB});
 }
 
 /// This machine: one node whose "devices" are worker processes, one LibTorch thread each. Without a
@@ -109,10 +105,10 @@ Cluster h200() {
 /// its N0, bandwidth of memory-bound ops, per-op overhead, loopback link). With more workers than
 /// cores the workers share them: each gets cores/workers of a core's FLOP/s and bandwidth, and its
 /// per-op overhead (CPU time too) stretches by workers/cores. docs/cost-model.md ("The cpu preset").
-constexpr double kCpuCoreFlops = 50e9;       // one core, one thread, fp32 GEMM (AVX2/AVX-512 FMA)
-constexpr double kCpuCoreMemBw = 10 * GB;    // a core's share of DRAM bandwidth
-constexpr double kCpuKernelOverhead = 10e-6; // LibTorch dispatch + autograd bookkeeping per op
-constexpr double kCpuLinkBw = 2 * GB;        // loopback TCP through Gloo
+constexpr double kCpuCoreFlops = 50e9;        // one core, one thread, fp32 GEMM (AVX2/AVX-512 FMA)
+constexpr double kCpuCoreMemBw = 10 * GB;     // a core's share of DRAM bandwidth
+constexpr double kCpuKernelOverhead = 10e-6;  // LibTorch dispatch + autograd bookkeeping per op
+constexpr double kCpuLinkBw = 2 * GB;         // loopback TCP through Gloo
 constexpr double kCpuLinkLatency = 50e-6;
 /// A worker process's own resident memory (LibTorch, Gloo, the binary): 178-188 MB measured for workers
 /// of small models whose tensors peak below 7 MB (`train` prints the resident peak); with the allocator's
@@ -130,8 +126,12 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
   c.name = "cpu";
   c.devices_per_node = n;
   if (!k) {
-    c.device = {fmt::format("cpu core ({} cores)", cores), ram / n, kCpuCoreFlops * share,
-                kCpuCoreFlops * share, kCpuCoreMemBw * share, kCpuKernelOverhead};
+    c.device = {fmt::format("cpu core ({} cores)", cores),
+                ram / n,
+                kCpuCoreFlops * share,
+                kCpuCoreFlops * share,
+                kCpuCoreMemBw * share,
+                kCpuKernelOverhead};
     c.intra = {kCpuLinkBw, kCpuLinkLatency};
   } else {
     // 2+ workers wait for each other's cores: they compute at the measured lockstep pace.
@@ -165,8 +165,7 @@ double positive(const JsonAt& j) {
 
 double non_negative(const JsonAt& j) {
   double v = j.num();
-  if (!std::isfinite(v) || v < 0)
-    j.fail(fmt::format("must be a non-negative number, found {}", j.json().dump()));
+  if (!std::isfinite(v) || v < 0) j.fail(fmt::format("must be a non-negative number, found {}", j.json().dump()));
   return v;
 }
 
@@ -181,9 +180,7 @@ LinkSpec link_from_json(const JsonAt& j) {
   return {positive(j.at("bandwidth_Bps")), non_negative(j.at("latency_s"))};
 }
 
-Json link_to_json(const LinkSpec& l) {
-  return {{"bandwidth_Bps", l.bandwidth_Bps}, {"latency_s", l.latency_s}};
-}
+Json link_to_json(const LinkSpec& l) { return {{"bandwidth_Bps", l.bandwidth_Bps}, {"latency_s", l.latency_s}}; }
 
 }  // namespace
 
@@ -205,8 +202,8 @@ std::string local_cpu_model() {
 Cluster take_devices(Cluster c, int devices, const std::string& where) {
   GP_CHECK(devices >= 0, "{}: --devices must be positive, got {}", where, devices);
   if (devices == 0) return c;
-  GP_CHECK(devices <= c.num_devices(), "{}: --devices {} exceeds the cluster's {} devices", where,
-           devices, c.num_devices());
+  GP_CHECK(devices <= c.num_devices(), "{}: --devices {} exceeds the cluster's {} devices", where, devices,
+           c.num_devices());
   c.num_nodes = (devices + c.devices_per_node - 1) / c.devices_per_node;
   c.devices = devices;
   return c;
@@ -258,9 +255,7 @@ Json cluster_to_json(const Cluster& c) {
   return j;
 }
 
-Cluster cluster_from_json(const Json& json, const std::string& file) {
-  return cluster_from_json(JsonAt(json, file));
-}
+Cluster cluster_from_json(const Json& json, const std::string& file) { return cluster_from_json(JsonAt(json, file)); }
 
 Cluster cluster_from_json(const JsonAt& j) {
   expect_format(j, kFormat);
@@ -275,8 +270,8 @@ Cluster cluster_from_json(const JsonAt& j) {
     int n = positive_int(nd);
     int min_n = (c.num_nodes - 1) * c.devices_per_node + 1;
     if (n < min_n || n > full)
-      nd.fail(fmt::format("{} devices do not fit {} nodes of {} (expected {}..{})", n, c.num_nodes,
-                          c.devices_per_node, min_n, full));
+      nd.fail(fmt::format("{} devices do not fit {} nodes of {} (expected {}..{})", n, c.num_nodes, c.devices_per_node,
+                          min_n, full));
     if (n != full) c.devices = n;
   }
   JsonAt d = j.at("device");
@@ -284,8 +279,7 @@ Cluster cluster_from_json(const JsonAt& j) {
   c.device.name = d.at("name").str();
   c.device.memory_bytes = positive(d.at("memory_bytes"));
   c.device.peak_flops_f32 = positive(d.at("peak_flops_f32"));
-  c.device.peak_flops_f16 =
-      d.has("peak_flops_f16") ? positive(d.at("peak_flops_f16")) : c.device.peak_flops_f32;
+  c.device.peak_flops_f16 = d.has("peak_flops_f16") ? positive(d.at("peak_flops_f16")) : c.device.peak_flops_f32;
   c.device.mem_bandwidth_Bps = positive(d.at("mem_bandwidth_Bps"));
   c.device.kernel_overhead_s = d.has("kernel_overhead_s") ? non_negative(d.at("kernel_overhead_s")) : 0;
   if (d.has("memory_reserve_bytes")) {

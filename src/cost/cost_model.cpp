@@ -20,8 +20,7 @@ constexpr int kRows = kMaxLog2 + 1;
 
 /// log2(b) when b is a power of two in the table, else -1.
 int table_row(int64_t b) {
-  if (b < 1 || b > (int64_t{1} << kMaxLog2) || !std::has_single_bit(static_cast<uint64_t>(b)))
-    return -1;
+  if (b < 1 || b > (int64_t{1} << kMaxLog2) || !std::has_single_bit(static_cast<uint64_t>(b))) return -1;
   return std::countr_zero(static_cast<uint64_t>(b));
 }
 
@@ -75,13 +74,13 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
 struct CostModel::Tables {
   size_t n = 0;
   std::vector<std::string> signature;
-  std::vector<OpWork> work;                   // work parts by efficiency class, extra bytes
-  std::vector<char> f16;                      // use the f16 peak
-  std::vector<OpTime> time;                   // [row * n + op]
-  std::vector<double> weight_frac;            // bwd_weight_fraction per op
-  std::vector<double> prefix_step;            // [row * (n+1) + i]: sum of fwd+bwd of ops < i
-  std::vector<double> prefix_state;           // [i]
-  std::vector<double> prefix_saved;           // [i]: saved bytes per sample
+  std::vector<OpWork> work;          // work parts by efficiency class, extra bytes
+  std::vector<char> f16;             // use the f16 peak
+  std::vector<OpTime> time;          // [row * n + op]
+  std::vector<double> weight_frac;   // bwd_weight_fraction per op
+  std::vector<double> prefix_step;   // [row * (n+1) + i]: sum of fwd+bwd of ops < i
+  std::vector<double> prefix_state;  // [i]
+  std::vector<double> prefix_saved;  // [i]: saved bytes per sample
 };
 
 namespace {
@@ -103,10 +102,8 @@ double lockstep_stretch(const Cluster& c, const Profile* p) {
 }
 }  // namespace
 
-CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
-                     std::shared_ptr<const Profile> profile)
-    : g_(&g), cluster_(std::move(c)), opt_(opt), profile_(std::move(profile)),
-      tables_(std::make_unique<Tables>()) {
+CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt, std::shared_ptr<const Profile> profile)
+    : g_(&g), cluster_(std::move(c)), opt_(opt), profile_(std::move(profile)), tables_(std::make_unique<Tables>()) {
   intra_ = cluster_.intra;
   allreduce_intra_ = cluster_.intra;
   const double over = cpu_oversubscription(cluster_);
@@ -139,8 +136,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt,
     t.signature.push_back(op_signature(g, id));
     t.work.push_back(op_work(g, id));
     t.weight_frac.push_back(bwd_weight_fraction(g, id));
-    t.f16.push_back(cluster_.mixed_precision || op.dtype == ir::DType::f16 ||
-                    op.dtype == ir::DType::bf16);
+    t.f16.push_back(cluster_.mixed_precision || op.dtype == ir::DType::f16 || op.dtype == ir::DType::bf16);
   }
   for (int r = 0; r < kRows; ++r) {
     for (size_t i = 0; i < t.n; ++i) {
@@ -338,10 +334,8 @@ double CostModel::allreduce_time(const std::vector<int>& devices, double bytes) 
   for (int m : per_node) {
     if (m > 0) ++nodes, k = std::min(k, m);
   }
-  if (nodes == 1)
-    return ring_time(d, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
-  return ring_time(d, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k),
-                   cluster_.inter.latency_s);
+  if (nodes == 1) return ring_time(d, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
+  return ring_time(d, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s);
 }
 
 double CostModel::allreduce_time(int degree, bool same_node, double bytes) const {
@@ -352,8 +346,7 @@ double CostModel::allreduce_time(int degree, bool same_node, double bytes) const
   // Unplaced: assume the replicas spread evenly over the fewest nodes that hold them (>= 2).
   int nodes = std::max(2, (degree + dpn - 1) / dpn);
   int k = std::max(1, degree / nodes);
-  return ring_time(degree, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k),
-                   cluster_.inter.latency_s);
+  return ring_time(degree, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s);
 }
 
 namespace {
@@ -424,14 +417,12 @@ double add_shared_copies(const CostModel& cm, const std::vector<char>& in_stage,
 
 }  // namespace
 
-StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
-                     const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
-                     int64_t mini_batch, bool same_node) {
+StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops, const std::vector<char>& in_stage,
+                     int dp_degree, int64_t micro_batch, int64_t mini_batch, bool same_node) {
   const ir::Graph& g = cm.graph();
-  GP_ASSERT(in_stage.size() == g.num_ops(), "in_stage has {} entries for {} ops", in_stage.size(),
-            g.num_ops());
-  GP_ASSERT(dp_degree >= 1 && micro_batch >= 1 && mini_batch >= 1,
-            "bad stage shape dp={} micro={} mini={}", dp_degree, micro_batch, mini_batch);
+  GP_ASSERT(in_stage.size() == g.num_ops(), "in_stage has {} entries for {} ops", in_stage.size(), g.num_ops());
+  GP_ASSERT(dp_degree >= 1 && micro_batch >= 1 && mini_batch >= 1, "bad stage shape dp={} micro={} mini={}", dp_degree,
+            micro_batch, mini_batch);
   StageCost s;
   int64_t b = (micro_batch + dp_degree - 1) / dp_degree;
   s.per_device_batch = b;

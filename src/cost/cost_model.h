@@ -14,12 +14,12 @@
 namespace gp::cost {
 
 struct DeviceSpec {
-  std::string name;                 // "V100-16GB"
+  std::string name;  // "V100-16GB"
   double memory_bytes = 0;
-  double peak_flops_f32 = 0;        // FLOP/s
-  double peak_flops_f16 = 0;        // FLOP/s (tensor cores where the device has them)
-  double mem_bandwidth_Bps = 0;     // bytes/s
-  double kernel_overhead_s = 0;     // fixed cost per op launch
+  double peak_flops_f32 = 0;     // FLOP/s
+  double peak_flops_f16 = 0;     // FLOP/s (tensor cores where the device has them)
+  double mem_bandwidth_Bps = 0;  // bytes/s
+  double kernel_overhead_s = 0;  // fixed cost per op launch
   /// Fraction of peak reached per op class, by rows per call (efficiency.h). Default: the flat
   /// table (no dependence on the batch); the GPU presets carry the DeepBench V100 fit.
   EfficiencyTable efficiency;
@@ -43,9 +43,9 @@ struct Cluster {
   /// Devices in use; 0 means num_nodes * devices_per_node (all nodes full).
   int devices = 0;
   DeviceSpec device;
-  LinkSpec intra;                   // between devices of one node
-  LinkSpec inter;                   // between nodes
-  double node_injection_Bps = 0;    // a node's network bandwidth shared by its devices (0 = none)
+  LinkSpec intra;                 // between devices of one node
+  LinkSpec inter;                 // between nodes
+  double node_injection_Bps = 0;  // a node's network bandwidth shared by its devices (0 = none)
   /// Mixed precision: fp16 peak for compute, fp16 activations and messages, fp16 weights and
   /// gradients with fp32 master weights and optimizer state (docs/cost-model.md, "Memory").
   bool mixed_precision = false;
@@ -195,14 +195,14 @@ class CostModel {
   Cluster cluster_;
   Optimizer opt_;
   std::shared_ptr<const Profile> profile_;
-  LinkSpec intra_;                 // cluster intra link, or the profile's p2p fit
+  LinkSpec intra_;                   // cluster intra link, or the profile's p2p fit
   double optimizer_s_per_byte_ = 0;  // measured_optimizer_s_per_byte()
   double compute_stretch_ = 1;       // profiled compute: workers per core x the lockstep factor
-  LinkSpec allreduce_intra_;       // per-step ring link inside a node (profile's all-reduce fit)
+  LinkSpec allreduce_intra_;         // per-step ring link inside a node (profile's all-reduce fit)
   Source link_source_ = Source::formula;
   struct Tables;
   std::unique_ptr<Tables> tables_;
-  bool tables_ready_ = false;      // false while the constructor fills the tables
+  bool tables_ready_ = false;  // false while the constructor fills the tables
 };
 
 /// The cost of one stage, shared by the planner and the simulator so that their numbers agree.
@@ -215,19 +215,19 @@ struct StageCost {
   /// (W) parts (OpTime::bwd_input_s(), bwd_weight_s). bwd_s itself is summed as before, so 1F1B
   /// figures do not change; the two parts add up to it up to rounding.
   double bwd_input_s = 0, bwd_weight_s = 0;
-  double comm_s = 0;             // cut-edge activations + gradients sent and received per micro-batch
-  double allreduce_s = 0;        // gradient all-reduce among the dp_degree replicas, per mini-batch
-  double optimizer_s = 0;        // the optimizer step, per mini-batch (optimizer_step_time)
+  double comm_s = 0;       // cut-edge activations + gradients sent and received per micro-batch
+  double allreduce_s = 0;  // gradient all-reduce among the dp_degree replicas, per mini-batch
+  double optimizer_s = 0;  // the optimizer step, per mini-batch (optimizer_step_time)
   /// Summing the gradients of shared parameters the stage holds with their holders on other stages,
   /// per mini-batch: a ring all-reduce of those bytes among 2 x dp_degree devices (the other holders
   /// are not known while one stage is costed; sim_costs uses the plan's real holders).
   double shared_allreduce_s = 0;
-  double shared_bytes = 0;       // bytes of those shared parameters (held by other stages too)
-  double tps_s = 0;              // time per sample: (compute + comm)/micro_batch
-                                 //   + (allreduce + shared_allreduce + optimizer)/mini_batch
-  double state_bytes = 0;        // weights + gradients + optimizer state
-  double act_bytes_per_mb = 0;   // activations saved for backward per in-flight micro-batch
-  CostModel::StateParts state;   // state_bytes split into weights, gradients, optimizer state
+  double shared_bytes = 0;      // bytes of those shared parameters (held by other stages too)
+  double tps_s = 0;             // time per sample: (compute + comm)/micro_batch
+                                //   + (allreduce + shared_allreduce + optimizer)/mini_batch
+  double state_bytes = 0;       // weights + gradients + optimizer state
+  double act_bytes_per_mb = 0;  // activations saved for backward per in-flight micro-batch
+  CostModel::StateParts state;  // state_bytes split into weights, gradients, optimizer state
   /// Working memory above the held activations while one micro-batch runs (docs/cost-model.md,
   /// "Memory"): forward holds every op output of the stage until it returns, backward holds
   /// the output gradients and the largest op's gradient buffers.
@@ -240,16 +240,15 @@ struct StageCost {
   /// one buffer; the optimizer (Adam) holds two fp32 copies of the largest parameter tensor while it
   /// computes the denominator (SGD with momentum: none). The larger of the two.
   double step_transient_bytes = 0;
-  int micro_batches = 1;         // micro-batches per step (mini_batch / micro_batch, rounded up)
+  int micro_batches = 1;  // micro-batches per step (mini_batch / micro_batch, rounded up)
 };
 
 /// Cost of the stage made of `ops` (with in_stage[i] = 1 iff OpId(i) is in it; size num_ops) on
 /// dp_degree devices at `micro_batch` samples per micro-batch (the whole stage's, split over its
 /// replicas) and `mini_batch` samples per iteration. `same_node`: its cut edges and its all-reduce
 /// ring stay inside one node. O(|ops| + cut edges).
-StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops,
-                     const std::vector<char>& in_stage, int dp_degree, int64_t micro_batch,
-                     int64_t mini_batch, bool same_node);
+StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops, const std::vector<char>& in_stage,
+                     int dp_degree, int64_t micro_batch, int64_t mini_batch, bool same_node);
 
 /// Per-device peak memory of a stage with `in_flight` micro-batches alive, by part.
 struct StageMemory {

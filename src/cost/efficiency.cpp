@@ -31,8 +31,7 @@ double field(const JsonAt& j, const char* key, double dflt, bool positive) {
   JsonAt v = j.at(key);
   double x = v.num();
   if (!std::isfinite(x) || x < 0 || (positive && x == 0))
-    v.fail(fmt::format("must be a {} number, found {}", positive ? "positive" : "non-negative",
-                       v.json().dump()));
+    v.fail(fmt::format("must be a {} number, found {}", positive ? "positive" : "non-negative", v.json().dump()));
   return x;
 }
 

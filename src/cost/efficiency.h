@@ -48,13 +48,11 @@ WorkClass work_class(ir::OpKind k);
 /// 0.6 conv, 0.25 other, at any size): file clusters without an "efficiency" field and the cpu preset.
 struct EfficiencyTable {
   std::string source = "flat";
-  std::array<EfficiencyCurve, kWorkClasses> f32 = {EfficiencyCurve{0.7}, EfficiencyCurve{0.5},
-                                                   EfficiencyCurve{0.6}, EfficiencyCurve{0.25}};
+  std::array<EfficiencyCurve, kWorkClasses> f32 = {EfficiencyCurve{0.7}, EfficiencyCurve{0.5}, EfficiencyCurve{0.6},
+                                                   EfficiencyCurve{0.25}};
   std::array<EfficiencyCurve, kWorkClasses> f16 = f32;
 
-  const EfficiencyCurve& curve(WorkClass c, bool f16_peak) const {
-    return (f16_peak ? f16 : f32)[static_cast<int>(c)];
-  }
+  const EfficiencyCurve& curve(WorkClass c, bool f16_peak) const { return (f16_peak ? f16 : f32)[static_cast<int>(c)]; }
   bool operator==(const EfficiencyTable&) const = default;
 };
 

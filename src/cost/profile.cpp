@@ -40,13 +40,14 @@ LinkFit link_fit_from_json(const JsonAt& j) {
   return f;
 }
 
-Json link_fit_to_json(const LinkFit& f) {
-  return {{"latency_s", f.latency_s}, {"bandwidth_Bps", f.bandwidth_Bps}};
-}
+Json link_fit_to_json(const LinkFit& f) { return {{"latency_s", f.latency_s}, {"bandwidth_Bps", f.bandwidth_Bps}}; }
 
 Json context_to_json(const ContextTiming& c) {
-  return {{"batches", c.batches},         {"model_fwd_s", c.model_fwd_s}, {"model_bwd_s", c.model_bwd_s},
-          {"ops_fwd_s", c.ops_fwd_s}, {"ops_bwd_s", c.ops_bwd_s}};
+  return {{"batches", c.batches},
+          {"model_fwd_s", c.model_fwd_s},
+          {"model_bwd_s", c.model_bwd_s},
+          {"ops_fwd_s", c.ops_fwd_s},
+          {"ops_bwd_s", c.ops_bwd_s}};
 }
 
 ContextTiming context_from_json(const JsonAt& j) {
@@ -125,8 +126,8 @@ std::string op_signature(const ir::Graph& g, OpId id) {
       ins += typed_shape(in->dtype, in->shape);
     }
   }
-  return fmt::format("{}({})->{} {}", ir::to_string(op.kind), ins,
-                     typed_shape(op.dtype, op.output_shape), op.attrs.dump());
+  return fmt::format("{}({})->{} {}", ir::to_string(op.kind), ins, typed_shape(op.dtype, op.output_shape),
+                     op.attrs.dump());
 }
 
 BatchFit fit_batch_curve(const std::vector<int64_t>& batches, const std::vector<double>& times) {
@@ -187,8 +188,8 @@ std::optional<ProfileTime> Profile::estimate(const std::string& signature, int64
   if (m.batches[hi] == b) return ProfileTime{m.fwd_s[hi], m.bwd_s[hi], false};
   size_t lo = hi - 1;
   double t = static_cast<double>(b - m.batches[lo]) / static_cast<double>(m.batches[hi] - m.batches[lo]);
-  return ProfileTime{m.fwd_s[lo] + t * (m.fwd_s[hi] - m.fwd_s[lo]),
-                     m.bwd_s[lo] + t * (m.bwd_s[hi] - m.bwd_s[lo]), false};
+  return ProfileTime{m.fwd_s[lo] + t * (m.fwd_s[hi] - m.fwd_s[lo]), m.bwd_s[lo] + t * (m.bwd_s[hi] - m.bwd_s[lo]),
+                     false};
 }
 
 std::optional<std::pair<double, double>> Profile::lookup(const std::string& signature, int64_t b) const {
@@ -200,11 +201,8 @@ std::optional<std::pair<double, double>> Profile::lookup(const std::string& sign
 Json profile_to_json(const Profile& p) {
   Json ops = Json::array();
   for (const auto& [sig, m] : p.ops) {
-    ops.push_back({{"signature", m.signature},
-                   {"kind", m.kind},
-                   {"batches", m.batches},
-                   {"fwd_s", m.fwd_s},
-                   {"bwd_s", m.bwd_s}});
+    ops.push_back(
+        {{"signature", m.signature}, {"kind", m.kind}, {"batches", m.batches}, {"fwd_s", m.fwd_s}, {"bwd_s", m.bwd_s}});
   }
   Json j = {{"format", kFormat}, {"device", p.device}, {"ops", ops}};
   if (p.p2p) j["p2p"] = link_fit_to_json(*p.p2p);
@@ -215,9 +213,7 @@ Json profile_to_json(const Profile& p) {
   return j;
 }
 
-Profile profile_from_json(const Json& json, const std::string& file) {
-  return profile_from_json(JsonAt(json, file));
-}
+Profile profile_from_json(const Json& json, const std::string& file) { return profile_from_json(JsonAt(json, file)); }
 
 Profile profile_from_json(const JsonAt& j) {
   expect_format(j, kFormat);
@@ -242,13 +238,12 @@ Profile profile_from_json(const JsonAt& j) {
     for (size_t k = 0; k < m.batches.size(); ++k) {
       if (m.batches[k] < 1) batches.at(k).fail(fmt::format("batch must be >= 1, found {}", m.batches[k]));
       if (k > 0 && m.batches[k] <= m.batches[k - 1])
-        batches.at(k).fail(fmt::format("batches must be strictly ascending, found {} after {}",
-                                       m.batches[k], m.batches[k - 1]));
+        batches.at(k).fail(
+            fmt::format("batches must be strictly ascending, found {} after {}", m.batches[k], m.batches[k - 1]));
     }
     m.fwd_s = times_from_json(o.at("fwd_s"), m.batches.size());
     m.bwd_s = times_from_json(o.at("bwd_s"), m.batches.size());
-    if (p.ops.count(m.signature))
-      o.at("signature").fail(fmt::format("duplicate signature \"{}\"", m.signature));
+    if (p.ops.count(m.signature)) o.at("signature").fail(fmt::format("duplicate signature \"{}\"", m.signature));
     p.ops.emplace(m.signature, std::move(m));
   }
   if (j.has("p2p")) p.p2p = link_fit_from_json(j.at("p2p"));

@@ -56,7 +56,7 @@ struct ProfileTime {
 /// times, per batch: ops in a training step run after one another on cold weights and on
 /// activations that left the caches, and the profile times each op alone, again and again.
 struct ContextTiming {
-  std::vector<int64_t> batches;                 // ascending, unique
+  std::vector<int64_t> batches;                  // ascending, unique
   std::vector<double> model_fwd_s, model_bwd_s;  // the whole model, forward to the loss / backward
   std::vector<double> ops_fwd_s, ops_bwd_s;      // the sum over its ops of their profiled times
   /// model / ops at batch b, forward and backward: piecewise linear in b between measured batches,
@@ -74,14 +74,14 @@ struct OptimizerStep {
 
 class Profile {
  public:
-  std::string device;                      // e.g. "cpu: Intel Xeon ... (1 thread)"
+  std::string device;                        // e.g. "cpu: Intel Xeon ... (1 thread)"
   std::map<std::string, OpMeasurement> ops;  // by signature
-  std::optional<LinkFit> p2p;              // measured point-to-point (c10d Gloo, local processes)
-  std::optional<LinkFit> allreduce;        // measured 2-rank all-reduce, fitted the same way
+  std::optional<LinkFit> p2p;                // measured point-to-point (c10d Gloo, local processes)
+  std::optional<LinkFit> allreduce;          // measured 2-rank all-reduce, fitted the same way
   /// Two cores computing in lockstep (`profile --links`): the slower core's mean time per round over
   /// one core's; the cost model stretches profiled compute of plans with 2+ workers by it.
   std::optional<double> lockstep;
-  std::optional<ContextTiming> context;    // the whole model in sequence against its ops alone
+  std::optional<ContextTiming> context;            // the whole model in sequence against its ops alone
   std::map<std::string, OptimizerStep> optimizer;  // by optimizer name ("sgd", "adam")
 
   /// fwd/bwd time of the op with this signature at batch b >= 1, or nullopt when the profile does

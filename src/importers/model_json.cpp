@@ -133,8 +133,8 @@ ir::Model model_from_json(const Json& json, const std::string& file) {
   for (size_t i = 0; i < m.ops.size(); ++i)
     for (size_t k = 0; k < m.ops[i].inputs.size(); ++k)
       if (!defined.count(m.ops[i].inputs[k]))
-        ops.at(i).at("inputs").at(k).fail(fmt::format(
-            "unknown op \"{}\" (no op or graph input has that name)", m.ops[i].inputs[k]));
+        ops.at(i).at("inputs").at(k).fail(
+            fmt::format("unknown op \"{}\" (no op or graph input has that name)", m.ops[i].inputs[k]));
 
   JsonAt outputs = doc.at("outputs");
   if (outputs.size() == 0) outputs.fail("a model needs at least one output (its loss op)");
@@ -154,16 +154,13 @@ ir::Model model_from_json(const Json& json, const std::string& file) {
   return m;
 }
 
-ir::Model read_model_json(const std::string& path) {
-  return model_from_json(read_json_file(path), path);
-}
+ir::Model read_model_json(const std::string& path) { return model_from_json(read_json_file(path), path); }
 
 void write_model_json(const std::string& path, const ir::Model& m) {
   // Hand-laid-out so that each input and op sits on one line (readable, diffable).
-  std::string s = "{\n \"format\": " + OJson(kModelFormat).dump() + ",\n \"name\": " +
-                  OJson(m.name).dump() + ",\n \"inputs\": [";
-  for (size_t i = 0; i < m.inputs.size(); ++i)
-    s += (i ? ",\n  " : "\n  ") + input_json(m.inputs[i]).dump();
+  std::string s = "{\n \"format\": " + OJson(kModelFormat).dump() + ",\n \"name\": " + OJson(m.name).dump() +
+                  ",\n \"inputs\": [";
+  for (size_t i = 0; i < m.inputs.size(); ++i) s += (i ? ",\n  " : "\n  ") + input_json(m.inputs[i]).dump();
   s += m.inputs.empty() ? "],\n \"ops\": [" : "\n ],\n \"ops\": [";
   for (size_t i = 0; i < m.ops.size(); ++i) s += (i ? ",\n  " : "\n  ") + op_json(m.ops[i]).dump();
   s += m.ops.empty() ? "],\n" : "\n ],\n";

@@ -98,14 +98,12 @@ std::optional<double> binary(const std::string& op, double a, double b) {
 
 std::optional<double> unary(const onnx::NodeProto& n, double x) {
   const std::string& op = n.op_type();
-  if (op == "Identity" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Expand" ||
-      op == "Dropout")
+  if (op == "Identity" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Expand" || op == "Dropout")
     return x;
   if (op == "Cast") {
     const int64_t to = attr_i(n, "to", 0);
     if (to == onnx::TensorProto::BOOL) return x != 0 ? 1.0 : 0.0;
-    if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE || to == onnx::TensorProto::FLOAT16)
-      return x;
+    if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE || to == onnx::TensorProto::FLOAT16) return x;
     return std::trunc(x);  // integer types
   }
   if (op == "Not") return x == 0 ? 1.0 : 0.0;
@@ -207,7 +205,8 @@ class ConstEval {
         std::vector<int64_t> keep;
         for (size_t k = 0; k < s.size(); ++k) {
           bool drop = axes.empty() ? s[k] == 1 : false;
-          for (int64_t a : axes) drop = drop || (a < 0 ? a + static_cast<int64_t>(s.size()) : a) == static_cast<int64_t>(k);
+          for (int64_t a : axes)
+            drop = drop || (a < 0 ? a + static_cast<int64_t>(s.size()) : a) == static_cast<int64_t>(k);
           if (!drop) keep.push_back(s[k]);
         }
         s = keep;
@@ -372,9 +371,9 @@ struct MaskFunction {
 struct Term {
   int node = -1;
   bool where = false;
-  std::string operand;            // Add: the added tensor; Where: the condition
-  bool masked_when_true = true;   // Where: the condition hides a key where it is true
-  std::string fill;               // Where: the value written
+  std::string operand;           // Add: the added tensor; Where: the condition
+  bool masked_when_true = true;  // Where: the condition hides a key where it is true
+  std::string fill;              // Where: the value written
 };
 
 struct Walk {
@@ -511,7 +510,8 @@ AttentionMasks scan_attention_masks(const Net& net, int softmax, int64_t seq) {
       std::string why;
       fill = constant_scalar(net, term.fill, why);
       if (!fill) return fail(term, "the filled value is not a constant (" + why + ")");
-      if (!(*fill <= kMaskedAtMost)) return fail(term, fmt::format("the filled value {} does not hide a key (expected -inf)", *fill));
+      if (!(*fill <= kMaskedAtMost))
+        return fail(term, fmt::format("the filled value {} does not hide a key (expected -inf)", *fill));
     }
     if (!is_act(net, term.operand)) {  // a constant: causal, or refused
       std::string why;
@@ -534,7 +534,8 @@ AttentionMasks scan_attention_masks(const Net& net, int softmax, int64_t seq) {
     // A padding mask: f(m) of one data input [B, S], one value per key, broadcast over heads and queries.
     const auto& os = net.at(term.operand).shape;
     if (!os || os->size() < 3 || (*os)[0] != kProbeBatch || os->back() != seq)
-      return fail(term, fmt::format("the mask operand \"{}\" is not [B, .., {}] (one value per key)", term.operand, seq));
+      return fail(term,
+                  fmt::format("the mask operand \"{}\" is not [B, .., {}] (one value per key)", term.operand, seq));
     for (size_t k = 1; k + 1 < os->size(); ++k)
       if ((*os)[k] != 1 && !(k + 2 == os->size() && (*os)[k] == seq))
         return fail(term, fmt::format("the mask operand \"{}\" has shape [{}]: it differs between heads", term.operand,

@@ -13,17 +13,17 @@ namespace gp::importers::onnx_detail {
 
 /// The score path of the attention block whose Softmax is node `softmax`, and its masks.
 struct AttentionMasks {
-  int score_mm = -1;            // the MatMul of two activations whose result the Softmax reads
-  std::vector<int> path;        // nodes from the score MatMul's output to the Softmax (excluded both)
-  bool causal = false;          // a constant mask hiding keys j > query i
-  std::string mask_input;       // a data input [B, S] read as a padding mask over the keys, or ""
-  std::string mask_mode;        // "keep" (keys with m != 0 take part) or "ignore"
+  int score_mm = -1;                // the MatMul of two activations whose result the Softmax reads
+  std::vector<int> path;            // nodes from the score MatMul's output to the Softmax (excluded both)
+  bool causal = false;              // a constant mask hiding keys j > query i
+  std::string mask_input;           // a data input [B, S] read as a padding mask over the keys, or ""
+  std::string mask_mode;            // "keep" (keys with m != 0 take part) or "ignore"
   std::optional<double> mask_fill;  // a finite value added to masked keys' scores (else -inf)
   std::set<std::string> operands;   // mask tensors entering the score path (not the block's inputs)
-  std::vector<int> prep;        // activation nodes computing a padding mask's operand from its input
-  std::optional<double> scale;  // the product of the constant factors on Q, K and the scores, if known
-  int factors = 0;              // how many constant factors there are (0: an unscaled score path)
-  std::string error;            // why the masks or the path cannot be read ("" when they can)
+  std::vector<int> prep;            // activation nodes computing a padding mask's operand from its input
+  std::optional<double> scale;      // the product of the constant factors on Q, K and the scores, if known
+  int factors = 0;                  // how many constant factors there are (0: an unscaled score path)
+  std::string error;                // why the masks or the path cannot be read ("" when they can)
   bool found() const { return score_mm >= 0; }
 };
 

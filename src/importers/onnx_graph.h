@@ -26,8 +26,8 @@ struct TensorInfo {
   std::optional<std::vector<int64_t>> ints;
   std::optional<std::vector<double>> reals;
   std::vector<int64_t> value_shape;  // the shape of `ints` / `reals`
-  int producer = -1;                          // node index, -1 for graph inputs and initializers
-  std::vector<int> consumers;                 // node indices (one entry per use)
+  int producer = -1;                 // node index, -1 for graph inputs and initializers
+  std::vector<int> consumers;        // node indices (one entry per use)
 };
 
 struct Net {
@@ -35,11 +35,11 @@ struct Net {
   int opset = 0;
   std::vector<onnx::NodeProto> nodes;  // topologically sorted, Constant nodes removed
   std::unordered_map<std::string, TensorInfo> t;
-  std::vector<std::string> data_inputs;  // graph inputs that are data (not parameters)
+  std::vector<std::string> data_inputs;    // graph inputs that are data (not parameters)
   std::vector<std::string> weight_inputs;  // graph inputs that are parameters (export_params=False): no values
-  std::vector<std::string> outputs;      // graph outputs
-  std::vector<bool> folded;              // per node: computes shapes/constants only, no IR op
-  std::vector<bool> has_schema;          // per node: libonnx knows the operator (else shapes past it are unknown)
+  std::vector<std::string> outputs;        // graph outputs
+  std::vector<bool> folded;                // per node: computes shapes/constants only, no IR op
+  std::vector<bool> has_schema;            // per node: libonnx knows the operator (else shapes past it are unknown)
   // Initializers and Constant-node values by tensor name, full size; filled only when load_net is
   // asked to keep them (import_onnx_weights), never for planning.
   std::unordered_map<std::string, onnx::TensorProto> values;
@@ -65,7 +65,6 @@ void normalize_opset(onnx::ModelProto& model, Net& net);
 
 /// Fills net.transposed_copy_of and net.export_names from the parsed file (onnx_shared.cpp).
 void read_provenance(const onnx::ModelProto& model, Net& net);
-
 
 // Attribute helpers over NodeProto.
 const onnx::AttributeProto* find_attr(const onnx::NodeProto& n, const std::string& name);

@@ -73,7 +73,8 @@ auto one_or_pair(const std::vector<int64_t>& v) { return v[0] == v[1] ? Json(v[0
 // A 2-d pooling window: any kernel, stride and (MaxPool) dilation pairs; pads symmetric per axis
 // (PyTorch's exporter writes no others), or an explanation.
 std::string window_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, Json& attrs) {
-  if (kernel.size() != 2) return fmt::format("only 2-d pooling is supported, found kernel_shape {}", fmt::join(kernel, "x"));
+  if (kernel.size() != 2)
+    return fmt::format("only 2-d pooling is supported, found kernel_shape {}", fmt::join(kernel, "x"));
   auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
   if (strides.empty()) strides = {1, 1};
   if (pads.empty()) pads = {0, 0, 0, 0};
@@ -104,7 +105,8 @@ std::string window_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& k
 
 // General 2-d convolution geometry: any kernel shape, stride and dilation pairs, asymmetric pads.
 std::string conv_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, Json& attrs) {
-  if (kernel.size() != 2) return fmt::format("only 2-d convolutions are supported, found kernel {}", fmt::join(kernel, "x"));
+  if (kernel.size() != 2)
+    return fmt::format("only 2-d convolutions are supported, found kernel {}", fmt::join(kernel, "x"));
   auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
   if (strides.empty()) strides = {1, 1};
   if (dil.empty()) dil = {1, 1};
@@ -113,16 +115,14 @@ std::string conv_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& ker
     return fmt::format("strides {}, dilations {} or pads {} do not fit a 2-d kernel", fmt::join(strides, "x"),
                        fmt::join(dil, "x"), fmt::join(pads, ","));
   const auto* ap = find_attr(n, "auto_pad");
-  if (ap && ap->s() != "NOTSET") return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
+  if (ap && ap->s() != "NOTSET")
+    return fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s());
   attrs["kernel"] = one_or_pair(kernel);
   attrs["stride"] = one_or_pair(strides);
   if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
-  if (std::count(pads.begin(), pads.end(), pads[0]) == 4)
-    attrs["padding"] = pads[0];
-  else if (pads[0] == pads[2] && pads[1] == pads[3])
-    attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
-  else
-    attrs["padding"] = pads;  // ONNX [top, left, bottom, right] is the IR's order
+  if (std::count(pads.begin(), pads.end(), pads[0]) == 4) attrs["padding"] = pads[0];
+  else if (pads[0] == pads[2] && pads[1] == pads[3]) attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
+  else attrs["padding"] = pads;  // ONNX [top, left, bottom, right] is the IR's order
   return "";
 }
 
@@ -161,8 +161,8 @@ void map_batchnorm(const Node& d) {
     if (!unused(net, d.n.output(k))) return d.unsupported("running statistics outputs are used by the graph");
   if (net.shape(d.x).size() != 4) return d.unsupported("only 2-d batch norm ([B,C,H,W]) is supported");
   // eps from the node: torchvision's inception and mobilenet_v3 use 0.001, not the default 1e-5.
-  const std::string name =
-      d.m.emit(d.n.name(), ir::OpKind::batchnorm, {d.x}, d.y, Json{{"eps", attr_f(d.n, "epsilon", 1e-5f)}});
+  const std::string name = d.m.emit(d.n.name(), ir::OpKind::batchnorm, {d.x}, d.y,
+                                    Json{{"eps", attr_f(d.n, "epsilon", 1e-5f)}});
   d.m.add_param(name, "weight", d.n.input(1), {net.shape(d.x)[1]});
   d.m.add_param(name, "bias", d.n.input(2), {net.shape(d.x)[1]});
 }
@@ -188,7 +188,8 @@ void map_conv_transpose(const Node& d) {
   const auto& w = net.shape(n.input(1));
   const auto& xs = net.shape(d.x);
   if (w.size() != 4 || xs.size() != 4)
-    return d.unsupported(fmt::format("only 2-d transposed convolutions are supported, found weight [{}]", fmt::join(w, ", ")));
+    return d.unsupported(
+        fmt::format("only 2-d transposed convolutions are supported, found weight [{}]", fmt::join(w, ", ")));
   const std::vector<int64_t> kernel{w[2], w[3]};
   auto strides = attr_ints(n, "strides"), dil = attr_ints(n, "dilations"), pads = attr_ints(n, "pads");
   auto out_pad = attr_ints(n, "output_padding"), out_shape = attr_ints(n, "output_shape");
@@ -224,23 +225,21 @@ void map_conv_transpose(const Node& d) {
   for (int k = 0; k < 2; ++k) {  // libonnx's inference and the spec disagree for SAME with output_padding
     const int64_t h = strides[k] * (xs[2 + k] - 1) + out_pad[k] + (kernel[k] - 1) * dil[k] + 1 - pads[k] - pads[k + 2];
     if (h != ys[2 + k])
-      return d.unsupported(fmt::format("ONNX shape inference gives output [{}], the attributes (auto_pad {}, "
-                                       "output_padding {}) give {} on axis {}", fmt::join(ys, ", "), auto_pad,
-                                       fmt::join(out_pad, "x"), h, 2 + k));
+      return d.unsupported(
+          fmt::format("ONNX shape inference gives output [{}], the attributes (auto_pad {}, "
+                      "output_padding {}) give {} on axis {}",
+                      fmt::join(ys, ", "), auto_pad, fmt::join(out_pad, "x"), h, 2 + k));
   }
   const int64_t groups = attr_i(n, "group", 1), ci = xs[1];
   if (groups < 1 || w[0] != ci || ci % groups != 0)
-    return d.unsupported(fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci,
-                                     fmt::join(w, ", ")));
+    return d.unsupported(
+        fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
   const int64_t co = w[1] * groups;
   Json attrs{{"out_channels", co}, {"kernel", one_or_pair(kernel)}, {"stride", one_or_pair(strides)}};
   if (dil != std::vector<int64_t>{1, 1}) attrs["dilation"] = one_or_pair(dil);
-  if (std::count(pads.begin(), pads.end(), pads[0]) == 4)
-    attrs["padding"] = pads[0];
-  else if (pads[0] == pads[2] && pads[1] == pads[3])
-    attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
-  else
-    attrs["padding"] = pads;
+  if (std::count(pads.begin(), pads.end(), pads[0]) == 4) attrs["padding"] = pads[0];
+  else if (pads[0] == pads[2] && pads[1] == pads[3]) attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
+  else attrs["padding"] = pads;
   if (out_pad != std::vector<int64_t>{0, 0}) attrs["output_padding"] = one_or_pair(out_pad);
   if (groups != 1) attrs["groups"] = groups;
   const bool bias = n.input_size() > 2 && !n.input(2).empty();
@@ -260,7 +259,8 @@ void map_resize(const Node& d) {
   const bool upsample = n.op_type() == "Upsample";
   const auto& xs = net.shape(d.x);
   const auto& ys = net.shape(d.y);
-  if (xs.size() != 4) return d.unsupported(fmt::format("only [B,C,H,W] inputs are supported, found rank {}", xs.size()));
+  if (xs.size() != 4)
+    return d.unsupported(fmt::format("only [B,C,H,W] inputs are supported, found rank {}", xs.size()));
   const auto* m = find_attr(n, "mode");
   const std::string mode = m ? m->s() : "nearest";
   if (mode != "nearest" && mode != "linear" && mode != "bilinear")
@@ -273,18 +273,23 @@ void map_resize(const Node& d) {
     const auto* nm = find_attr(n, "nearest_mode");
     const std::string nearest = nm ? nm->s() : "round_prefer_floor";
     if (coord != "asymmetric" || (net.opset >= 11 && nearest != "floor"))
-      return d.unsupported(fmt::format("nearest with coordinate_transformation_mode {} and nearest_mode {} (supported: "
-                                       "asymmetric with floor, PyTorch's 'nearest')", coord, nearest));
+      return d.unsupported(
+          fmt::format("nearest with coordinate_transformation_mode {} and nearest_mode {} (supported: "
+                      "asymmetric with floor, PyTorch's 'nearest')",
+                      coord, nearest));
     attrs["mode"] = "nearest";
   } else {
     if (coord == "align_corners") {
       attrs["align_corners"] = true;
     } else if (coord == "half_pixel" && (ys[2] == 1 || ys[3] == 1)) {
-      return d.unsupported("linear with coordinate_transformation_mode half_pixel onto an output of size 1 (PyTorch's "
-                           "pytorch_half_pixel differs there)");
+      return d.unsupported(
+          "linear with coordinate_transformation_mode half_pixel onto an output of size 1 (PyTorch's "
+          "pytorch_half_pixel differs there)");
     } else if (coord != "pytorch_half_pixel" && coord != "half_pixel") {
-      return d.unsupported(fmt::format("linear with coordinate_transformation_mode {} (supported: pytorch_half_pixel, "
-                                       "half_pixel, align_corners)", coord));
+      return d.unsupported(
+          fmt::format("linear with coordinate_transformation_mode {} (supported: pytorch_half_pixel, "
+                      "half_pixel, align_corners)",
+                      coord));
     }
     attrs["mode"] = "linear";
   }
@@ -338,7 +343,8 @@ void map_gemm(const Node& d) {
   const auto& w = net.shape(n.input(1));
   const bool trans_b = attr_i(n, "transB", 0) != 0, bias = n.input_size() > 2 && !n.input(2).empty();
   int64_t out = trans_b ? w[0] : w[1];
-  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y, Json{{"out_features", out}, {"bias", bias}});
+  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y,
+                                    Json{{"out_features", out}, {"bias", bias}});
   d.m.add_param(name, "weight", n.input(1), {out, net.shape(d.x).back()}, !trans_b);
   if (bias) d.m.add_param(name, "bias", n.input(2), {out});
 }
@@ -354,12 +360,14 @@ void map_matmul(const Node& d) {
   }
   const auto& w = net.shape(n.input(1));
   if (w.size() != 2) return d.unsupported("a parameter operand must be a 2-d weight");
-  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y, Json{{"out_features", w[1]}, {"bias", false}});
+  const std::string name = d.m.emit(n.name(), ir::OpKind::linear, {d.x}, d.y,
+                                    Json{{"out_features", w[1]}, {"bias", false}});
   d.m.add_param(name, "weight", n.input(1), {w[1], net.shape(d.x).back()}, true);
 }
 
 void map_flatten(const Node& d) {
-  if (norm_axis(attr_i(d.n, "axis", 1), d.net().shape(d.x).size()) != 1) return d.unsupported("only axis=1 is supported");
+  if (norm_axis(attr_i(d.n, "axis", 1), d.net().shape(d.x).size()) != 1)
+    return d.unsupported("only axis=1 is supported");
   d.simple(ir::OpKind::flatten);
 }
 
@@ -403,7 +411,8 @@ void map_layernorm(const Node& d) {
     return d.unsupported("normalization over more than the last axis");
   if (n.input_size() < 3 || n.input(2).empty() || d.is_act(1) || d.is_act(2))
     return d.unsupported("needs parameter scale and bias");
-  const std::string name = d.m.emit(n.name(), ir::OpKind::layernorm, {d.x}, d.y, Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
+  const std::string name = d.m.emit(n.name(), ir::OpKind::layernorm, {d.x}, d.y,
+                                    Json{{"eps", attr_f(n, "epsilon", 1e-5f)}});
   d.m.add_param(name, "weight", n.input(1), {xs.back()});
   d.m.add_param(name, "bias", n.input(2), {xs.back()});
 }
@@ -433,7 +442,8 @@ void map_table_lookup(const Node& d) {
   if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
       (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32))
     return d.unsupported("the indices of a table lookup must be an int32 or int64 graph input");
-  const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {n.input(1)}, d.y, Json{{"rows", w[0]}, {"dim", w[1]}});
+  const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {n.input(1)}, d.y,
+                                    Json{{"rows", w[0]}, {"dim", w[1]}});
   d.m.add_param(name, "weight", d.x, {w[0], w[1]});
 }
 
@@ -455,7 +465,8 @@ void map_gather(const Node& d) {
   std::string s = d.m.emit(n.name() + "/slice", ir::OpKind::slice, {d.x}, "", attrs, &sliced);
   d.m.producer_of["\x01" + s] = s;
   const auto& ys = net.shape(d.y);
-  d.m.emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, d.y, Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
+  d.m.emit(n.name(), ir::OpKind::reshape, {"\x01" + s}, d.y,
+           Json{{"shape", std::vector<int64_t>(ys.begin() + 1, ys.end())}});
 }
 
 /// The supported ONNX operators and how each becomes IR ops: a table, one entry per op type.
@@ -516,11 +527,13 @@ void Mapper::map_node(int i) {
   }
   const std::string& y = n.output(0);
   if (!net.at(y).shape) {  // usually behind an unsupported operator; reported only when there is none
-    shape_unknown.push_back(fmt::format("{}: ONNX shape inference could not determine its output shape", node_label(n)));
+    shape_unknown.push_back(
+        fmt::format("{}: ONNX shape inference could not determine its output shape", node_label(n)));
     return;
   }
   if (!batch_first(y) && op != "Identity")
-    return unsupported(n, fmt::format("output shape [{}] does not keep the batch as dim 0", fmt::join(net.shape(y), ", ")));
+    return unsupported(
+        n, fmt::format("output shape [{}] does not keep the batch as dim 0", fmt::join(net.shape(y), ", ")));
   rule->second(Node{*this, i, n, n.input_size() ? n.input(0) : y, y});
 }
 
@@ -534,8 +547,8 @@ void Mapper::map_conv(int i) {
   if (!why.empty()) return unsupported(n, why);
   const int64_t groups = attr_i(n, "group", 1), ci = net.shape(x)[1];
   if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
-    return unsupported(n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci,
-                                      fmt::join(w, ", ")));
+    return unsupported(
+        n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
   if (groups != 1) attrs["groups"] = groups;
   attrs["out_channels"] = w[0];
   const bool bias = n.input_size() > 2 && !n.input(2).empty();
@@ -548,7 +561,8 @@ void Mapper::map_conv(int i) {
 void Mapper::map_pad(int i) {
   const onnx::NodeProto& n = net.nodes[i];
   const auto* mode = find_attr(n, "mode");
-  if (mode && mode->s() != "constant") return unsupported(n, fmt::format("only constant padding, found mode {}", mode->s()));
+  if (mode && mode->s() != "constant")
+    return unsupported(n, fmt::format("only constant padding, found mode {}", mode->s()));
   std::vector<int64_t> pads = attr_ints(n, "pads");  // opset < 11: an attribute
   if (n.input_size() > 1 && !n.input(1).empty()) {
     const auto& p = net.at(n.input(1));
@@ -646,7 +660,8 @@ void Mapper::map_concat(int i) {
     }
     if (param || !(param = param_operand(n.input(k), rank)))
       return unsupported(n, fmt::format("input \"{}\" is a constant, not an activation (one parameter operand, a class "
-                                        "token, is supported)", n.input(k)));
+                                        "token, is supported)",
+                                        n.input(k)));
     attrs["param"] = param->shape;
     if (k > 0) attrs["param_at"] = k;
   }
@@ -672,10 +687,8 @@ void Mapper::map_reduce(int i) {
   ir::Shape shape = ir_shape(cur);
   for (size_t k = 0; k < axes.size(); ++k) {
     const bool last = k + 1 == axes.size();
-    if (keep)
-      shape[static_cast<size_t>(axes[k])] = 1;
-    else
-      shape.erase(shape.begin() + axes[k]);
+    if (keep) shape[static_cast<size_t>(axes[k])] = 1;
+    else shape.erase(shape.begin() + axes[k]);
     std::string out = last ? n.output(0) : fmt::format("\x01{}/{}", n.name(), k);
     emit(axes.size() == 1 ? n.name() : fmt::format("{}/{}", n.name(), k), kind, {cur}, out,
          Json{{"axis", axes[k]}, {"keepdim", keep}}, &shape);
@@ -709,8 +722,9 @@ void Mapper::map_slice(int i) {
     bool last = k + 1 == starts->size();
     std::string out = last ? n.output(0) : fmt::format("\x01{}/{}", n.name(), k);
     std::string name = emit(starts->size() == 1 ? n.name() : fmt::format("{}/{}", n.name(), k), ir::OpKind::slice,
-                            {cur}, out, step == 1 ? Json{{"axis", axis}, {"start", s}, {"end", e}}
-                                                : Json{{"axis", axis}, {"start", s}, {"end", e}, {"step", step}},
+                            {cur}, out,
+                            step == 1 ? Json{{"axis", axis}, {"start", s}, {"end", e}}
+                                      : Json{{"axis", axis}, {"start", s}, {"end", e}, {"step", step}},
                             &shape);
     cur = out;
   }
@@ -793,8 +807,10 @@ ir::Model Mapper::finish() {
     used_names.insert(loss.name);
     ir::Input target;
     if (loss_choice == "cross_entropy" || (loss_choice == "auto" && shape.size() == 2)) {
-      GP_CHECK(shape.size() >= 2, "{}: GRAPHPIPE_ONNX_LOSS=cross_entropy: output \"{}\" has shape {}, expected logits "
-               "[B, C, ...] with the classes on dim 1", net.path, net.outputs[k], ir::shape_str(shape));
+      GP_CHECK(shape.size() >= 2,
+               "{}: GRAPHPIPE_ONNX_LOSS=cross_entropy: output \"{}\" has shape {}, expected logits "
+               "[B, C, ...] with the classes on dim 1",
+               net.path, net.outputs[k], ir::shape_str(shape));
       loss.kind = ir::OpKind::cross_entropy;
       ir::Shape labels = shape;
       labels.erase(labels.begin() + 1);
@@ -824,7 +840,7 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources, OnnxImportR
     const auto& ti = net.at(in);
     // int32 inputs (token ids) are index inputs like int64 ones: the IR has one index type.
     ir::DType dt = ti.elem_type == onnx::TensorProto::INT64 || ti.elem_type == onnx::TensorProto::INT32 ? ir::DType::i64
-                   : ti.elem_type == onnx::TensorProto::FLOAT16  ? ir::DType::f16
+                   : ti.elem_type == onnx::TensorProto::FLOAT16                                         ? ir::DType::f16
                    : ti.elem_type == onnx::TensorProto::BFLOAT16 ? ir::DType::bf16
                                                                  : ir::DType::f32;
     GP_CHECK(ti.elem_type == onnx::TensorProto::FLOAT || dt != ir::DType::f32,

@@ -26,8 +26,7 @@ const TensorInfo& Net::at(const std::string& name) const {
 
 const std::vector<int64_t>& Net::shape(const std::string& name) const {
   const TensorInfo& ti = at(name);
-  GP_CHECK(ti.shape.has_value(), "{}: ONNX shape inference could not determine the shape of tensor \"{}\"", path,
-           name);
+  GP_CHECK(ti.shape.has_value(), "{}: ONNX shape inference could not determine the shape of tensor \"{}\"", path, name);
   return *ti.shape;
 }
 
@@ -102,7 +101,8 @@ void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInf
   std::vector<double> reals;
   switch (tp.data_type()) {
     case onnx::TensorProto::INT64:
-      if (!raw.empty() ? from_raw(int64_t{}, ints) : (ints.assign(tp.int64_data().begin(), tp.int64_data().end()), true))
+      if (!raw.empty() ? from_raw(int64_t{}, ints)
+                       : (ints.assign(tp.int64_data().begin(), tp.int64_data().end()), true))
         ti.ints = ints;
       break;
     case onnx::TensorProto::INT32:
@@ -115,11 +115,13 @@ void read_values(const std::string& path, const onnx::TensorProto& tp, TensorInf
       }
       break;
     case onnx::TensorProto::FLOAT:
-      if (!raw.empty() ? from_raw(float{}, reals) : (reals.assign(tp.float_data().begin(), tp.float_data().end()), true))
+      if (!raw.empty() ? from_raw(float{}, reals)
+                       : (reals.assign(tp.float_data().begin(), tp.float_data().end()), true))
         ti.reals = reals;
       break;
     case onnx::TensorProto::DOUBLE:
-      if (!raw.empty() ? from_raw(double{}, reals) : (reals.assign(tp.double_data().begin(), tp.double_data().end()), true))
+      if (!raw.empty() ? from_raw(double{}, reals)
+                       : (reals.assign(tp.double_data().begin(), tp.double_data().end()), true))
         ti.reals = reals;
       break;
     default: break;
@@ -267,7 +269,8 @@ bool fold_passthrough(const onnx::NodeProto& n, Net& net, Folded& f) {
         else known *= v;
         shape.push_back(v);
       }
-      if (infer >= 0 && known > 0 && length(f.vals) % known == 0) shape[static_cast<size_t>(infer)] = length(f.vals) / known;
+      if (infer >= 0 && known > 0 && length(f.vals) % known == 0)
+        shape[static_cast<size_t>(infer)] = length(f.vals) / known;
       int64_t total = 1;
       for (int64_t v : shape) total *= v;
       if (total == length(f.vals) && (infer < 0 || known > 0)) f.vshape = shape;
@@ -364,7 +367,8 @@ bool fold_equal_where(const onnx::NodeProto& n, Net& net, Folded& f) {
   std::vector<std::vector<int64_t>> src;
   if (!broadcast_values(shapes, f.vshape, src)) return false;
   auto at = [&](size_t k, size_t i) { return (*in[k])[static_cast<size_t>(src[k][i])]; };
-  for (size_t i = 0; i < src[0].size(); ++i) f.vals.push_back(equal ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
+  for (size_t i = 0; i < src[0].size(); ++i)
+    f.vals.push_back(equal ? at(0, i) == at(1, i) : at(0, i) ? at(1, i) : at(2, i));
   return true;
 }
 
@@ -497,13 +501,13 @@ bool fold_transpose(const onnx::NodeProto& n, Net& net, Folded& f) {
 // Values of a shape computation, when its inputs are known. Returns false when it cannot be folded.
 bool fold_node(const onnx::NodeProto& n, Net& net) {
   static const std::unordered_map<std::string, FoldRule> rules = {
-      {"Shape", fold_shape},          {"Gather", fold_gather},           {"Unsqueeze", fold_passthrough},
-      {"Squeeze", fold_passthrough},  {"Identity", fold_passthrough},    {"Cast", fold_passthrough},
-      {"Reshape", fold_passthrough},  {"Concat", fold_concat},           {"ConstantOfShape", fold_constant_of_shape},
-      {"Equal", fold_equal_where},    {"Where", fold_equal_where},       {"Add", fold_arithmetic},
-      {"Sub", fold_arithmetic},       {"Mul", fold_arithmetic},          {"Div", fold_arithmetic},
-      {"Mod", fold_arithmetic},
-      {"Range", fold_range},          {"Slice", fold_slice},             {"Transpose", fold_transpose}};
+      {"Shape", fold_shape},         {"Gather", fold_gather},        {"Unsqueeze", fold_passthrough},
+      {"Squeeze", fold_passthrough}, {"Identity", fold_passthrough}, {"Cast", fold_passthrough},
+      {"Reshape", fold_passthrough}, {"Concat", fold_concat},        {"ConstantOfShape", fold_constant_of_shape},
+      {"Equal", fold_equal_where},   {"Where", fold_equal_where},    {"Add", fold_arithmetic},
+      {"Sub", fold_arithmetic},      {"Mul", fold_arithmetic},       {"Div", fold_arithmetic},
+      {"Mod", fold_arithmetic},      {"Range", fold_range},          {"Slice", fold_slice},
+      {"Transpose", fold_transpose}};
   auto rule = rules.find(n.op_type());
   Folded f;
   if (rule == rules.end() || !rule->second(n, net, f)) return false;
@@ -551,8 +555,8 @@ onnx::ModelProto parse_model(const std::string& path, Net& net) {
            "{}: not an ONNX model (first byte 0x{:02x} is not the start of an ONNX ModelProto)", path,
            static_cast<unsigned char>(bytes[0]));
   onnx::ModelProto model;
-  GP_CHECK(model.ParseFromString(bytes), "{}: corrupt or truncated ONNX file (protobuf parsing failed after {} bytes read)",
-           path, bytes.size());
+  GP_CHECK(model.ParseFromString(bytes),
+           "{}: corrupt or truncated ONNX file (protobuf parsing failed after {} bytes read)", path, bytes.size());
   GP_CHECK(model.has_graph() && model.graph().node_size() > 0,
            "{}: corrupt or truncated ONNX file (no graph or an empty graph)", path);
   net.path = path;
@@ -692,8 +696,8 @@ void check_windowed_nodes(const onnx::GraphProto& g, Net& net) {
     for (const auto& x : in.type().tensor_type().shape().dim()) d.push_back(x.has_dim_value() ? x.dim_value() : -1);
     if (!static_dims.count(in.name()) && std::find(d.begin(), d.end(), -1) == d.end()) static_dims[in.name()] = d;
   }
-  static const std::unordered_set<std::string> kWindowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool",
-                                                             "LpPool", "MaxUnpool"};
+  static const std::unordered_set<std::string> kWindowed = {"Conv",        "ConvTranspose", "MaxPool",
+                                                            "AveragePool", "LpPool",        "MaxUnpool"};
   for (auto& n : net.nodes) {
     if (!kWindowed.count(n.op_type())) continue;
     if ((n.op_type() == "Conv" || n.op_type() == "ConvTranspose") && !find_attr(n, "kernel_shape") &&
@@ -749,8 +753,8 @@ bool find_schemas(Net& net) {
   for (size_t i = 0; i < net.nodes.size(); ++i) {
     const auto& n = net.nodes[i];
     const bool onnx_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    net.has_schema[i] =
-        onnx::OpSchemaRegistry::Schema(n.op_type(), onnx_domain ? net.opset : INT_MAX, n.domain()) != nullptr;
+    net.has_schema[i] = onnx::OpSchemaRegistry::Schema(n.op_type(), onnx_domain ? net.opset : INT_MAX, n.domain()) !=
+                        nullptr;
   }
   return std::find(net.has_schema.begin(), net.has_schema.end(), false) == net.has_schema.end();
 }

@@ -14,12 +14,12 @@ namespace gp::importers::onnx_detail {
 /// Where an IR parameter's value comes from, recorded while mapping (cheap: names only); read by
 /// import_onnx_weights, never while planning.
 struct ParamSource {
-  std::string op, param;       // IR op name and parameter name (runtime param_specs)
-  std::string tensor;          // ONNX tensor in the weight slot: an initializer, possibly behind Transpose
-  bool transpose = false;      // a 2-d [in, out] weight (MatMul, Gemm transB=0) -> [out, in]
-  int64_t part = 0, parts = 1; // rows [part*n/parts, (part+1)*n/parts) of dim 0 (packed Q/K/V in_proj)
-  std::vector<int64_t> shape;  // the IR parameter's shape
-  std::string error;           // set when the source is unknown; loading weights then fails with it
+  std::string op, param;        // IR op name and parameter name (runtime param_specs)
+  std::string tensor;           // ONNX tensor in the weight slot: an initializer, possibly behind Transpose
+  bool transpose = false;       // a 2-d [in, out] weight (MatMul, Gemm transB=0) -> [out, in]
+  int64_t part = 0, parts = 1;  // rows [part*n/parts, (part+1)*n/parts) of dim 0 (packed Q/K/V in_proj)
+  std::vector<int64_t> shape;   // the IR parameter's shape
+  std::string error;            // set when the source is unknown; loading weights then fails with it
 };
 
 /// A parameter used as an operand (add / mul / concat): its tensor (an initializer or weight input;
@@ -49,8 +49,8 @@ struct Mapper {
   std::string emit(const std::string& name_hint, ir::OpKind kind, std::vector<std::string> in_tensors,
                    const std::string& out_tensor, Json attrs = Json::object(), const ir::Shape* shape = nullptr);
   void unsupported(const onnx::NodeProto& n, const std::string& why);
-  void add_param(const std::string& op, const std::string& param, const std::string& tensor,
-                 std::vector<int64_t> shape, bool transpose = false, int64_t part = 0, int64_t parts = 1);
+  void add_param(const std::string& op, const std::string& param, const std::string& tensor, std::vector<int64_t> shape,
+                 bool transpose = false, int64_t part = 0, int64_t parts = 1);
   /// Q, K, V and output projections of an attention region (nodes), input x of width h.
   void attention_params(const std::string& op, const std::vector<int>& nodes, int64_t h);
 

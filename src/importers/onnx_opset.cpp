@@ -65,9 +65,9 @@ onnx::NodeProto node(const std::string& type, const std::string& name, std::vect
   return n;
 }
 
-const std::set<std::string> kReduceWithAxesInput = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                                                    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-                                                    "ReduceSumSquare"};
+const std::set<std::string> kReduceWithAxesInput = {"ReduceMean",   "ReduceMax",       "ReduceMin",
+                                                    "ReduceProd",   "ReduceL1",        "ReduceL2",
+                                                    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
 
 }  // namespace
 
@@ -134,8 +134,8 @@ void normalize_opset(onnx::ModelProto& model, Net& net) {
     out.push_back(std::move(n));
   }
   if (gelu_constants)  // Constant nodes, as the exporter writes GELU's constants
-    for (auto [name, v] : {std::pair{"gp_gelu_sqrt2", static_cast<float>(std::sqrt(2.0))}, std::pair{"gp_gelu_one", 1.0f},
-                           std::pair{"gp_gelu_half", 0.5f}}) {
+    for (auto [name, v] : {std::pair{"gp_gelu_sqrt2", static_cast<float>(std::sqrt(2.0))},
+                           std::pair{"gp_gelu_one", 1.0f}, std::pair{"gp_gelu_half", 0.5f}}) {
       onnx::NodeProto c = node("Constant", name, {}, name);
       auto* a = c.add_attribute();
       a->set_name("value");

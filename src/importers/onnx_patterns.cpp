@@ -44,7 +44,9 @@ struct Matcher {
     if (ti.ints && ti.ints->size() == 1) return static_cast<double>((*ti.ints)[0]);
     return std::nullopt;
   }
-  bool near(const std::optional<double>& v, double want) const { return v && std::abs(*v - want) < 1e-4 * std::abs(want); }
+  bool near(const std::optional<double>& v, double want) const {
+    return v && std::abs(*v - want) < 1e-4 * std::abs(want);
+  }
   // A parameter vector of `len` elements (a per-feature weight or bias).
   bool param_vec(const std::string& t, int64_t len) const {
     const auto& ti = net.at(t);
@@ -210,7 +212,8 @@ void Mapper::attention_params(const std::string& op, const std::vector<int>& nod
   for (const auto& p : a.projs)
     if (p.b.empty()) return fail(fmt::format("the projection with weight \"{}\" has no bias", p.w));
   if (out_projs.size() != 1 || out_projs[0]->rows != h)
-    return fail(fmt::format("{} output projection(s) after the Softmax, expected one [{}, {}]", out_projs.size(), h, h));
+    return fail(
+        fmt::format("{} output projection(s) after the Softmax, expected one [{}, {}]", out_projs.size(), h, h));
   auto qkv = assign_qkv(net, nodes, a, in_projs, h);
   if (auto* why = std::get_if<std::string>(&qkv)) return fail(*why);
   const auto& proj = std::get<std::array<const Proj*, 3>>(qkv);
@@ -272,8 +275,8 @@ std::map<int, std::vector<int>> batch_moving_regions(const Mapper& mp, const Mat
 // is joined with it and those nodes: one block, judged as a whole below.
 void join_head_split_regions(const Mapper& mp, const Matcher& m, std::map<int, std::vector<int>>& regions) {
   const Net& net = mp.net;
-  static const std::set<std::string> kBetween = {"Mul",     "Div",  "MatMul",  "Softmax", "Transpose", "Reshape",
-                                                 "Cast",    "Dropout", "Add",  "Sub",     "Where"};
+  static const std::set<std::string> kBetween = {"Mul",  "Div",     "MatMul", "Softmax", "Transpose", "Reshape",
+                                                 "Cast", "Dropout", "Add",    "Sub",     "Where"};
   std::vector<int> region_of(net.nodes.size(), -1);
   for (const auto& [root, nodes] : regions)
     for (int i : nodes) region_of[static_cast<size_t>(i)] = root;
@@ -372,7 +375,8 @@ std::string attention_mismatch(const Mapper& mp, const Region& r, int64_t& h) {
   for (const auto& p : r.params)
     count += std::max<int64_t>(0, ir::per_sample_elems(net.shape(p)) > 1 ? ir::per_sample_elems(net.shape(p)) : 0);
   if (xs.size() != 3 || xs != ys || !mp.batch_first(*r.ext_in.begin()))
-    return fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","), fmt::join(ys, ","));
+    return fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","),
+                       fmt::join(ys, ","));
   if (r.softmax != 1 || r.act_matmul != 2)
     return fmt::format("{} Softmax and {} activation MatMul nodes, expected 1 and 2", r.softmax, r.act_matmul);
   if (count != 4 * h * h + 4 * h)
@@ -448,9 +452,10 @@ void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& c
       why = "a padding mask on sequence-first scores [B*heads, S, S] (export nn.MultiheadAttention with batch_first)";
     claim(claimed, nodes);
     if (!why.empty()) {
-      mp.reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a "
-                                       "multi-head self-attention block ({})",
-                                       node_label(net.nodes[nodes.front()]), node_label(net.nodes[nodes.back()]), why));
+      mp.reasons.push_back(
+          fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a "
+                      "multi-head self-attention block ({})",
+                      node_label(net.nodes[nodes.front()]), node_label(net.nodes[nodes.back()]), why));
       continue;
     }
     claim(claimed, am.prep);
@@ -471,7 +476,9 @@ std::optional<std::vector<int>> batch_first_region(const Mapper& mp, const Match
                                                    const AttentionMasks& am) {
   const Net& net = mp.net;
   auto rank = [&](const std::string& t) { return net.at(t).shape ? net.at(t).shape->size() : size_t{0}; };
-  auto usable = [&](int c) { return c >= 0 && !net.folded[static_cast<size_t>(c)] && !m.claimed[static_cast<size_t>(c)]; };
+  auto usable = [&](int c) {
+    return c >= 0 && !net.folded[static_cast<size_t>(c)] && !m.claimed[static_cast<size_t>(c)];
+  };
   std::set<int> in_region{softmax};
   std::vector<std::string> work;
   auto add = [&](int i) {
@@ -515,8 +522,9 @@ std::optional<std::vector<int>> batch_first_region(const Mapper& mp, const Match
       in_region.insert(p);
       p = net.at(param(nd.input(0)) ? nd.input(1) : nd.input(0)).producer;
     }
-    if (usable(p) && (net.nodes[static_cast<size_t>(p)].op_type() == "MatMul" ||
-                      net.nodes[static_cast<size_t>(p)].op_type() == "Gemm") &&
+    if (usable(p) &&
+        (net.nodes[static_cast<size_t>(p)].op_type() == "MatMul" ||
+         net.nodes[static_cast<size_t>(p)].op_type() == "Gemm") &&
         param(net.nodes[static_cast<size_t>(p)].input(1)))
       in_region.insert(p);
   }
@@ -531,13 +539,15 @@ std::optional<std::vector<int>> batch_first_region(const Mapper& mp, const Match
     int mm = -1;
     for (int c : cs)
       if (!net.folded[static_cast<size_t>(c)]) mm = mm == -1 ? c : -2;
-    if (usable(mm) && (net.nodes[static_cast<size_t>(mm)].op_type() == "MatMul" ||
-                       net.nodes[static_cast<size_t>(mm)].op_type() == "Gemm") &&
+    if (usable(mm) &&
+        (net.nodes[static_cast<size_t>(mm)].op_type() == "MatMul" ||
+         net.nodes[static_cast<size_t>(mm)].op_type() == "Gemm") &&
         param(net.nodes[static_cast<size_t>(mm)].input(1))) {
       in_region.insert(mm);
       const std::string& o = net.nodes[static_cast<size_t>(mm)].output(0);
       int ad = net.nodes[static_cast<size_t>(mm)].op_type() == "MatMul" ? m.sole(o, "Add") : -1;
-      if (ad >= 0 && (param(net.nodes[static_cast<size_t>(ad)].input(0)) || param(net.nodes[static_cast<size_t>(ad)].input(1))))
+      if (ad >= 0 &&
+          (param(net.nodes[static_cast<size_t>(ad)].input(0)) || param(net.nodes[static_cast<size_t>(ad)].input(1))))
         in_region.insert(ad);
     }
   }
@@ -576,16 +586,17 @@ void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& 
     if (!why.empty() && am.factors == 0 && am.operands.empty() && am.path.empty()) continue;
     claim(claimed, *nodes);
     if (!why.empty()) {
-      mp.reasons.push_back(fmt::format("nodes {} .. {} (the Softmax {} over [B, heads, S, S] scores) are not a "
-                                       "multi-head self-attention block ({})",
-                                       node_label(net.nodes[static_cast<size_t>(nodes->front())]),
-                                       node_label(net.nodes[static_cast<size_t>(nodes->back())]), node_label(nd), why));
+      mp.reasons.push_back(
+          fmt::format("nodes {} .. {} (the Softmax {} over [B, heads, S, S] scores) are not a "
+                      "multi-head self-attention block ({})",
+                      node_label(net.nodes[static_cast<size_t>(nodes->front())]),
+                      node_label(net.nodes[static_cast<size_t>(nodes->back())]), node_label(nd), why));
       continue;
     }
     claim(claimed, am.prep);
     auto [in, attrs] = attention_signature(*r.ext_in.begin(), heads, am);
-    mp.attention_params(mp.emit(fused_name(net, *nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs),
-                        *nodes, h);
+    mp.attention_params(
+        mp.emit(fused_name(net, *nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs), *nodes, h);
   }
 }
 
@@ -708,12 +719,17 @@ std::string window_mismatch(Mapper& mp, const Matcher& m, int pad, const std::se
     for (const auto& in : nd.input())
       if (!in.empty()) param_roots(net, in, roots);
   }
-  if (softmax < 0 || act_mm != 2) return fmt::format("{} Softmax and {} activation MatMuls, expected 1 and 2",
-                                                     softmax == -2 ? 2 : softmax < 0 ? 0 : 1, act_mm);
+  if (softmax < 0 || act_mm != 2)
+    return fmt::format("{} Softmax and {} activation MatMuls, expected 1 and 2",
+                       softmax == -2 ? 2
+                       : softmax < 0 ? 0
+                                     : 1,
+                       act_mm);
   if (wh == 0) return "no window partition Reshape [B, H, W, C] -> [B, H/wh, wh, W/ww, ww, C]";
   const auto& scores = *net.at(net.nodes[static_cast<size_t>(softmax)].input(0)).shape;
   if (scores.size() != 4 || scores[2] != wh * ww || scores[3] != wh * ww)
-    return fmt::format("Softmax over [{}], expected [B * windows, heads, {}, {}]", fmt::join(scores, ","), wh * ww, wh * ww);
+    return fmt::format("Softmax over [{}], expected [B * windows, heads, {}, {}]", fmt::join(scores, ","), wh * ww,
+                       wh * ww);
   const int64_t heads = scores[1];
   if (heads <= 0 || c % heads != 0) return fmt::format("{} heads do not divide {} channels", heads, c);
   // Parameters: QKV [3C, C] + [3C], output [C, C] + [C], the relative-position table.
@@ -742,10 +758,10 @@ std::string window_mismatch(Mapper& mp, const Matcher& m, int pad, const std::se
                        scale ? fmt::format("{:.6g}", *scale) : std::string("something unreadable"), c / heads, want);
   // Padding to multiples of the window, then the roll.
   const auto& pn = net.nodes[static_cast<size_t>(pad)];
-  const std::vector<int64_t>* pads =
-      pn.input_size() > 1 && net.at(pn.input(1)).ints ? &*net.at(pn.input(1)).ints : nullptr;
-  const std::optional<double> value =
-      pn.input_size() > 2 && !pn.input(2).empty() ? m.scalar(pn.input(2)) : std::optional<double>(0.0);
+  const std::vector<int64_t>* pads = pn.input_size() > 1 && net.at(pn.input(1)).ints ? &*net.at(pn.input(1)).ints
+                                                                                     : nullptr;
+  const std::optional<double> value = pn.input_size() > 2 && !pn.input(2).empty() ? m.scalar(pn.input(2))
+                                                                                  : std::optional<double>(0.0);
   const int64_t pad_b = (wh - xs[1] % wh) % wh, pad_r = (ww - xs[2] % ww) % ww;
   if (!pads || *pads != std::vector<int64_t>{0, 0, 0, 0, 0, pad_b, pad_r, 0} || value != 0.0 ||
       (find_attr(pn, "mode") && find_attr(pn, "mode")->s() != "constant"))
@@ -768,9 +784,9 @@ std::string window_mismatch(Mapper& mp, const Matcher& m, int pad, const std::se
 
 void map_window_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claimed) {
   const Net& net = mp.net;
-  static const std::set<std::string> kBlock = {"Pad",     "Slice", "Concat", "Reshape", "Transpose", "MatMul",
-                                               "Add",     "Mul",   "Div",    "Gather",  "Squeeze",   "Unsqueeze",
-                                               "Softmax", "Dropout", "Cast", "Identity", "Split"};
+  static const std::set<std::string> kBlock = {"Pad",     "Slice",   "Concat", "Reshape",  "Transpose", "MatMul",
+                                               "Add",     "Mul",     "Div",    "Gather",   "Squeeze",   "Unsqueeze",
+                                               "Softmax", "Dropout", "Cast",   "Identity", "Split"};
   const int n = static_cast<int>(net.nodes.size());
   for (int pad = 0; pad < n; ++pad) {
     const auto& pn = net.nodes[static_cast<size_t>(pad)];
@@ -782,7 +798,8 @@ void map_window_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claim
     bool softmax = false;
     for (int i = pad; i < n; ++i) {
       const auto& nd = net.nodes[static_cast<size_t>(i)];
-      if (net.folded[static_cast<size_t>(i)] || claimed[static_cast<size_t>(i)] || !kBlock.count(nd.op_type())) continue;
+      if (net.folded[static_cast<size_t>(i)] || claimed[static_cast<size_t>(i)] || !kBlock.count(nd.op_type()))
+        continue;
       bool any = false, all = true;
       for (const auto& in : nd.input())
         if (!in.empty() && net.at(in).activation) (from.count(in) ? any : all) = from.count(in) > 0;
@@ -877,8 +894,9 @@ bool match_gelu(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed)
   bool scaled = op == "Div" ? m.near(c, std::sqrt(2.0)) : m.near(c, 1.0 / std::sqrt(2.0));
   int erf = scaled && net.at(x).activation ? m.sole(nd.output(0), "Erf") : -1;
   int one = erf < 0 ? -1 : m.sole(m.node(erf).output(0), "Add");
-  int m1 = one < 0 || !m.near(m.scalar(m.other(one, m.node(erf).output(0))), 1.0) ? -1
-                                                                                   : m.sole(m.node(one).output(0), "Mul");
+  int m1 = one < 0 || !m.near(m.scalar(m.other(one, m.node(erf).output(0))), 1.0)
+               ? -1
+               : m.sole(m.node(one).output(0), "Mul");
   if (m1 < 0) return false;
   std::string o = m.other(m1, m.node(one).output(0));
   std::vector<int> group{i, erf, one, m1};
@@ -888,8 +906,8 @@ bool match_gelu(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed)
   if (m2 >= 0 && m.near(m.scalar(m.other(m2, m.node(m1).output(0))), 0.5)) {
     group.push_back(m2);
     out = m.node(m2).output(0);
-  } else if (o != x && half >= 0 && !claimed[half] && net.nodes[half].op_type() == "Mul" &&
-             m.sole(o, "Mul") == m1 && m.other(half, x) != "" && m.near(m.scalar(m.other(half, x)), 0.5) &&
+  } else if (o != x && half >= 0 && !claimed[half] && net.nodes[half].op_type() == "Mul" && m.sole(o, "Mul") == m1 &&
+             m.other(half, x) != "" && m.near(m.scalar(m.other(half, x)), 0.5) &&
              (m.node(half).input(0) == x || m.node(half).input(1) == x)) {
     group.push_back(half);
     out = m.node(m1).output(0);

@@ -99,7 +99,8 @@ void warn_ties(const std::string& path, const std::vector<OnnxSharedNote>& notes
   bool merged_one = false, copies_one = false;
   for (const OnnxSharedNote& n : notes) {
     if (n.kind == "merged") {
-      merged += fmt::format("{}{} also stands for {}", merged.empty() ? "" : "; ", n.initializer, fmt::join(n.names, ", "));
+      merged += fmt::format("{}{} also stands for {}", merged.empty() ? "" : "; ", n.initializer,
+                            fmt::join(n.names, ", "));
       merged_one = n.trained_as_one;
     } else if (n.kind == "transposed copy") {
       copies += fmt::format("{}{} holds {} transposed", copies.empty() ? "" : "; ", fmt::join(n.names, ", "),
@@ -123,8 +124,9 @@ void warn_ties(const std::string& path, const std::vector<OnnxSharedNote>& notes
                      "trains the copy as a parameter of its own)."
                    : fmt::format("--ties {}: the copy is trained as a parameter of its own, unlike a PyTorch tie.",
                                  mode_name(mode)));
-  text += "Export with do_constant_folding=False and training=torch.onnx.TrainingMode.TRAINING (or with "
-          "graphpipe.export from Python) to keep the file exact.";
+  text +=
+      "Export with do_constant_folding=False and training=torch.onnx.TrainingMode.TRAINING (or with "
+      "graphpipe.export from Python) to keep the file exact.";
   warn_once(path, "ties", text);
 }
 
@@ -262,7 +264,9 @@ void tie_shared_params(const Net& net, const std::vector<ParamSource>& sources, 
   }
   std::vector<OnnxSharedNote> notes;
   for (const auto& [init, names] : merged)
-    notes.push_back({init, {names.begin(), names.end()}, "merged",
+    notes.push_back({init,
+                     {names.begin(), names.end()},
+                     "merged",
                      mode == TieMode::exact ? pytorch_tie(init, *names.begin()) : merges_tied});
   for (const auto& [orig, cs] : copies) notes.push_back({orig, {cs.begin(), cs.end()}, "transposed copy", copies_tied});
   warn_ties(net.path, notes, mode);

@@ -85,12 +85,8 @@ ParamValue to_float(const Net& net, const onnx::TensorProto& tp, const std::stri
   auto half = [](auto x) { return half_to_float(static_cast<uint16_t>(x)); };
   auto bf16 = [](auto x) { return bf16_to_float(static_cast<uint16_t>(x)); };
   switch (tp.data_type()) {
-    case onnx::TensorProto::FLOAT:
-      raw.empty() ? from_field(tp.float_data(), same) : from_raw(float{}, same);
-      break;
-    case onnx::TensorProto::DOUBLE:
-      raw.empty() ? from_field(tp.double_data(), same) : from_raw(double{}, same);
-      break;
+    case onnx::TensorProto::FLOAT: raw.empty() ? from_field(tp.float_data(), same) : from_raw(float{}, same); break;
+    case onnx::TensorProto::DOUBLE: raw.empty() ? from_field(tp.double_data(), same) : from_raw(double{}, same); break;
     case onnx::TensorProto::FLOAT16:  // typed storage: the 16 bits in int32_data
       raw.empty() ? from_field(tp.int32_data(), half) : from_raw(uint16_t{}, half);
       break;
@@ -145,9 +141,10 @@ std::optional<ParamValue> eval(const Net& net, const std::string& t, const Param
              node_label(n), perm.size(), v->shape.size());
     return permute(*v, perm);
   }
-  throw UserError(fmt::format("{}: parameter {} of op \"{}\" is tensor \"{}\", computed by node {}; only initializers "
-                              "(behind Transpose, Identity or Cast) can be read as weights",
-                              net.path, ps.param, ps.op, t, node_label(n)));
+  throw UserError(
+      fmt::format("{}: parameter {} of op \"{}\" is tensor \"{}\", computed by node {}; only initializers "
+                  "(behind Transpose, Identity or Cast) can be read as weights",
+                  net.path, ps.param, ps.op, t, node_label(n)));
 }
 
 }  // namespace

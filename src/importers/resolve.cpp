@@ -20,9 +20,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 #if !GP_WITH_ONNX
 // Built with -DGP_WITH_ONNX=OFF (no libonnx, e.g. scripts/build-gpu.sh on a machine without it).
 [[noreturn]] static void no_onnx(const std::string& spec) {
-  throw UserError(fmt::format("{}: this graphpipe was built without the ONNX importer (-DGP_WITH_ONNX=OFF); "
-                              "use a build with libonnx, or export the model to graphpipe.model/1 JSON there",
-                              spec));
+  throw UserError(
+      fmt::format("{}: this graphpipe was built without the ONNX importer (-DGP_WITH_ONNX=OFF); "
+                  "use a build with libonnx, or export the model to graphpipe.model/1 JSON there",
+                  spec));
 }
 ir::Model import_onnx(const std::string& spec, OnnxImportReport*) { no_onnx(spec); }
 ParamValues import_onnx_weights(const std::string& spec, ir::Model*) { no_onnx(spec); }

@@ -14,8 +14,7 @@ double attr_num(const Op& op, const char* key, double dflt, const std::string& w
 bool attr_bool(const Op& op, const char* key, bool dflt, const std::string& where);
 std::vector<int64_t> attr_ints(const Op& op, const char* key, const std::string& where);
 /// Normalises an axis attribute against a rank (negative counts from the end); must be >= 1.
-int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank,
-                  const std::string& where);
+int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank, const std::string& where);
 
 /// conv2d geometry from its attrs (kernel / stride / dilation an integer or [h, w]; padding an
 /// integer, [h, w] or [top, left, bottom, right]); checked: positive sizes, padding >= 0, groups

@@ -128,7 +128,7 @@ void embedding_bag_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   c.fwd_flops = bag * static_cast<double>(dim);
   c.bwd_flops = bag * static_cast<double>(dim);
   c.input_bytes += bag * static_cast<double>(dim) * x.eb;  // gathered rows
-  c.saved_bytes = x.in0_bytes;                              // the indices
+  c.saved_bytes = x.in0_bytes;                             // the indices
 }
 
 // A lookup: each index copies one row (forward) and adds into one gradient row (backward);
@@ -140,7 +140,7 @@ void embedding_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   p.params = p.table_params = rows * dim;
   per_element(x, c, 1, 1);
   c.input_bytes += tokens * static_cast<double>(dim) * x.eb;  // gathered rows
-  c.saved_bytes = x.in0_bytes;                                 // the indices
+  c.saved_bytes = x.in0_bytes;                                // the indices
   if (attr_bool(x.op, "positions", false, kWhere)) {
     p.params += static_cast<double>(attr_int(x.op, "position_rows", x.in[0][1], kWhere)) * dim;
     c.fwd_flops += x.out_elems;
@@ -182,7 +182,8 @@ void window_attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
 void conv2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const ConvGeometry g = conv_geometry(x.op, x.in[0][1], kWhere);
   const double co = static_cast<double>(x.op.output_shape[1]);
-  const double taps = static_cast<double>(x.in[0][1] / g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
+  const double taps = static_cast<double>(x.in[0][1] / g.groups) * static_cast<double>(g.kh) *
+                      static_cast<double>(g.kw);
   p.params = co * taps + (attr_bool(x.op, "bias", true, kWhere) ? co : 0.0);
   c.fwd_flops = 2 * x.out_elems * taps;
   c.bwd_flops = 2 * c.fwd_flops;

@@ -33,41 +33,44 @@ DType dtype_from_string(const std::string& s);  // throws UserError listing vali
 /// (so axis 0 is the batch; concat/slice/softmax/mean/sum never use axis 0); negative axes count
 /// from the end.
 enum class OpKind {
-  linear,         // y = x W^T + b over the last dim. attrs: out_features, bias (bool, default true)
-  matmul,         // y = a @ b, batched over leading dims: a [B,..,m,k], b [B,..,k,n] -> [B,..,m,n]
-  add,            // elementwise sum of the inputs, broadcast NumPy-style over the per-sample dims
-                  // (ranks equal, each dim equal or 1 in all but one operand: [B,C,H,W] * [B,C,1,1]);
-                  // attrs.param (optional per-sample shape, e.g. [C,1,1]): a learned parameter "param"
-                  // of that shape is one more operand (a bias/position table); 1+ inputs with it, else 2+
-  mul,            // elementwise product, the same broadcasting and optional attrs.param (a layer scale)
-  concat,         // concatenation along attrs.axis (>= 1); attrs.param (optional per-sample shape): a
-                  // learned parameter "param" broadcast over the batch is one more operand, at position
-                  // attrs.param_at (default 0) among them (ViT's class token)
-  slice,          // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end; step (default 1:
-                  // every step-th element from start, PyTorch's x[..., start:end:step])
-  relu, gelu, sigmoid, tanh,  // elementwise; gelu is the exact (erf) form
-  clip,           // elementwise clamp to [attrs.min, attrs.max] (each optional; ReLU6 is 0, 6)
-  hardsigmoid,    // max(0, min(1, alpha x + beta)); attrs alpha (default 1/6), beta (default 0.5)
-  hardswish,      // x * hardsigmoid(x) with alpha 1/6, beta 0.5
-  pad,            // constant padding; attrs.pads: 2 x (rank-1) non-negative counts over the per-sample
-                  // dims, all begins then all ends (ONNX order without the batch); attrs.value (0)
-  softmax,        // along attrs.axis (default -1)
-  layernorm,      // over the last dim, with affine weight and bias; attrs: eps (default 1e-5)
-  dropout,        // attrs: p (default 0.1); identity at p = 0
-  embedding_bag,  // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
-  embedding,      // x: i64 indices [B, ...] in [0, rows); y [B, ..., dim] = the rows (a lookup table,
-                  // nn.Embedding). attrs: rows, dim, positions (default false: true adds rows
-                  // [0, seq) of a learned [position_rows, dim] table to every sample; x must be
-                  // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
-  attention,      // multi-head self-attention incl. Q,K,V and output projections (with biases),
-                  // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head) + M) V.
-                  // M masks keys (-inf: weight 0): attrs.causal (default false): key j > query i
-                  // (a decoder); an optional input 1, a padding mask m [B, seq] (i64 or f32, values
-                  // 0 / 1) over the keys: attrs.mask "keep" (default: keys with m != 0 take part,
-                  // HF's attention_mask, SDPA's bool attn_mask) or "ignore" (keys with m != 0 are
-                  // masked: PyTorch's key_padding_mask); masked keys get attrs.mask_fill added
-                  // (default -inf; e.g. -10000 as BERT adds (1 - m) * -10000). A row whose keys
-                  // are all masked is NaN with -inf, as PyTorch's exported graph computes it.
+  linear,  // y = x W^T + b over the last dim. attrs: out_features, bias (bool, default true)
+  matmul,  // y = a @ b, batched over leading dims: a [B,..,m,k], b [B,..,k,n] -> [B,..,m,n]
+  add,     // elementwise sum of the inputs, broadcast NumPy-style over the per-sample dims
+           // (ranks equal, each dim equal or 1 in all but one operand: [B,C,H,W] * [B,C,1,1]);
+           // attrs.param (optional per-sample shape, e.g. [C,1,1]): a learned parameter "param"
+           // of that shape is one more operand (a bias/position table); 1+ inputs with it, else 2+
+  mul,     // elementwise product, the same broadcasting and optional attrs.param (a layer scale)
+  concat,  // concatenation along attrs.axis (>= 1); attrs.param (optional per-sample shape): a
+           // learned parameter "param" broadcast over the batch is one more operand, at position
+           // attrs.param_at (default 0) among them (ViT's class token)
+  slice,   // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end; step (default 1:
+           // every step-th element from start, PyTorch's x[..., start:end:step])
+  relu,
+  gelu,
+  sigmoid,
+  tanh,              // elementwise; gelu is the exact (erf) form
+  clip,              // elementwise clamp to [attrs.min, attrs.max] (each optional; ReLU6 is 0, 6)
+  hardsigmoid,       // max(0, min(1, alpha x + beta)); attrs alpha (default 1/6), beta (default 0.5)
+  hardswish,         // x * hardsigmoid(x) with alpha 1/6, beta 0.5
+  pad,               // constant padding; attrs.pads: 2 x (rank-1) non-negative counts over the per-sample
+                     // dims, all begins then all ends (ONNX order without the batch); attrs.value (0)
+  softmax,           // along attrs.axis (default -1)
+  layernorm,         // over the last dim, with affine weight and bias; attrs: eps (default 1e-5)
+  dropout,           // attrs: p (default 0.1); identity at p = 0
+  embedding_bag,     // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
+  embedding,         // x: i64 indices [B, ...] in [0, rows); y [B, ..., dim] = the rows (a lookup table,
+                     // nn.Embedding). attrs: rows, dim, positions (default false: true adds rows
+                     // [0, seq) of a learned [position_rows, dim] table to every sample; x must be
+                     // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
+  attention,         // multi-head self-attention incl. Q,K,V and output projections (with biases),
+                     // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head) + M) V.
+                     // M masks keys (-inf: weight 0): attrs.causal (default false): key j > query i
+                     // (a decoder); an optional input 1, a padding mask m [B, seq] (i64 or f32, values
+                     // 0 / 1) over the keys: attrs.mask "keep" (default: keys with m != 0 take part,
+                     // HF's attention_mask, SDPA's bool attn_mask) or "ignore" (keys with m != 0 are
+                     // masked: PyTorch's key_padding_mask); masked keys get attrs.mask_fill added
+                     // (default -inf; e.g. -10000 as BERT adds (1 - m) * -10000). A row whose keys
+                     // are all masked is NaN with -inf, as PyTorch's exported graph computes it.
   window_attention,  // Swin's (shifted) window attention, torchvision's shifted_window_attention:
                      // x [B, H, W, C] -> same. attrs: heads, window [wh, ww], shift [sh, sw]
                      // (default [0, 0]). x is zero-padded to multiples of the window, rolled by
@@ -77,32 +80,34 @@ enum class OpKind {
                      // through Swin's relative_position_index) + (shift != 0) -100 between tokens
                      // from different regions of the rolled map; output projection (wo [C, C],
                      // bo [C]); windows merged, rolled back by +shift, cropped to H x W.
-  conv2d,         // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true),
-                  // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
-                  // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or
-                  // [top, left, bottom, right] (asymmetric, ONNX order)
+  conv2d,            // x [B,C,H,W]; attrs: out_channels, kernel, stride (1), padding (0), bias (true),
+                     // dilation (1), groups (1; divides C and out_channels; depthwise: groups = C).
+                     // kernel, stride, dilation: an integer or [h, w]; padding: an integer, [h, w] or
+                     // [top, left, bottom, right] (asymmetric, ONNX order)
   conv_transpose2d,  // x [B,C,H,W] -> [B,out_channels,H',W'], PyTorch's ConvTranspose2d (weight
-                    // [C, out_channels/groups, kh, kw]); the conv2d attrs (padding may be
-                    // asymmetric: rows/cols cropped from the full output) plus output_padding (0;
-                    // an integer or [h, w]: rows/cols added at the bottom/right).
-                    // H' = (H-1) stride - top - bottom + dilation (kh-1) + 1 + output_padding
-  batchnorm,      // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
-  maxpool, avgpool,  // 2d; attrs: kernel, stride (= kernel), padding (0), each an integer or [h, w]
-                     // (padding symmetric, at most half the window); dilation (1, maxpool only);
-                     // ceil_mode (default false; true rounds the output size up as PyTorch does:
-                     // the last window may overhang the bottom/right edge, but never starts in the
-                     // padding); count_include_pad (avgpool, default true: PyTorch's default;
-                     // false divides by the window's cells inside the input)
-  resize,         // x [B,C,H,W] -> [B,C,size[0],size[1]]: attrs size [h, w], mode "nearest"
-                  // (PyTorch's 'nearest': source = floor(dst / scale)) or "linear" (bilinear;
-                  // align_corners, default false: half-pixel centres), scales (optional [sh, sw]:
-                  // the scale factors the coordinates use, as interpolate(scale_factor=...) does;
-                  // without them in/out)
-  global_avgpool, // [B,C,H,W] -> [B,C]
-  flatten,        // [B, ...] -> [B, prod(...)]
-  reshape,        // attrs: shape (per-sample dims, without the batch dim)
-  transpose,      // attrs: perm over all dims, perm[0] == 0
-  mean, sum,      // reduce along attrs.axis; attrs: keepdim (default false)
+                     // [C, out_channels/groups, kh, kw]); the conv2d attrs (padding may be
+                     // asymmetric: rows/cols cropped from the full output) plus output_padding (0;
+                     // an integer or [h, w]: rows/cols added at the bottom/right).
+                     // H' = (H-1) stride - top - bottom + dilation (kh-1) + 1 + output_padding
+  batchnorm,         // 2d batch norm over channel dim 1, affine; statistics of the (micro-)batch
+  maxpool,
+  avgpool,         // 2d; attrs: kernel, stride (= kernel), padding (0), each an integer or [h, w]
+                   // (padding symmetric, at most half the window); dilation (1, maxpool only);
+                   // ceil_mode (default false; true rounds the output size up as PyTorch does:
+                   // the last window may overhang the bottom/right edge, but never starts in the
+                   // padding); count_include_pad (avgpool, default true: PyTorch's default;
+                   // false divides by the window's cells inside the input)
+  resize,          // x [B,C,H,W] -> [B,C,size[0],size[1]]: attrs size [h, w], mode "nearest"
+                   // (PyTorch's 'nearest': source = floor(dst / scale)) or "linear" (bilinear;
+                   // align_corners, default false: half-pixel centres), scales (optional [sh, sw]:
+                   // the scale factors the coordinates use, as interpolate(scale_factor=...) does;
+                   // without them in/out)
+  global_avgpool,  // [B,C,H,W] -> [B,C]
+  flatten,         // [B, ...] -> [B, prod(...)]
+  reshape,         // attrs: shape (per-sample dims, without the batch dim)
+  transpose,       // attrs: perm over all dims, perm[0] == 0
+  mean,
+  sum,            // reduce along attrs.axis; attrs: keepdim (default false)
   mse_loss,       // inputs (pred, target) of equal shape -> scalar: mean over all elements
   cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch; or
                   // per position (segmentation): logits [B, C, d1, ...], labels [B, d1, ...] ->
@@ -132,16 +137,16 @@ struct Op {
 
 /// Quantities derived from kind + shapes by derive_costs(); all per sample unless named otherwise.
 struct OpCosts {
-  int64_t params = 0;                // trainable parameter count
-  int64_t param_bytes = 0;           // params x dtype bytes
-  double fwd_flops = 0;              // forward FLOPs per sample (multiply-add = 2 FLOPs)
-  double bwd_flops = 0;              // backward FLOPs per sample (input + weight gradients)
-  double input_bytes = 0;            // bytes read per sample: all activation inputs, plus the
-                                     // embedding rows gathered by an embedding(_bag)
-  int64_t weight_read_bytes = 0;     // weight bytes read once per kernel call (independent of the
-                                     // batch; embedding tables are not: their reads are per sample)
-  double output_bytes = 0;           // bytes of the output per sample
-  double saved_bytes = 0;            // activation bytes kept for backward per sample
+  int64_t params = 0;             // trainable parameter count
+  int64_t param_bytes = 0;        // params x dtype bytes
+  double fwd_flops = 0;           // forward FLOPs per sample (multiply-add = 2 FLOPs)
+  double bwd_flops = 0;           // backward FLOPs per sample (input + weight gradients)
+  double input_bytes = 0;         // bytes read per sample: all activation inputs, plus the
+                                  // embedding rows gathered by an embedding(_bag)
+  int64_t weight_read_bytes = 0;  // weight bytes read once per kernel call (independent of the
+                                  // batch; embedding tables are not: their reads are per sample)
+  double output_bytes = 0;        // bytes of the output per sample
+  double saved_bytes = 0;         // activation bytes kept for backward per sample
   bool operator==(const OpCosts&) const = default;
 };
 
@@ -164,7 +169,7 @@ struct Model {
   std::string name;
   std::vector<Input> inputs;
   std::vector<Op> ops;
-  std::vector<std::string> outputs;  // the loss op(s)
+  std::vector<std::string> outputs;        // the loss op(s)
   std::vector<SharedParam> shared_params;  // tied parameters; empty for most models
   bool operator==(const Model&) const = default;
 };
@@ -240,8 +245,7 @@ void validate_shared_params(const Model& m, const std::string& where);
 Shape infer_shape(const Op& op, const std::vector<Shape>& input_shapes, const std::string& where);
 
 /// Derives parameters, FLOPs and bytes of one op from its kind, attrs and shapes.
-OpCosts derive_costs(const Op& op, const std::vector<Shape>& input_shapes,
-                     const std::vector<DType>& input_dtypes);
+OpCosts derive_costs(const Op& op, const std::vector<Shape>& input_shapes, const std::vector<DType>& input_dtypes);
 
 /// Elements per sample of a shape (product of all dims except a leading kBatch).
 int64_t per_sample_elems(const Shape& s);
@@ -253,12 +257,9 @@ class ModelBuilder {
   explicit ModelBuilder(std::string name) { m_.name = std::move(name); }
   std::string input(const std::string& name, Shape per_sample_shape, DType dt = DType::f32);
   /// Adds an op whose output shape is inferred; returns its name.
-  std::string op(const std::string& name, OpKind kind, std::vector<std::string> inputs,
-                 Json attrs = Json::object());
+  std::string op(const std::string& name, OpKind kind, std::vector<std::string> inputs, Json attrs = Json::object());
   std::string linear(const std::string& name, const std::string& x, int64_t out, bool bias = true);
-  std::string unary(const std::string& name, OpKind kind, const std::string& x) {
-    return op(name, kind, {x});
-  }
+  std::string unary(const std::string& name, OpKind kind, const std::string& x) { return op(name, kind, {x}); }
   const Shape& shape_of(const std::string& name) const;
   void output(const std::string& name) { m_.outputs.push_back(name); }
   Model build() const { return m_; }

@@ -52,8 +52,7 @@ std::vector<int64_t> attr_ints(const Op& op, const char* key, const std::string&
   return out;
 }
 
-int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank,
-                  const std::string& where) {
+int64_t attr_axis(const Op& op, const char* key, std::optional<int64_t> dflt, size_t rank, const std::string& where) {
   int64_t a = attr_int(op, key, dflt, where);
   int64_t r = static_cast<int64_t>(rank);
   int64_t norm = a < 0 ? a + r : a;
@@ -85,8 +84,9 @@ std::vector<int64_t> int_or_list(const Op& op, const char* key, std::optional<in
   if (op.attrs.is_object() && op.attrs.contains(key) && op.attrs.at(key).is_array()) {
     std::vector<int64_t> v = attr_ints(op, key, where);
     if (std::find(counts.begin(), counts.end(), v.size()) == counts.end())
-      fail(op, where, fmt::format("attrs.{} has {} values, expected an integer or {}", key, v.size(),
-                                  counts.size() == 1 ? "2" : "2 or 4"));
+      fail(op, where,
+           fmt::format("attrs.{} has {} values, expected an integer or {}", key, v.size(),
+                       counts.size() == 1 ? "2" : "2 or 4"));
     return v;
   }
   return {attr_int(op, key, dflt, where)};
@@ -116,10 +116,10 @@ ConvGeometry conv_geometry(const Op& op, int64_t in_channels, const std::string&
   g.groups = attr_int(op, "groups", 1, where);
   int64_t co = attr_int(op, "out_channels", std::nullopt, where);
   if (g.groups < 1 || in_channels % g.groups != 0 || co % g.groups != 0)
-    fail(op, where, fmt::format("attrs.groups = {} must be positive and divide the {} input and {} output channels",
-                                g.groups, in_channels, co));
-  if (op.kind == OpKind::conv_transpose2d)
-    std::tie(g.oph, g.opw) = hw_pair(op, "output_padding", 0, 0, where);
+    fail(op, where,
+         fmt::format("attrs.groups = {} must be positive and divide the {} input and {} output channels", g.groups,
+                     in_channels, co));
+  if (op.kind == OpKind::conv_transpose2d) std::tie(g.oph, g.opw) = hw_pair(op, "output_padding", 0, 0, where);
   else if (op.attrs.is_object() && op.attrs.contains("output_padding"))
     fail(op, where, "attrs.output_padding is an attribute of conv_transpose2d only");
   return g;
@@ -134,8 +134,9 @@ PoolGeometry pool_geometry(const Op& op, const std::string& where) {
   if (op.kind != OpKind::maxpool && (g.dh != 1 || g.dw != 1))
     fail(op, where, fmt::format("attrs.dilation {}x{}: only maxpool is dilated", g.dh, g.dw));
   if (2 * g.ph > g.dh * (g.kh - 1) + 1 || 2 * g.pw > g.dw * (g.kw - 1) + 1)
-    fail(op, where, fmt::format("attrs.padding {}x{} must be at most half the (dilated) kernel {}x{}", g.ph, g.pw,
-                                g.dh * (g.kh - 1) + 1, g.dw * (g.kw - 1) + 1));
+    fail(op, where,
+         fmt::format("attrs.padding {}x{} must be at most half the (dilated) kernel {}x{}", g.ph, g.pw,
+                     g.dh * (g.kh - 1) + 1, g.dw * (g.kw - 1) + 1));
   g.ceil_mode = attr_bool(op, "ceil_mode", false, where);
   if (op.kind != OpKind::avgpool && op.attrs.is_object() && op.attrs.contains("count_include_pad"))
     fail(op, where, "attrs.count_include_pad is an attribute of avgpool only");
@@ -164,8 +165,9 @@ std::optional<Shape> param_shape(const Op& op, const std::string& where) {
     n *= static_cast<double>(d);
   }
   if (s.empty() || n > static_cast<double>(kMaxExtent))
-    fail(op, where, fmt::format("attrs.param {} must have 1 to 2^40 elements and at least one dimension",
-                                op.attrs.at("param").dump()));
+    fail(op, where,
+         fmt::format("attrs.param {} must have 1 to 2^40 elements and at least one dimension",
+                     op.attrs.at("param").dump()));
   return s;
 }
 
@@ -285,8 +287,8 @@ Shape concat_shape(const ShapeInput& x) {
     if (a.size() != b.size()) x.fail(fmt::format("shape mismatch: {} vs {}", shape_str(a), shape_str(b)));
     a[axis] = b[axis] = 0;
     if (a != b)
-      x.fail(fmt::format("shape mismatch: operand 0 is {} but operand {} is {} (concat on axis {})",
-                         shape_str(all[0]), i, shape_str(all[i]), axis));
+      x.fail(fmt::format("shape mismatch: operand 0 is {} but operand {} is {} (concat on axis {})", shape_str(all[0]),
+                         i, shape_str(all[i]), axis));
     out[axis] += all[i][axis];
   }
   return out;
@@ -396,9 +398,11 @@ Shape window_attention_shape(const ShapeInput& x) {
   if (x.in[0][3] % heads != 0)
     x.fail(fmt::format("attrs.heads = {} does not divide the channels {}", heads, x.in[0][3]));
   std::vector<int64_t> win = attr_ints(x.op, "window", x.where);
-  std::vector<int64_t> shift = x.op.attrs.contains("shift") ? attr_ints(x.op, "shift", x.where) : std::vector<int64_t>{0, 0};
+  std::vector<int64_t> shift = x.op.attrs.contains("shift") ? attr_ints(x.op, "shift", x.where)
+                                                            : std::vector<int64_t>{0, 0};
   if (win.size() != 2 || win[0] <= 0 || win[1] <= 0 || win[0] > 4096 || win[1] > 4096)
-    x.fail(fmt::format("attrs.window must be [wh, ww] with each in [1, 4096], found {}", x.op.attrs.at("window").dump()));
+    x.fail(
+        fmt::format("attrs.window must be [wh, ww] with each in [1, 4096], found {}", x.op.attrs.at("window").dump()));
   if (shift.size() != 2 || shift[0] < 0 || shift[1] < 0 || shift[0] >= win[0] || shift[1] >= win[1])
     x.fail(fmt::format("attrs.shift must be [sh, sw] with 0 <= sh < wh and 0 <= sw < ww, found {}",
                        x.op.attrs.at("shift").dump()));
@@ -515,10 +519,8 @@ Shape reduce_shape(const ShapeInput& x) {
   x.one_input(2, 8);
   int64_t axis = x.axis("axis", std::nullopt, x.in[0].size());
   Shape out = x.in[0];
-  if (x.flag("keepdim"))
-    out[axis] = 1;
-  else
-    out.erase(out.begin() + axis);
+  if (x.flag("keepdim")) out[axis] = 1;
+  else out.erase(out.begin() + axis);
   return out;
 }
 

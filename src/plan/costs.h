@@ -24,16 +24,15 @@ std::string profile_sha256(const cost::Profile& p);
 
 /// Records in p.costs the cluster the plan was made on and the profile (nullptr: none) that was
 /// read from `profile_path`.
-void record_costs(Plan& p, const cost::Cluster& c, const cost::Profile* prof,
-                  const std::string& profile_path,
+void record_costs(Plan& p, const cost::Cluster& c, const cost::Profile* prof, const std::string& profile_path,
                   size_t max_embedded_bytes = kMaxEmbeddedProfileBytes);
 
 /// The cluster and profile to rebuild a plan's cost model with, and where each came from.
 struct CostSource {
   cost::Cluster cluster;
   std::shared_ptr<const cost::Profile> profile;  // nullptr: no profile (roofline everywhere)
-  std::string cluster_from;   // e.g. "the plan's recorded cluster", "--cluster summit"
-  std::string profile_from;   // e.g. "the plan's embedded profile (profile.json)", "none"
+  std::string cluster_from;                      // e.g. "the plan's recorded cluster", "--cluster summit"
+  std::string profile_from;                      // e.g. "the plan's embedded profile (profile.json)", "none"
   /// One line each, for stderr: an explicit flag that replaces the recorded costs, or a plan that
   /// records none (older files).
   std::vector<std::string> notes;

@@ -38,18 +38,18 @@ Json plan_to_json(const Plan& p) {
   Json cluster = {{"name", p.cluster_name}, {"num_devices", p.num_devices}};
   if (!p.cluster_spec.empty()) cluster["spec"] = p.cluster_spec;
   Json doc = {{"format", "graphpipe.plan/1"},
-          {"planner", p.planner},
-          {"model", model},
-          {"cluster", cluster},
-          {"mini_batch_size", p.mini_batch_size},
-          {"optimizer", cost::to_string(p.optimizer)},
-          {"stages", stages},
-          {"predicted",
-           {{"iteration_time_s", p.predicted.iteration_time_s},
-            {"throughput_samples_per_s", p.predicted.throughput_samples_per_s},
-            {"bottleneck_tps_s", p.predicted.bottleneck_tps_s},
-            {"peak_memory_bytes", p.predicted.peak_memory_bytes}}},
-          {"search_time_s", p.search_time_s}};
+              {"planner", p.planner},
+              {"model", model},
+              {"cluster", cluster},
+              {"mini_batch_size", p.mini_batch_size},
+              {"optimizer", cost::to_string(p.optimizer)},
+              {"stages", stages},
+              {"predicted",
+               {{"iteration_time_s", p.predicted.iteration_time_s},
+                {"throughput_samples_per_s", p.predicted.throughput_samples_per_s},
+                {"bottleneck_tps_s", p.predicted.bottleneck_tps_s},
+                {"peak_memory_bytes", p.predicted.peak_memory_bytes}}},
+              {"search_time_s", p.search_time_s}};
   if (!p.search.winner.empty()) {
     Json cands = Json::object();
     for (const SearchCandidate& c : p.search.candidates)
@@ -73,7 +73,8 @@ Json plan_to_json(const Plan& p) {
                     {"split_budget", p.piper.split_budget},
                     {"graph", p.piper.graph}};
   if (p.costs.recorded()) doc["costs"] = costs_to_json(p.costs);
-  if (find_schedule_kind(p.schedule) != ScheduleKind::one_f_one_b) doc["schedule"] = p.schedule;  // absent = 1f1b (older files)
+  if (find_schedule_kind(p.schedule) != ScheduleKind::one_f_one_b)
+    doc["schedule"] = p.schedule;  // absent = 1f1b (older files)
   return doc;
 }
 
@@ -81,8 +82,7 @@ namespace {
 
 int positive_int(const JsonAt& j, int min_value) {
   int64_t v = j.i64();
-  if (v < min_value || v > (int64_t{1} << 30))
-    j.fail(fmt::format("expected an integer >= {}, found {}", min_value, v));
+  if (v < min_value || v > (int64_t{1} << 30)) j.fail(fmt::format("expected an integer >= {}, found {}", min_value, v));
   return static_cast<int>(v);
 }
 
@@ -169,10 +169,9 @@ Search search_from_json(const JsonAt& sr) {
   for (const auto& [name, _] : cs.json().items())
     out.candidates.push_back(candidate_from_json(cs.at(name.c_str()), name));
   // JSON objects are unordered: list "sp" first, as the planner does.
-  std::stable_sort(out.candidates.begin(), out.candidates.end(),
-                   [](const SearchCandidate& a, const SearchCandidate& b) {
-                     return (a.name == "sp") > (b.name == "sp");
-                   });
+  std::stable_sort(
+      out.candidates.begin(), out.candidates.end(),
+      [](const SearchCandidate& a, const SearchCandidate& b) { return (a.name == "sp") > (b.name == "sp"); });
   bool known = false;
   for (const auto& c : out.candidates) known = known || c.name == out.winner;
   if (!known) sr.at("winner").fail(fmt::format("\"{}\" is not one of the listed candidates", out.winner));
@@ -359,8 +358,7 @@ int pipeline_depth(const Plan& p) {
 namespace {
 
 /// A witness that stage `members` is not convex: an op outside it on a path between two members.
-std::string convexity_witness(const ir::Graph& g, const graph::Dag& d, const std::vector<int>& st,
-                              int stage) {
+std::string convexity_witness(const ir::Graph& g, const graph::Dag& d, const std::vector<int>& st, int stage) {
   // Forward reachability from the stage through outside ops, remembering where each walk began.
   const int n = d.size();
   std::vector<int> origin(n, -1);
@@ -377,9 +375,8 @@ std::string convexity_witness(const ir::Graph& g, const graph::Dag& d, const std
     stack.pop_back();
     for (int v : d.succs(u)) {
       if (st[v] == stage)
-        return fmt::format("op \"{}\" (stage {}) lies on a path from \"{}\" to \"{}\"",
-                           g.op(OpId(u)).name, st[u], g.op(OpId(origin[u])).name,
-                           g.op(OpId(v)).name);
+        return fmt::format("op \"{}\" (stage {}) lies on a path from \"{}\" to \"{}\"", g.op(OpId(u)).name, st[u],
+                           g.op(OpId(origin[u])).name, g.op(OpId(v)).name);
       if (origin[v] < 0) {
         origin[v] = origin[u];
         stack.push_back(v);
@@ -401,8 +398,7 @@ void check_header(const Plan& p, const ir::Graph& g, const std::string& where) {
   const int num_stages = static_cast<int>(p.stages.size());
   if (num_stages == 0) fail(where, "plan has no stages");
   if (p.num_ops != static_cast<int>(g.num_ops()))
-    fail(where, fmt::format("model.num_ops is {} but model \"{}\" has {} ops", p.num_ops, g.name(),
-                            g.num_ops()));
+    fail(where, fmt::format("model.num_ops is {} but model \"{}\" has {} ops", p.num_ops, g.name(), g.num_ops()));
   for (int k = 0; k < num_stages; ++k)
     if (p.stages[k].id != k)
       fail(where, fmt::format("stages[{}] has id {}; ids must equal positions", k, p.stages[k].id));
@@ -430,8 +426,8 @@ std::vector<int> check_ops_in_one_stage(const Plan& p, const ir::Graph& g, const
     std::string eg;
     for (size_t i = 0; i < std::min<size_t>(3, missing.size()); ++i)
       eg += fmt::format("{}\"{}\"", i ? ", " : "", missing[i]);
-    fail(where, fmt::format("C1: {} op{} in no stage, e.g. {}", missing.size(),
-                            missing.size() == 1 ? " is" : "s are", eg));
+    fail(where,
+         fmt::format("C1: {} op{} in no stage, e.g. {}", missing.size(), missing.size() == 1 ? " is" : "s are", eg));
   }
   return st;
 }
@@ -443,8 +439,7 @@ void check_convex(const Plan& p, const ir::Graph& g, const graph::Dag& d, const 
   for (size_t i = 0; i < st.size(); ++i) members[st[i]].push_back(static_cast<int>(i));
   for (size_t k = 0; k < members.size(); ++k)
     if (!graph::is_convex(d, members[k]))
-      fail(where, fmt::format("C1: stage {} is not convex: {}", k,
-                              convexity_witness(g, d, st, static_cast<int>(k))));
+      fail(where, fmt::format("C1: stage {} is not convex: {}", k, convexity_witness(g, d, st, static_cast<int>(k))));
 }
 
 // C2: declared stage edges well-formed and each listed from both ends.
@@ -456,15 +451,15 @@ void check_declared_edges(const Plan& p, const std::string& where) {
       if (t == s.id) fail(where, fmt::format("C2: stage {} lists itself in outputs_to", s.id));
       const auto& back = p.stages[t].inputs_from;
       if (std::find(back.begin(), back.end(), s.id) == back.end())
-        fail(where, fmt::format("C2: stage {} outputs_to {} but stage {} inputs_from does not list {}",
-                                s.id, t, t, s.id));
+        fail(where,
+             fmt::format("C2: stage {} outputs_to {} but stage {} inputs_from does not list {}", s.id, t, t, s.id));
     }
     for (int f : s.inputs_from) {
       if (f < 0 || f >= num_stages) fail(where, fmt::format("C2: stage {} inputs_from unknown stage {}", s.id, f));
       const auto& fwd = p.stages[f].outputs_to;
       if (std::find(fwd.begin(), fwd.end(), s.id) == fwd.end())
-        fail(where, fmt::format("C2: stage {} inputs_from {} but stage {} outputs_to does not list {}",
-                                s.id, f, f, s.id));
+        fail(where,
+             fmt::format("C2: stage {} inputs_from {} but stage {} outputs_to does not list {}", s.id, f, f, s.id));
     }
   }
 }

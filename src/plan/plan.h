@@ -18,17 +18,17 @@ class CostModel;
 namespace gp::plan {
 
 struct Stage {
-  int id = 0;                      // equals its index in Plan::stages
-  std::vector<std::string> ops;    // model op names (a convex set)
-  std::vector<int> devices;        // size = data-parallel degree inside the stage
-  int micro_batch_size = 1;        // samples per micro-batch over all replicas of the stage;
-                                   // each replica takes micro_batch_size / devices.size()
-  int in_flight = 1;               // micro-batches whose activations are held at once (1F1B warm-up)
-  std::vector<int> inputs_from;    // predecessor stage ids (sorted)
-  std::vector<int> outputs_to;     // successor stage ids (sorted)
+  int id = 0;                    // equals its index in Plan::stages
+  std::vector<std::string> ops;  // model op names (a convex set)
+  std::vector<int> devices;      // size = data-parallel degree inside the stage
+  int micro_batch_size = 1;      // samples per micro-batch over all replicas of the stage;
+                                 // each replica takes micro_batch_size / devices.size()
+  int in_flight = 1;             // micro-batches whose activations are held at once (1F1B warm-up)
+  std::vector<int> inputs_from;  // predecessor stage ids (sorted)
+  std::vector<int> outputs_to;   // successor stage ids (sorted)
   // Planner's per-stage estimate (optional in files; 0 when unknown).
-  double tps_s = 0;                // time per sample
-  double memory_bytes = 0;         // per device
+  double tps_s = 0;         // time per sample
+  double memory_bytes = 0;  // per device
   // Planner's pass times of one replica for one micro-batch of the stage's own size (optional in
   // files; written for plans made for the zb schedule, which orders passes by them; 0: unknown).
   double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0;
@@ -48,10 +48,10 @@ struct Predicted {
 /// one with the smaller simulated iteration time (each kind's best few plans by the estimate are
 /// simulated). Informational (optional in files).
 struct SearchCandidate {
-  std::string name;                 // "sp" | "chain"
+  std::string name;  // "sp" | "chain"
   int micro_batch_size = 0;
   int num_stages = 0;
-  int depth = 0;                    // stages on the longest path of the stage DAG
+  int depth = 0;  // stages on the longest path of the stage DAG
   double iteration_time_s = 0;
   double throughput_samples_per_s = 0;
   double bottleneck_tps_s = 0;
@@ -60,7 +60,7 @@ struct SearchCandidate {
 };
 
 struct Search {
-  std::string winner;               // empty: not recorded
+  std::string winner;  // empty: not recorded
   std::vector<SearchCandidate> candidates;
   bool operator==(const Search&) const = default;
 };
@@ -71,14 +71,14 @@ struct Search {
 /// still too large a space are parallel branches grouped, into at most `branch_groups` nodes per
 /// parallel block (0: never).
 struct PiperCoarsening {
-  int ops = 0;                  // ops of the model
-  int nodes = 0;                // nodes of the graph the DP saw
+  int ops = 0;    // ops of the model
+  int nodes = 0;  // nodes of the graph the DP saw
   int max_ops_per_node = 0;
   int branch_groups = 0;
-  int64_t downsets = 0;         // of the coarse graph
-  int64_t splits = 0;           // (downset, first stage) pairs the DP weighs
-  int64_t split_budget = 0;     // the most splits allowed by the time limit
-  std::string graph;            // in words: "op graph", "series runs of <= 4 ops", ...
+  int64_t downsets = 0;      // of the coarse graph
+  int64_t splits = 0;        // (downset, first stage) pairs the DP weighs
+  int64_t split_budget = 0;  // the most splits allowed by the time limit
+  std::string graph;         // in words: "op graph", "series runs of <= 4 ops", ...
   bool recorded() const { return nodes > 0; }
   bool operator==(const PiperCoarsening&) const = default;
 };
@@ -98,15 +98,15 @@ struct Costs {
 };
 
 struct Plan {
-  std::string planner;             // graphpipe | pipedream | piper | manual
+  std::string planner;  // graphpipe | pipedream | piper | manual
   std::string model_name;
   int num_ops = 0;
-  std::string model_spec;          // how to rebuild the model ("mmt:branches=2" or a file path)
+  std::string model_spec;  // how to rebuild the model ("mmt:branches=2" or a file path)
   std::string cluster_name;
   int num_devices = 0;
-  std::string cluster_spec;        // preset name or file path
+  std::string cluster_spec;  // preset name or file path
   int mini_batch_size = 0;
-  std::string schedule = "1f1b";   // the schedule the plan was made for: 1f1b | gpipe | zb (files: absent = 1f1b)
+  std::string schedule = "1f1b";  // the schedule the plan was made for: 1f1b | gpipe | zb (files: absent = 1f1b)
   cost::Optimizer optimizer = cost::Optimizer::adam;
   std::vector<Stage> stages;
   Predicted predicted;

@@ -120,8 +120,13 @@ class Placer {
  public:
   Placer(const cost::CostModel& cm, const Parts& parts, int mbs, int mini_batch, double memory_limit,
          std::vector<std::vector<double>> edge_bytes)
-      : cm_(cm), parts_(parts), mbs_(mbs), mini_batch_(mini_batch), memory_limit_(memory_limit),
-        edge_bytes_(std::move(edge_bytes)), mask_(cm.graph().num_ops(), 0) {}
+      : cm_(cm),
+        parts_(parts),
+        mbs_(mbs),
+        mini_batch_(mini_batch),
+        memory_limit_(memory_limit),
+        edge_bytes_(std::move(edge_bytes)),
+        mask_(cm.graph().num_ops(), 0) {}
 
   void place_and_cost(plan::Plan& p, const std::vector<int>& base, std::vector<std::string>* lines) {
     std::vector<int> by_size(base);
@@ -198,15 +203,17 @@ class Placer {
     const int dp = parts_.dp[k], mb = parts_.mb[k];
     std::string alt;
     if (dp > 1)
-      alt += fmt::format(", {} on {} device{}", ms(cost::stage_cost(cm_, ops, mask_, dp / 2, mb, mini_batch_, near).tps_s),
-                         dp / 2, dp / 2 == 1 ? "" : "s");
+      alt += fmt::format(", {} on {} device{}",
+                         ms(cost::stage_cost(cm_, ops, mask_, dp / 2, mb, mini_batch_, near).tps_s), dp / 2,
+                         dp / 2 == 1 ? "" : "s");
     if (dp * 2 <= mb)
-      alt += fmt::format(", {} on {} devices", ms(cost::stage_cost(cm_, ops, mask_, dp * 2, mb, mini_batch_, near).tps_s),
-                         dp * 2);
-    return fmt::format("stage {} ({} ops, {} .. {}): {} device{}{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB",
-                       k, ops.size(), g.op(ops.front()).name, g.op(ops.back()).name, dp, dp == 1 ? "" : "s",
-                       mb == mbs_ ? "" : fmt::format(" at micro-batch {}", mb), ms(c.tps_s), alt, s.in_flight,
-                       s.memory_bytes / 1e9, memory_limit_ / 1e9);
+      alt += fmt::format(", {} on {} devices",
+                         ms(cost::stage_cost(cm_, ops, mask_, dp * 2, mb, mini_batch_, near).tps_s), dp * 2);
+    return fmt::format(
+        "stage {} ({} ops, {} .. {}): {} device{}{} -> {} per sample{}; in-flight {} -> {:.2f} of {:.2f} GB", k,
+        ops.size(), g.op(ops.front()).name, g.op(ops.back()).name, dp, dp == 1 ? "" : "s",
+        mb == mbs_ ? "" : fmt::format(" at micro-batch {}", mb), ms(c.tps_s), alt, s.in_flight, s.memory_bytes / 1e9,
+        memory_limit_ / 1e9);
   }
 
   const cost::CostModel& cm_;
@@ -220,8 +227,8 @@ class Placer {
 
 }  // namespace
 
-plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs,
-                    int mini_batch, double memory_limit, Order order, std::vector<std::string>* explain) {
+plan::Plan assemble(const cost::CostModel& cm, const std::vector<StageChoice>& choices, int mbs, int mini_batch,
+                    double memory_limit, Order order, std::vector<std::string>* explain) {
   return assemble_for(cm, choices, mbs, mini_batch, memory_limit, order, "1f1b", explain);
 }
 

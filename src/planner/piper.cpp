@@ -56,8 +56,8 @@ struct Coarsening {
   Count count;
 };
 
-Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const std::vector<int>& width,
-                   int limit, int outside, int max_groups) {
+Coarsening coarsen(const graph::SpTree& t, const std::vector<int>& size, const std::vector<int>& width, int limit,
+                   int outside, int max_groups) {
   Coarsening out;
   auto emit = [&](const std::vector<int>& tree_nodes) {
     std::vector<int> ops;
@@ -206,7 +206,8 @@ bool enumerate(const ir::Graph& g, PiperGraph& pg, size_t cap, const std::functi
   pg.downsets.clear();
   for (const Bits& b : downsets) pg.downsets.insert(pg.downsets.end(), b.begin(), b.end());
   pg.full = static_cast<int>(downsets.size()) - 1;  // breadth-first: the full set comes last
-  for (int x = 0; x < n; ++x) GP_ASSERT(test(&pg.downsets[pg.full * words], x), "the last downset is not the whole graph");
+  for (int x = 0; x < n; ++x)
+    GP_ASSERT(test(&pg.downsets[pg.full * words], x), "the last downset is not the whole graph");
   return true;
 }
 
@@ -216,7 +217,8 @@ struct Level {
 
 std::string describe(const Level& l, int branch, bool has_branches) {
   if (!has_branches) return l.outside == 1 ? "op graph" : fmt::format("series runs of <= {} ops", l.outside);
-  const std::string rest = l.outside == 1 ? "ops elsewhere" : fmt::format("series runs of <= {} ops elsewhere", l.outside);
+  const std::string rest = l.outside == 1 ? "ops elsewhere"
+                                          : fmt::format("series runs of <= {} ops elsewhere", l.outside);
   if (l.groups == 1) return "each parallel block one node, " + rest;
   if (l.groups > 0) return fmt::format("branches grouped into <= {} nodes per parallel block, {}", l.groups, rest);
   if (l.limit == 1) return "op graph";
@@ -236,8 +238,8 @@ size_t piper_split_budget(double time_limit_s, int devices, int sizes) {
   return static_cast<size_t>(std::clamp(0.5 * time_limit_s / per_split_s, 1e3, 5e7));
 }
 
-PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
-                       std::chrono::steady_clock::time_point deadline, double time_limit_s) {
+PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget, std::chrono::steady_clock::time_point deadline,
+                       double time_limit_s) {
   const ir::Graph& g = cm.graph();
   const graph::SpTree t = graph::sp_decompose_or_ize(plan::op_dag(g)).tree;
   // Per tree node: ops under it, and the most branches of a parallel block inside (0: none).
@@ -252,8 +254,8 @@ PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
   size_t explored = 0;
   auto check_time = [&] {
     if (std::chrono::steady_clock::now() > deadline)
-      throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)",
-                                  time_limit_s, explored));
+      throw UserError(
+          fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)", time_limit_s, explored));
   };
   // Levels, finest first: inside parallel blocks, series runs of 1, 2, 4, ... ops up to one node
   // per branch (the largest branch of any block), ops elsewhere; then the branches of each block
@@ -277,7 +279,8 @@ PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
       if (limit >= branch) break;
     }
     for (int groups = width[t.root] - 1; groups >= 1; --groups) levels.push_back({branch, 1, groups});
-    for (int outside = 2; outside < 2 * num_ops; outside *= 2) levels.push_back({branch, std::min(outside, num_ops), 1});
+    for (int outside = 2; outside < 2 * num_ops; outside *= 2)
+      levels.push_back({branch, std::min(outside, num_ops), 1});
   }
   for (size_t i = 0; i < levels.size(); ++i) {
     const Level& level = levels[i];
@@ -291,9 +294,14 @@ PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
       explored = std::max(explored, pg.first_split.size());
       continue;
     }
-    pg.coarsening = {num_ops, static_cast<int>(pg.nodes.size()), std::max(level.limit, level.outside), level.groups,
-                     static_cast<int64_t>(pg.num_downsets()), static_cast<int64_t>(pg.num_splits()),
-                     static_cast<int64_t>(split_budget), describe(level, branch, branches)};
+    pg.coarsening = {num_ops,
+                     static_cast<int>(pg.nodes.size()),
+                     std::max(level.limit, level.outside),
+                     level.groups,
+                     static_cast<int64_t>(pg.num_downsets()),
+                     static_cast<int64_t>(pg.num_splits()),
+                     static_cast<int64_t>(split_budget),
+                     describe(level, branch, branches)};
     return pg;
   }
   GP_ASSERT(false, "piper: no coarsening level was tried");
@@ -312,16 +320,16 @@ struct SplitCosts {
   std::vector<float> state;     // [split]
 };
 
-SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch,
-                       int pcap, bool same_node, const std::function<void()>& check_time) {
+SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch, int pcap,
+                       bool same_node, const std::function<void()>& check_time) {
   const ir::Graph& g = cm.graph();
   const int P = pcap + 1, nn = static_cast<int>(pg.nodes.size()), words = pg.words;
   std::vector<int> node_of(g.num_ops());
   for (int x = 0; x < nn; ++x)
     for (OpId o : pg.nodes[x]) node_of[o.v] = x;
-  std::vector<double> ncomp(static_cast<size_t>(nn) * P, 0), nact(static_cast<size_t>(nn) * P, 0),
-      nstate(nn, 0), nparam(nn, 0);
-  std::vector<std::vector<OpId>> inbound(nn);                                 // producers outside the node
+  std::vector<double> ncomp(static_cast<size_t>(nn) * P, 0), nact(static_cast<size_t>(nn) * P, 0), nstate(nn, 0),
+      nparam(nn, 0);
+  std::vector<std::vector<OpId>> inbound(nn);                                // producers outside the node
   std::vector<std::vector<std::pair<OpId, std::vector<int>>>> outbound(nn);  // op, reader nodes
   for (int x = 0; x < nn; ++x) {
     for (OpId o : pg.nodes[x]) {
@@ -379,8 +387,8 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
         double comp = 0, a = 0, comm = 0;
         for (int x : nodes) comp += ncomp[x * P + plog], a += nact[x * P + plog];
         for (double bytes : cut_bytes) comm += 2 * cm.p2p_time(same_node, bytes * b);
-        sc.tps[si * P + plog] = static_cast<float>((comp + comm) / micro_batch +
-                                                   (cm.allreduce_time(1 << plog, same_node, param) + step) / mini_batch);
+        sc.tps[si * P + plog] = static_cast<float>(
+            (comp + comm) / micro_batch + (cm.allreduce_time(1 << plog, same_node, param) + step) / mini_batch);
         sc.act[si * P + plog] = static_cast<float>(a);
       }
       sc.state[si] = static_cast<float>(st);
@@ -392,15 +400,14 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
 
 }  // namespace
 
-bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch,
-                 double memory_limit, int num_devices, bool same_node,
-                 std::chrono::steady_clock::time_point deadline, double time_limit_s, double tol,
-                 double* best_tps, std::vector<StageChoice>* best) {
+bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch, double memory_limit,
+                 int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline, double time_limit_s,
+                 double tol, double* best_tps, std::vector<StageChoice>* best) {
   const int num_micro = mini_batch / micro_batch;
   auto check_time = [&] {
     if (std::chrono::steady_clock::now() > deadline)
-      throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)",
-                                  time_limit_s, pg.num_downsets()));
+      throw UserError(fmt::format("piper: no plan within the time limit of {:g} s (explored {} downsets)", time_limit_s,
+                                  pg.num_downsets()));
   };
   const int pcap = std::bit_width(static_cast<unsigned>(std::min(num_devices, micro_batch))) - 1;
   const SplitCosts sc = split_costs(cm, pg, micro_batch, mini_batch, pcap, same_node, check_time);

@@ -15,13 +15,13 @@ namespace gp::planner::detail {
 /// The graph Piper's DP runs on: coarse nodes, their downsets (node sets closed under successors)
 /// and, per downset D, its splits into a first stage S = D \ D' and a downset D' that runs after.
 struct PiperGraph {
-  std::vector<std::vector<OpId>> nodes;          // coarse nodes, topologically ordered
-  int words = 1;                                 // 64-bit words per node set
-  std::vector<uint64_t> downsets;                // downset k: words [k * words, (k + 1) * words)
-  std::vector<uint32_t> first_split;             // splits of downset k: [first_split[k], first_split[k + 1])
-  std::vector<int32_t> rest;                     // per split: the downset D' after the stage
-  int full = 0;                                  // id of the whole graph
-  plan::PiperCoarsening coarsening;              // how the op graph was coarsened
+  std::vector<std::vector<OpId>> nodes;  // coarse nodes, topologically ordered
+  int words = 1;                         // 64-bit words per node set
+  std::vector<uint64_t> downsets;        // downset k: words [k * words, (k + 1) * words)
+  std::vector<uint32_t> first_split;     // splits of downset k: [first_split[k], first_split[k + 1])
+  std::vector<int32_t> rest;             // per split: the downset D' after the stage
+  int full = 0;                          // id of the whole graph
+  plan::PiperCoarsening coarsening;      // how the op graph was coarsened
   size_t num_downsets() const { return first_split.empty() ? 0 : first_split.size() - 1; }
   size_t num_splits() const { return rest.size(); }
 };
@@ -34,13 +34,12 @@ size_t piper_split_budget(double time_limit_s, int devices, int sizes);
 /// 4, ... ops within each branch of a parallel block (layers, then spans of layers) until every
 /// branch is one node, ops outside blocks kept apart; then branches grouped, fewest ops first, into
 /// ever fewer nodes per block; then runs outside blocks. Throws UserError past `deadline`.
-PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget,
-                       std::chrono::steady_clock::time_point deadline, double time_limit_s);
+PiperGraph piper_graph(const cost::CostModel& cm, size_t split_budget, std::chrono::steady_clock::time_point deadline,
+                       double time_limit_s);
 
 /// Piper's DP for one micro-batch size with a binary search on the target TPS.
-bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch,
-                 double memory_limit, int num_devices, bool same_node,
-                 std::chrono::steady_clock::time_point deadline, double time_limit_s, double tol,
-                 double* best_tps, std::vector<StageChoice>* best);
+bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batch, int mini_batch, double memory_limit,
+                 int num_devices, bool same_node, std::chrono::steady_clock::time_point deadline, double time_limit_s,
+                 double tol, double* best_tps, std::vector<StageChoice>* best);
 
 }  // namespace gp::planner::detail

@@ -44,8 +44,8 @@ Json node_json(const cost::CostModel& cm, const std::vector<OpId>& ops, int id, 
 
 Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt) {
   const int n = cm.cluster().num_devices(), mb = opt.micro_batch;
-  GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch, "--batch: mini-batch size must be in [1, {}], got {}",
-           kMaxMiniBatch, opt.mini_batch);
+  GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch,
+           "--batch: mini-batch size must be in [1, {}], got {}", kMaxMiniBatch, opt.mini_batch);
   GP_CHECK(mb >= 1 && opt.mini_batch % mb == 0, "--micro-batch: must be >= 1 and divide --batch {}, got {}",
            opt.mini_batch, mb);
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
@@ -59,8 +59,8 @@ Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt) {
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(opt.time_limit_s));
   // The graph `plan --planner piper --micro-batch M --time-limit S` runs on (one size).
-  detail::PiperGraph pg =
-      detail::piper_graph(cm, detail::piper_split_budget(opt.time_limit_s, n, 1), deadline, opt.time_limit_s);
+  detail::PiperGraph pg = detail::piper_graph(cm, detail::piper_split_budget(opt.time_limit_s, n, 1), deadline,
+                                              opt.time_limit_s);
   const ir::Graph& g = cm.graph();
   const bool same_node = n <= cm.cluster().devices_per_node;
   const cost::LinkSpec& link = same_node ? cm.intra_link() : cm.inter_link();
@@ -101,14 +101,15 @@ Json piper_instance(const cost::CostModel& cm, const PlannerOptions& opt) {
           {"mbsInBatch", num_micro},
           {"nodes", std::move(nodes)},
           {"edges", std::move(edges)},
-          {"graphpipe", {{"model", g.name()},
-                         {"micro_batch", mb},
-                         {"mini_batch", opt.mini_batch},
-                         {"time_unit", "ms per micro-batch"},
-                         {"graph", pc.graph},
-                         {"ops", pc.ops},
-                         {"downsets", pc.downsets},
-                         {"splits", pc.splits}}}};
+          {"graphpipe",
+           {{"model", g.name()},
+            {"micro_batch", mb},
+            {"mini_batch", opt.mini_batch},
+            {"time_unit", "ms per micro-batch"},
+            {"graph", pc.graph},
+            {"ops", pc.ops},
+            {"downsets", pc.downsets},
+            {"splits", pc.splits}}}};
 }
 
 }  // namespace gp::planner

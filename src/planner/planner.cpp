@@ -54,13 +54,15 @@ std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
     if (one > worst) worst = one, worst_op = g.op(op).name;
   }
   if (worst > limit)
-    throw UserError(fmt::format("op \"{}\" alone needs {} (weights, gradients, optimizer state and "
-                                "activations at micro-batch 1); devices have {}",
-                                worst_op, gb(worst), gb(limit)));
-  throw UserError(fmt::format("model \"{}\" needs {} per device at micro-batch 1 even spread over "
-                              "all {} devices ({} of weights+gradients+optimizer state, {} of "
-                              "activations per sample); devices have {}",
-                              g.name(), gb((state + act) / n), n, gb(state), gb(act), gb(limit)));
+    throw UserError(
+        fmt::format("op \"{}\" alone needs {} (weights, gradients, optimizer state and "
+                    "activations at micro-batch 1); devices have {}",
+                    worst_op, gb(worst), gb(limit)));
+  throw UserError(
+      fmt::format("model \"{}\" needs {} per device at micro-batch 1 even spread over "
+                  "all {} devices ({} of weights+gradients+optimizer state, {} of "
+                  "activations per sample); devices have {}",
+                  g.name(), gb((state + act) / n), n, gb(state), gb(act), gb(limit)));
 }
 
 // GraphPipe's two kinds of candidate (the baselines have one, kChain).
@@ -142,34 +144,39 @@ void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, 
   for (const auto& c : rep.per_micro_batch) {
     std::string cut;
     for (const std::string& k : c.cut) cut += (cut.empty() ? "" : ", ") + k;
-    alt += c.pruned ? fmt::format(" {}: skipped (no plan of it can predict below the shortlist's worst);", c.micro_batch) :
-           c.bottleneck_tps_s > 0 ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages){};",
-                                               c.micro_batch, c.bottleneck_tps_s * 1e3,
-                                               c.iteration_time_s * 1e3, c.num_stages,
-                                               cut.empty() ? "" : fmt::format(", {} skipped", cut))
-                                  : fmt::format(" {}: {};", c.micro_batch,
-                                                cut.empty() ? "does not fit memory"
-                                                            : fmt::format("no plan found, {} skipped", cut));
+    alt += c.pruned
+               ? fmt::format(" {}: skipped (no plan of it can predict below the shortlist's worst);", c.micro_batch)
+           : c.bottleneck_tps_s > 0
+               ? fmt::format(" {}: {:.4g} ms/sample, iteration {:.4g} ms ({} stages){};", c.micro_batch,
+                             c.bottleneck_tps_s * 1e3, c.iteration_time_s * 1e3, c.num_stages,
+                             cut.empty() ? "" : fmt::format(", {} skipped", cut))
+               : fmt::format(" {}: {};", c.micro_batch,
+                             cut.empty() ? "does not fit memory" : fmt::format("no plan found, {} skipped", cut));
   }
-  rep.explain.push_back(fmt::format("micro-batch {} chosen (the simulator's pick among the best plans by "
-                                    "predicted iteration time); best plan per micro-batch size:{}",
-                                    chosen_mbs, alt));
+  rep.explain.push_back(
+      fmt::format("micro-batch {} chosen (the simulator's pick among the best plans by "
+                  "predicted iteration time); best plan per micro-batch size:{}",
+                  chosen_mbs, alt));
   std::string dp;
   for (const auto& c : rep.per_micro_batch)
     if (c.search_tps_s > 0) dp += fmt::format(" {}: {:.6g} ms/sample;", c.micro_batch, c.search_tps_s * 1e3);
-  rep.explain.push_back("DP optimum per micro-batch size (the search's own bottleneck, before placement "
-                        "re-costs each stage on its links):" + dp);
+  rep.explain.push_back(
+      "DP optimum per micro-batch size (the search's own bottleneck, before placement "
+      "re-costs each stage on its links):" +
+      dp);
   if (graphpipe) {
     rep.explain.push_back("graph: " + rep.sp_note);
     std::string cands;
     for (const auto& c : rep.plan.search.candidates)
-      cands += fmt::format("{}{}: iteration {:.4g} ms predicted, {:.4g} ms simulated, {:.1f} samples/s "
-                           "predicted, {} stages, depth {}, micro-batch {}", cands.empty() ? "" : "; ", c.name,
-                           c.iteration_time_s * 1e3, c.simulated_iteration_time_s * 1e3,
-                           c.throughput_samples_per_s, c.num_stages, c.depth, c.micro_batch_size);
+      cands += fmt::format(
+          "{}{}: iteration {:.4g} ms predicted, {:.4g} ms simulated, {:.1f} samples/s "
+          "predicted, {} stages, depth {}, micro-batch {}",
+          cands.empty() ? "" : "; ", c.name, c.iteration_time_s * 1e3, c.simulated_iteration_time_s * 1e3,
+          c.throughput_samples_per_s, c.num_stages, c.depth, c.micro_batch_size);
     rep.explain.push_back(fmt::format(
         "search: {} won ({}; the series-parallel DP's plan is kept unless the sequential "
-        "candidate simulates faster by more than {:g}%) -- {}", rep.plan.search.winner,
+        "candidate simulates faster by more than {:g}%) -- {}",
+        rep.plan.search.winner,
         sp_won ? "its simulated iteration time is no worse, within the tolerance" : "the chain plan simulates faster",
         kTol * 100, cands));
   }
@@ -178,10 +185,10 @@ void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, 
       rep.explain.push_back(shortlist_note(shortlist[kind], kind == kSp ? "sp" : graphpipe ? "chain" : opt.planner));
   if (piper) {
     const plan::PiperCoarsening& pc = rep.plan.piper;
-    rep.explain.push_back(fmt::format(
-        "piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
-        "coarsened from {} ops to {} nodes: {}", pc.downsets, pc.splits, pc.split_budget,
-        opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
+    rep.explain.push_back(
+        fmt::format("piper: DP over {} downsets ({} stage splits; budget {} for --time-limit {:g} s) of a graph "
+                    "coarsened from {} ops to {} nodes: {}",
+                    pc.downsets, pc.splits, pc.split_budget, opt.time_limit_s, pc.ops, pc.nodes, pc.graph));
   }
 }
 
@@ -189,8 +196,8 @@ void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, 
 // UserError before any work).
 struct Setup {
   std::chrono::steady_clock::time_point t0, deadline;
-  int n = 0;              // devices
-  double limit = 0;       // usable memory per device (minus the reserve)
+  int n = 0;         // devices
+  double limit = 0;  // usable memory per device (minus the reserve)
   bool same_node = false;
   std::vector<int> mbs_cands;  // micro-batch sizes to search
   bool graphpipe = false, piper = false;
@@ -201,8 +208,8 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
   su.t0 = std::chrono::steady_clock::now();
   const ir::Graph& g = cm.graph();
   const int n = su.n = cm.cluster().num_devices();
-  GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch, "--batch: mini-batch size must be in [1, {}], got {}",
-           kMaxMiniBatch, opt.mini_batch);
+  GP_CHECK(opt.mini_batch >= 1 && opt.mini_batch <= kMaxMiniBatch,
+           "--batch: mini-batch size must be in [1, {}], got {}", kMaxMiniBatch, opt.mini_batch);
   GP_CHECK(n <= kMaxDevices, "--devices: the planner handles at most {} devices, got {}", kMaxDevices, n);
   GP_CHECK(g.num_ops() <= kMaxOps, "model \"{}\" has {} ops; the planner handles at most {}", g.name(), g.num_ops(),
            kMaxOps);
@@ -211,11 +218,13 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
            "--planner: unknown planner \"{}\" (valid: graphpipe, pipedream, piper)", opt.planner);
   GP_CHECK(plan::find_schedule_kind(opt.schedule).has_value(), "--schedule: unknown schedule \"{}\" (valid: {})",
            opt.schedule, plan::schedule_kind_names());
-  GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes), "--memory-limit must be >= 0 and finite");
+  GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes),
+           "--memory-limit must be >= 0 and finite");
   GP_CHECK(opt.time_limit_s > 0 && opt.time_limit_s <= kMaxTimeLimitS, "--time-limit must be in (0, {}] s, got {}",
            kMaxTimeLimitS, opt.time_limit_s);
   su.limit = cm.usable_memory_bytes(opt.memory_limit_bytes);  // minus the device reserve
-  GP_CHECK(su.limit > 0, "--memory-limit {:.3g} GB leaves nothing for tensors: {} reserves {:.3g} GB per device for "
+  GP_CHECK(su.limit > 0,
+           "--memory-limit {:.3g} GB leaves nothing for tensors: {} reserves {:.3g} GB per device for "
            "the runtime's context, workspaces and fragmentation (docs/cost-model.md, \"Memory\")",
            (opt.memory_limit_bytes > 0 ? opt.memory_limit_bytes : cm.cluster().device.memory_bytes) / 1e9,
            cm.cluster().name, cm.cluster().device.memory_reserve_bytes / 1e9);
@@ -228,11 +237,12 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
     if (opt.mini_batch % m == 0) su.mbs_cands.push_back(m);
   GP_CHECK(opt.micro_batch >= 0, "--micro-batch: must be >= 1, got {}", opt.micro_batch);
   if (opt.micro_batch > 0) {
-    GP_CHECK(opt.mini_batch % opt.micro_batch == 0,
-             "--micro-batch: {} does not divide the mini-batch (--batch {})", opt.micro_batch, opt.mini_batch);
+    GP_CHECK(opt.mini_batch % opt.micro_batch == 0, "--micro-batch: {} does not divide the mini-batch (--batch {})",
+             opt.micro_batch, opt.mini_batch);
     GP_CHECK(std::has_single_bit(static_cast<unsigned>(opt.micro_batch)),
              "--micro-batch: must be a power of two (the planners replicate stages over power-of-two "
-             "device counts that divide it), got {}", opt.micro_batch);
+             "device counts that divide it), got {}",
+             opt.micro_batch);
     su.mbs_cands = {opt.micro_batch};
   }
   su.graphpipe = opt.planner == "graphpipe";
@@ -291,15 +301,15 @@ Searches::Searches(const cost::CostModel& cm, const PlannerOptions& opt, const S
   if (!su.piper) {
     chain = detail::chain_structure(cm);
     // GraphPipe's chain candidate runs as a DAG; PipeDream's declares its chain edges.
-    list.push_back({kChain, su.graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0),
-                    bound(chain, 0)});
+    list.push_back(
+        {kChain, su.graphpipe ? detail::Order::chain : detail::Order::chain_edges, seq_dp(chain, 0), bound(chain, 0)});
     return;
   }
   piper_graph = detail::piper_graph(
       cm, detail::piper_split_budget(opt.time_limit_s, su.n, static_cast<int>(su.mbs_cands.size())), su.deadline,
       opt.time_limit_s);
-  list.push_back({kChain, detail::Order::chain_edges, [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan,
-                                                                              detail::SearchStats*) {
+  list.push_back({kChain, detail::Order::chain_edges,
+                  [this, &cm, &opt, &su](int mbs, double* tps, const OnPlan& on_plan, detail::SearchStats*) {
                     std::vector<StageChoice> best;
                     if (!detail::piper_solve(cm, piper_graph, mbs, opt.mini_batch, su.limit, su.n, su.same_node,
                                              su.deadline, opt.time_limit_s, kTol, tps, &best))
@@ -377,7 +387,8 @@ class SizeSweep {
                                               : static_cast<std::ptrdiff_t>(cands.size() / 2));
     size_t pick = cands.size();
     for (size_t j = 0; j < cands.size(); ++j)
-      if (!done[j] && (pick == cands.size() || std::abs(static_cast<int>(j) - from) <= std::abs(static_cast<int>(pick) - from)))
+      if (!done[j] &&
+          (pick == cands.size() || std::abs(static_cast<int>(j) - from) <= std::abs(static_cast<int>(pick) - from)))
         pick = j;
     return pick;
   }
@@ -415,7 +426,8 @@ class SizeSweep {
         continue;
       }
       double tps = 0;
-      if (sr.run(mbs, &tps, seen(sr.kind, sr.order), &spent_[sr.kind])) search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
+      if (sr.run(mbs, &tps, seen(sr.kind, sr.order), &spent_[sr.kind]))
+        search_tps = search_tps == 0 ? tps : std::min(search_tps, tps);
     }
     rc.search_tps_s = search_tps;
     rc.pruned = rc.cut.size() == se_.list.size();
@@ -484,10 +496,10 @@ void record_plan(const cost::CostModel& cm, const PlannerOptions& opt, const Set
       if (!sw.best_of[kind]) continue;
       const plan::Plan& cp = sw.best_of[kind]->plan;
       rep.candidate_plans.push_back(cp);
-      rep.plan.search.candidates.push_back(
-          {kind == kSp ? "sp" : "chain", sw.best_of[kind]->mbs, static_cast<int>(cp.stages.size()),
-           plan::pipeline_depth(cp), cp.predicted.iteration_time_s,
-           cp.predicted.throughput_samples_per_s, cp.predicted.bottleneck_tps_s, sw.best_of[kind]->simulated_s});
+      rep.plan.search.candidates.push_back({kind == kSp ? "sp" : "chain", sw.best_of[kind]->mbs,
+                                            static_cast<int>(cp.stages.size()), plan::pipeline_depth(cp),
+                                            cp.predicted.iteration_time_s, cp.predicted.throughput_samples_per_s,
+                                            cp.predicted.bottleneck_tps_s, sw.best_of[kind]->simulated_s});
     }
   }
   rep.plan.search_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - su.t0).count();
@@ -508,11 +520,11 @@ PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& o
   const bool sp_won = sweep.sp_wins();
   const std::optional<Cand>& best = sp_won ? sweep.best_of[kSp] : sweep.best_of[kChain];
   if (!best && rep.over_memory > 0)
-    throw UserError(fmt::format(
-        "no plan of {} fits {:.3g} GB per device: the search found {} whose weights, gradients, optimizer "
-        "state and in-flight activations fit, but not with their transient buffers and the gradients "
-        "they send (docs/cost-model.md, \"Memory\"); use more devices or a larger --memory-limit",
-        cm.graph().name(), su.limit / 1e9, rep.over_memory));
+    throw UserError(
+        fmt::format("no plan of {} fits {:.3g} GB per device: the search found {} whose weights, gradients, optimizer "
+                    "state and in-flight activations fit, but not with their transient buffers and the gradients "
+                    "they send (docs/cost-model.md, \"Memory\"); use more devices or a larger --memory-limit",
+                    cm.graph().name(), su.limit / 1e9, rep.over_memory));
   if (!best) impossible(cm, su.n, su.limit);
   record_plan(cm, opt, su, searches, sweep, *best, sp_won, rep);
   return rep;

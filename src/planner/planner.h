@@ -18,15 +18,15 @@ inline constexpr double kMaxTimeLimitS = 1e6;
 
 struct PlannerOptions {
   int mini_batch = 0;
-  int micro_batch = 0;                 // 0: search every power of two dividing mini_batch
-  std::string planner = "graphpipe";   // graphpipe | pipedream | piper
+  int micro_batch = 0;                // 0: search every power of two dividing mini_batch
+  std::string planner = "graphpipe";  // graphpipe | pipedream | piper
   // The schedule the plan is made for (1f1b | gpipe | zb): the estimate times it, the shortlist is
   // simulated under it, the plan records it (zb: with every stage's pass times).
   std::string schedule = "1f1b";
-  double memory_limit_bytes = 0;       // per device; 0 = the cluster's device memory
-  double time_limit_s = 600;           // piper only: give up after this long
-  bool explain = false;                // fill PlanReport::explain
-  bool progress = false;               // report progress on stderr when the search is slow
+  double memory_limit_bytes = 0;  // per device; 0 = the cluster's device memory
+  double time_limit_s = 600;      // piper only: give up after this long
+  bool explain = false;           // fill PlanReport::explain
+  bool progress = false;          // report progress on stderr when the search is slow
   // Skip a size's search (per candidate kind) once no plan of it can enter that kind's shortlist
   // (the returned plan is the same either way); false: search every size, so that per_micro_batch
   // holds every size's DP optimum (tests that compare it with an exhaustive search).
@@ -36,21 +36,21 @@ struct PlannerOptions {
 /// What the search found besides the plan: why, and what it tried.
 struct PlanReport {
   plan::Plan plan;
-  std::vector<std::string> explain;    // one line per stage + alternatives (when asked)
-  struct Candidate {                   // best plan per micro-batch size tried (placed, re-costed)
+  std::vector<std::string> explain;  // one line per stage + alternatives (when asked)
+  struct Candidate {                 // best plan per micro-batch size tried (placed, re-costed)
     int micro_batch = 0;
-    double bottleneck_tps_s = 0;       // 0 when no plan fits memory at this micro-batch size
-    double iteration_time_s = 0;       // predicted; the planner picks the smallest over sizes
+    double bottleneck_tps_s = 0;  // 0 when no plan fits memory at this micro-batch size
+    double iteration_time_s = 0;  // predicted; the planner picks the smallest over sizes
     int num_stages = 0;
-    double search_tps_s = 0;           // the DP's optimal bottleneck at this size (before placement)
-    bool pruned = false;               // not searched: no plan at this size can beat the best
-    std::vector<std::string> cut;      // the candidate kinds not searched at this size ("sp", "chain"
-                                       // or the baseline's name): none of their plans could enter
-                                       // that kind's shortlist
+    double search_tps_s = 0;       // the DP's optimal bottleneck at this size (before placement)
+    bool pruned = false;           // not searched: no plan at this size can beat the best
+    std::vector<std::string> cut;  // the candidate kinds not searched at this size ("sp", "chain"
+                                   // or the baseline's name): none of their plans could enter
+                                   // that kind's shortlist
   };
   std::vector<Candidate> per_micro_batch;
-  std::string sp_note;                 // how the graph was made series-parallel (graphpipe)
-  int over_memory = 0;                 // plans the DP found whose placed peak (with transients) did not fit
+  std::string sp_note;  // how the graph was made series-parallel (graphpipe)
+  int over_memory = 0;  // plans the DP found whose placed peak (with transients) did not fit
   /// GraphPipe: the best plan of each kind, in plan.search.candidates order ("sp", "chain").
   std::vector<plan::Plan> candidate_plans;
 };

@@ -9,8 +9,7 @@
 
 namespace gp::planner::detail {
 
-RangeCost::RangeCost(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
-                     bool same_node)
+RangeCost::RangeCost(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch, bool same_node)
     : cm_(cm),
       st_(st),
       mbs_(micro_batch),

@@ -18,8 +18,7 @@ class RangeCost {
   struct Cost {
     double tps = 0, compute_tps = 0, state = 0, act = 0;
   };
-  RangeCost(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch,
-            bool same_node);
+  RangeCost(const cost::CostModel& cm, const Structure& st, int micro_batch, int mini_batch, bool same_node);
   Cost cost(int s, int i, int m, int plog);
   /// The O(1) part of cost(): compute_tps, state and act (tps left at 0).
   Cost cheap(int s, int i, int m, int plog);
@@ -33,17 +32,17 @@ class RangeCost {
 
  private:
   struct Live {
-    int item;        // the producer's item in the sequence (-1: outside it)
-    int next;        // the first item >= the cut that reads it (k: only read outside the sequence)
-    double bytes;    // output bytes per sample
+    int item;      // the producer's item in the sequence (-1: outside it)
+    int next;      // the first item >= the cut that reads it (k: only read outside the sequence)
+    double bytes;  // output bytes per sample
   };
   struct SeqData {
     bool ready = false;
-    std::vector<int> off;                          // item j's ops start at off[j] in the flat list
+    std::vector<int> off;                           // item j's ops start at off[j] in the flat list
     std::vector<std::vector<long double>> compute;  // per plog: prefix sums of op_step_time
     std::vector<std::vector<long double>> act;      // per plog: prefix sums of saved bytes
     std::vector<long double> state, param, lb;
-    std::vector<std::vector<Live>> live;            // per cut c in [0, k]
+    std::vector<std::vector<Live>> live;  // per cut c in [0, k]
   };
   void prepare(int s);
 

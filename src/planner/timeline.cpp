@@ -115,9 +115,7 @@ class Recurrence {
       const bool fwd = ps.kind == ActionKind::forward;
       if ((fwd ? s.act_left : s.grad_left)[mb] > 0) break;
       const double start = std::max(s.free, (fwd ? s.act_at : s.grad_at)[mb]);
-      s.free = start + (fwd                                     ? c_.fwd_s
-                        : ps.kind == ActionKind::backward_input ? c_.bwd_input_s
-                                                                : c_.bwd_s)[k];
+      s.free = start + (fwd ? c_.fwd_s : ps.kind == ActionKind::backward_input ? c_.bwd_input_s : c_.bwd_s)[k];
       ++s.pc;
       for (int id : fwd ? s.out_edges : s.in_edges) {
         const int peer = fwd ? edges_[id].v : edges_[id].u;
@@ -195,7 +193,8 @@ namespace {
 std::vector<std::vector<Pass>> plan_passes(const plan::Plan& p, int mini_batch) {
   if (p.schedule == "1f1b") {
     std::vector<std::vector<Pass>> out;
-    for (const plan::Stage& s : p.stages) out.push_back(one_f_one_b_passes(mini_batch / s.micro_batch_size, s.in_flight));
+    for (const plan::Stage& s : p.stages)
+      out.push_back(one_f_one_b_passes(mini_batch / s.micro_batch_size, s.in_flight));
     return out;
   }
   if (mini_batch == p.mini_batch_size) return schedule_passes(plan_schedule(p));

@@ -16,7 +16,7 @@ struct TimelineCosts {
   /// The zero-bubble split of bwd_s (B: input gradients, W: weight gradients); read only for the
   /// schedules that run them (empty otherwise).
   std::vector<double> bwd_input_s, bwd_weight_s;
-  std::vector<double> tail_s;        // after its last backward: gradient all-reduce + optimizer step
+  std::vector<double> tail_s;  // after its last backward: gradient all-reduce + optimizer step
   /// Per stage, per successor (outputs_to order): bytes per sample crossing that edge (the
   /// gradient coming back has the same size).
   std::vector<std::vector<double>> out_bytes_per_sample;

@@ -15,11 +15,11 @@ namespace gp::profiler {
 struct ProfileOptions {
   std::vector<int64_t> batches{1, 2, 4, 8};  // per-device batch sizes (made ascending and unique)
   int warmup = 2;
-  int repeats = 5;  // the median of these is recorded
-  int threads = 1;  // LibTorch intra-op threads
-  bool cpu_clock = false;  // the thread's CPU time instead of wall time (runtime::time_op)
+  int repeats = 5;             // the median of these is recorded
+  int threads = 1;             // LibTorch intra-op threads
+  bool cpu_clock = false;      // the thread's CPU time instead of wall time (runtime::time_op)
   std::string device = "cpu";  // --device cpu|cuda (runtime::time_op)
-  bool context = true;  // also time the whole model in sequence and the optimizer step (profile_context)
+  bool context = true;         // also time the whole model in sequence and the optimizer step (profile_context)
 };
 
 /// Timed calls of the whole model per batch in profile_context (after one untimed): at most this

@@ -6,12 +6,12 @@
 namespace gp::runtime {
 
 struct BuildInfo {
-  std::string torch_version;   // LibTorch's TORCH_VERSION, e.g. "2.11.0"
-  bool cuda_built = false;     // built against a CUDA LibTorch (GP_HAVE_CUDA)
-  std::string cuda_version;    // the CUDA runtime LibTorch was built with ("13.0"); "" without CUDA
-  bool nccl_built = false;     // c10d's NCCL process group compiled in (GP_HAVE_NCCL)
-  std::string nccl_version;    // "2.28.9"; "" without NCCL
-  int gpus = 0;                // CUDA devices visible to this process
+  std::string torch_version;  // LibTorch's TORCH_VERSION, e.g. "2.11.0"
+  bool cuda_built = false;    // built against a CUDA LibTorch (GP_HAVE_CUDA)
+  std::string cuda_version;   // the CUDA runtime LibTorch was built with ("13.0"); "" without CUDA
+  bool nccl_built = false;    // c10d's NCCL process group compiled in (GP_HAVE_NCCL)
+  std::string nccl_version;   // "2.28.9"; "" without NCCL
+  int gpus = 0;               // CUDA devices visible to this process
   std::vector<std::string> gpu_names;
 };
 

@@ -58,7 +58,8 @@ std::string npy(torch::Tensor t) {
     case torch::kFloat16: descr = "<f2"; break;
     case torch::kInt64: descr = "<i8"; break;
     case torch::kInt32: descr = "<i4"; break;
-    default: throw RuntimeFailure(fmt::format("checkpoint export: no .npy type for {}", c10::toString(t.scalar_type())));
+    default:
+      throw RuntimeFailure(fmt::format("checkpoint export: no .npy type for {}", c10::toString(t.scalar_type())));
   }
   std::string shape;  // "()", "(3,)", "(3, 4)"
   for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.size(i));
@@ -145,7 +146,8 @@ std::string export_checkpoint(const std::string& path, const std::string& format
   int64_t steps = -1, params = 0;
   for (const auto& f : files) {
     CheckpointContents c = read_checkpoint(f);  // checksums verified
-    GP_CHECK(steps < 0 || steps == c.steps_done, "{}: {} steps done, other files of {} {}", f, c.steps_done, path, steps);
+    GP_CHECK(steps < 0 || steps == c.steps_done, "{}: {} steps done, other files of {} {}", f, c.steps_done, path,
+             steps);
     steps = c.steps_done;
     for (auto& [n, t] : c.params) params += tensors.emplace(n, t).second;
     for (auto& [n, t] : c.optimizer_state) tensors.emplace(n, t);

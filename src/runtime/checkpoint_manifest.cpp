@@ -15,23 +15,20 @@
 
 namespace gp::runtime {
 
-std::string model_hash(const ir::Graph& g) {
-  return hex64(xxh64_text(importers::model_to_json(g.model()).dump()));
-}
+std::string model_hash(const ir::Graph& g) { return hex64(xxh64_text(importers::model_to_json(g.model()).dump())); }
 
 std::string plan_hash(const plan::Plan& p) {
   Json stages = Json::array();
   for (const auto& st : p.stages)
-    stages.push_back({{"id", st.id}, {"ops", st.ops}, {"devices", st.devices}, {"micro_batch_size", st.micro_batch_size}});
+    stages.push_back(
+        {{"id", st.id}, {"ops", st.ops}, {"devices", st.devices}, {"micro_batch_size", st.micro_batch_size}});
   Json j = {{"mini_batch_size", p.mini_batch_size}, {"num_devices", p.num_devices}, {"stages", stages}};
   return hex64(xxh64_text(j.dump()));
 }
 
 namespace {
 
-Json model_identity(const ir::Graph& g) {
-  return {{"name", g.name()}, {"ops", g.num_ops()}, {"hash", model_hash(g)}};
-}
+Json model_identity(const ir::Graph& g) { return {{"name", g.name()}, {"ops", g.num_ops()}, {"hash", model_hash(g)}}; }
 
 }  // namespace
 
@@ -42,12 +39,13 @@ Json pipeline_identity(const ir::Graph& g, const plan::Plan& p, int stage, int r
     st = {{"id", s.id}, {"ops", s.ops.size()}, {"devices", s.devices}, {"micro_batch_size", s.micro_batch_size}};
   }
   return {{"model", model_identity(g)},
-          {"plan", {{"kind", "pipeline"},
-                    {"mini_batch_size", p.mini_batch_size},
-                    {"num_devices", p.num_devices},
-                    {"num_stages", p.stages.size()},
-                    {"hash", plan_hash(p)},
-                    {"stage", st}}},
+          {"plan",
+           {{"kind", "pipeline"},
+            {"mini_batch_size", p.mini_batch_size},
+            {"num_devices", p.num_devices},
+            {"num_stages", p.stages.size()},
+            {"hash", plan_hash(p)},
+            {"stage", st}}},
           {"stage", stage},
           {"rank", rank},
           {"optimizer", optimizer}};
@@ -109,8 +107,7 @@ Json data_identity(const std::string& data_dir, bool shuffle, const ir::Graph& g
 Json model_op_hashes(const ir::Graph& g) {
   Json out = Json::array();
   const Json model = importers::model_to_json(g.model());  // not a temporary: the loop reads into it
-  for (const Json& op : model.at("ops"))
-    out.push_back({op.value("name", std::string()), hex64(xxh64_text(op.dump()))});
+  for (const Json& op : model.at("ops")) out.push_back({op.value("name", std::string()), hex64(xxh64_text(op.dump()))});
   return out;
 }
 

@@ -129,7 +129,8 @@ CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b) {
   for (auto& f : fb) by_name_b[fs::path(f).filename().string()] = f;
   GP_CHECK(fa.size() == fb.size(), "checkpoint diff: {} holds {} files, {} holds {}", a, fa.size(), b, fb.size());
   for (const auto& f : fa) {
-    std::string other = fa.size() == 1 && !fs::is_directory(a) ? fb.front() : by_name_b[fs::path(f).filename().string()];
+    std::string other = fa.size() == 1 && !fs::is_directory(a) ? fb.front()
+                                                               : by_name_b[fs::path(f).filename().string()];
     GP_CHECK(!other.empty(), "checkpoint diff: {} has no counterpart named {} in {}", f,
              fs::path(f).filename().string(), b);
     CheckpointContents x = load(f), y = load(other);
@@ -185,9 +186,9 @@ std::string reshard_checkpoints(const std::string& from, const std::string& plan
     StageModule m(run.graph, ops, opt.seed, run.weights);
     auto optimizer = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
     Json initial;
-    load_by_name(*gen, m, *optimizer, with_run_fields(pipeline_identity(run.graph, run.plan, st.id, st.devices.at(0),
-                                                                        opt.optimizer),
-                                                      opt.seed, set.run["data"], Json()),
+    load_by_name(*gen, m, *optimizer,
+                 with_run_fields(pipeline_identity(run.graph, run.plan, st.id, st.devices.at(0), opt.optimizer),
+                                 opt.seed, set.run["data"], Json()),
                  &initial);
     for (int d : st.devices) {
       Json id = with_run_fields(pipeline_identity(run.graph, run.plan, st.id, d, opt.optimizer), opt.seed,
@@ -198,10 +199,11 @@ std::string reshard_checkpoints(const std::string& from, const std::string& plan
     }
   }
   publish_generation(out, folder, gen->steps_done, set, "reshard");
-  return fmt::format("{}\nwrote {}: {} files ({} parameter tensors with their optimizer state) after {} steps for {} "
-                     "({} stages on {} devices)\n",
-                     note.empty() ? "the plan is the one the checkpoint was written for: copied file by file" : note,
-                     out, files, tensors, gen->steps_done, plan_path, run.plan.stages.size(), run.plan.num_devices);
+  return fmt::format(
+      "{}\nwrote {}: {} files ({} parameter tensors with their optimizer state) after {} steps for {} "
+      "({} stages on {} devices)\n",
+      note.empty() ? "the plan is the one the checkpoint was written for: copied file by file" : note, out, files,
+      tensors, gen->steps_done, plan_path, run.plan.stages.size(), run.plan.num_devices);
 }
 
 }  // namespace gp::runtime

@@ -13,7 +13,7 @@ enum class CommKind { gloo, nccl, gloo_pairs };
 
 struct CommChoice {
   CommKind kind = CommKind::gloo;
-  std::string why;            // one phrase for the user: "CPU tensors", "one GPU per rank", ...
+  std::string why;             // one phrase for the user: "CPU tensors", "one GPU per rank", ...
   bool nccl_possible = false;  // this rank could use NCCL (auto and nccl: every rank must agree)
 };
 

@@ -26,8 +26,10 @@ namespace fs = std::filesystem;
 size_t kind_bytes(NpyFile::Kind k) {
   switch (k) {
     case NpyFile::Kind::f16: return 2;
-    case NpyFile::Kind::f32: case NpyFile::Kind::i32: return 4;
-    case NpyFile::Kind::f64: case NpyFile::Kind::i64: return 8;
+    case NpyFile::Kind::f32:
+    case NpyFile::Kind::i32: return 4;
+    case NpyFile::Kind::f64:
+    case NpyFile::Kind::i64: return 8;
   }
   return 0;
 }
@@ -202,8 +204,7 @@ NpyFile NpyFile::open(const std::string& path) {
   GP_CHECK(size >= 8 + len_bytes, "{}: truncated .npy header", path);
   for (size_t i = 0; i < len_bytes; ++i) header_len |= size_t{p[8 + i]} << (8 * i);
   size_t data_off = 8 + len_bytes + header_len;
-  GP_CHECK(data_off <= size, "{}: truncated .npy header ({} bytes announced, the file has {})", path, header_len,
-           size);
+  GP_CHECK(data_off <= size, "{}: truncated .npy header ({} bytes announced, the file has {})", path, header_len, size);
   std::string header(reinterpret_cast<const char*>(p + 8 + len_bytes), header_len);
   f.descr_ = header_field(path, header, "descr", "'[^']*'|\"[^\"]*\"");
   f.descr_ = f.descr_.substr(1, f.descr_.size() - 2);
@@ -221,9 +222,8 @@ NpyFile NpyFile::open(const std::string& path) {
            path);
   f.row_bytes_ = static_cast<size_t>(f.row_elems_) * kind_bytes(f.kind_);
   double need = double(f.row_bytes_) * double(f.shape_[0]);
-  GP_CHECK(need <= double(size - data_off),
-           "{}: truncated: shape [{}] of {} needs {} data bytes, the file has {}", path, fmt::join(f.shape_, ", "),
-           f.descr_, static_cast<uint64_t>(need), size - data_off);
+  GP_CHECK(need <= double(size - data_off), "{}: truncated: shape [{}] of {} needs {} data bytes, the file has {}",
+           path, fmt::join(f.shape_, ", "), f.descr_, static_cast<uint64_t>(need), size - data_off);
   f.data_ = p + data_off;
   return f;
 }
@@ -256,8 +256,8 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& dir, const ir::G
     GP_CHECK(want == got, "{} {}: per-sample shape [{}] (file shape [{}]) does not match model input \"{}\" [{}]", flag,
              path, fmt::join(got, ", "), fmt::join(f.shape(), ", "), in.name, fmt::join(want, ", "));
     if (i == 0) d->n_ = f.samples();
-    GP_CHECK(f.samples() == d->n_, "{} {}: {} samples, but {}.npy has {} (every file needs the same count)", flag,
-             path, f.samples(), inputs[0].name, d->n_);
+    GP_CHECK(f.samples() == d->n_, "{} {}: {} samples, but {}.npy has {} (every file needs the same count)", flag, path,
+             f.samples(), inputs[0].name, d->n_);
     d->files_.push_back(std::move(f));
     d->index_.push_back(index);
   }

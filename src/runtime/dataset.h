@@ -92,10 +92,10 @@ class Dataset {
   int64_t n_ = 0;
   bool shuffle_ = false;
   uint64_t seed_ = 1;
-  std::vector<NpyFile> files_;  // per graph input (in g.model().inputs order)
-  std::vector<bool> index_;     // input is i64
+  std::vector<NpyFile> files_;                         // per graph input (in g.model().inputs order)
+  std::vector<bool> index_;                            // input is i64
   std::unique_ptr<std::atomic<int64_t>[]> rows_read_;  // per input
-  mutable std::mutex mu_;       // the permutation cache (ranks may share a Dataset as threads)
+  mutable std::mutex mu_;                              // the permutation cache (ranks may share a Dataset as threads)
   mutable std::vector<std::pair<int64_t, std::vector<int64_t>>> perms_;  // the latest epochs used
 };
 

@@ -57,8 +57,8 @@ std::string other_run(const std::string& dir, const PreparedRun& run) {
       continue;  // unreadable: its own load reports it
     }
     if (saved.is_null()) continue;
-    std::string diff =
-        identity_difference(saved, pipeline_identity(run.graph, run.plan, -1, 0, saved.value("optimizer", "")), true);
+    std::string diff = identity_difference(
+        saved, pipeline_identity(run.graph, run.plan, -1, 0, saved.value("optimizer", "")), true);
     if (!diff.empty()) return fmt::format("; the checkpoints in {} were written by a different run: {}", dir, diff);
   }
   return "";
@@ -77,7 +77,8 @@ extern "C" void on_stop_signal(int sig) {
 /// Installs on_stop_signal for SIGTERM and SIGINT (no SA_RESTART: waitpid returns EINTR) and puts
 /// the previous handlers back when destroyed.
 struct StopSignals {
-  struct sigaction old_term {}, old_int {};
+  struct sigaction old_term {
+  }, old_int{};
   StopSignals() {
     g_stop_signal = 0;
     g_worker_group = 0;
@@ -114,8 +115,9 @@ std::vector<int> spawn_local_workers(const std::vector<std::string>& sub_args, i
   argv.push_back(nullptr);
 
   std::vector<std::string> base;
-  static const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                               "MASTER_PORT=", "GP_AGENT_STORE=", "GP_STATUS_FILE=", "GP_LAUNCHER_PID="};
+  static const char* ours[] = {
+      "RANK=",        "WORLD_SIZE=",     "LOCAL_RANK=",     "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+      "MASTER_PORT=", "GP_AGENT_STORE=", "GP_STATUS_FILE=", "GP_LAUNCHER_PID="};
   for (char** e = environ; *e; ++e) {
     bool skip = false;
     for (const char* o : ours) skip = skip || std::strncmp(*e, o, std::strlen(o)) == 0;
@@ -176,9 +178,10 @@ std::string failure_message(const plan::Plan& p, const std::vector<Exit>& exits,
     if (detail::WorkerStatus s = status(e.rank); culprit < 0 && s.rejected && s.peer >= 0) {
       culprit = s.peer;
       what = fmt::format("sent a message that rank {} (stage {}) rejected", e.rank, role_of_rank(p, e.rank).stage);
-      detail = fmt::format(" (the sender's current action; sends complete asynchronously). Rank {} rejected it at "
-                           "its action '{}' in step {}: {}",
-                           e.rank, s.action, s.step, s.error);
+      detail = fmt::format(
+          " (the sender's current action; sends complete asynchronously). Rank {} rejected it at "
+          "its action '{}' in step {}: {}",
+          e.rank, s.action, s.step, s.error);
     }
   if (culprit < 0) {  // only peer failures: blame the rank they waited on, preferring a live one
     std::map<int, int> votes;
@@ -290,9 +293,9 @@ int run_pipeline(const TrainOptions& opt) {
     if (!opt.checkpoint_dir.empty()) {
       try {
         auto gen = published_generation(opt.checkpoint_dir);
-        kept = gen && !gen->flat() ? fmt::format("; the checkpoint of step {} in {} is complete", gen->steps_done,
-                                                 opt.checkpoint_dir)
-                                   : fmt::format("; {} holds no complete checkpoint", opt.checkpoint_dir);
+        kept = gen && !gen->flat()
+                   ? fmt::format("; the checkpoint of step {} in {} is complete", gen->steps_done, opt.checkpoint_dir)
+                   : fmt::format("; {} holds no complete checkpoint", opt.checkpoint_dir);
       } catch (const UserError&) {
       }
     }

@@ -13,13 +13,13 @@ namespace gp::runtime {
 /// This process's place as read from a launcher's environment.
 struct LaunchEnv {
   int rank = 0, world = 1, local_rank = 0;
-  int local_world = 0;      // ranks on this host (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
-                            // SLURM_NTASKS_PER_NODE); 0 when the launcher does not say
-  std::string master_addr;  // MASTER_ADDR (required)
-  int master_port = 0;      // MASTER_PORT (required)
-  bool agent_store = false; // a store already listens at MASTER_ADDR:PORT (torchrun's agent store,
-                            // our local launcher); otherwise rank 0 hosts it
-  std::string source;       // "torchrun", "mpirun", "srun" or "graphpipe"
+  int local_world = 0;       // ranks on this host (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+                             // SLURM_NTASKS_PER_NODE); 0 when the launcher does not say
+  std::string master_addr;   // MASTER_ADDR (required)
+  int master_port = 0;       // MASTER_PORT (required)
+  bool agent_store = false;  // a store already listens at MASTER_ADDR:PORT (torchrun's agent store,
+                             // our local launcher); otherwise rank 0 hosts it
+  std::string source;        // "torchrun", "mpirun", "srun" or "graphpipe"
 };
 
 /// RANK/WORLD_SIZE (torchrun and our launcher), OMPI_COMM_WORLD_RANK/SIZE (mpirun),

@@ -116,8 +116,11 @@ double lockstep_factor(detail::Communicator& c, int rounds, int* tag) {
 std::vector<std::string> link_worker_args(const LinkBenchOptions& o) {
   std::string sizes;
   for (int64_t s : o.sizes_bytes) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", s);
-  return {"--sizes", sizes, "--warmup", std::to_string(o.warmup), "--repeats", std::to_string(o.repeats),
-          "--lockstep-rounds", std::to_string(o.lockstep_rounds), "--timeout", fmt::format("{}", o.timeout_s)};
+  return {"--sizes",           sizes,
+          "--warmup",          std::to_string(o.warmup),
+          "--repeats",         std::to_string(o.repeats),
+          "--lockstep-rounds", std::to_string(o.lockstep_rounds),
+          "--timeout",         fmt::format("{}", o.timeout_s)};
 }
 
 int run_link_worker(const LinkBenchOptions& o) {
@@ -144,8 +147,11 @@ int run_link_worker(const LinkBenchOptions& o) {
   }
   double lockstep = o.lockstep_rounds > 0 ? lockstep_factor(*comm, o.lockstep_rounds, &tag) : 0;
   if (rank == 0) {
-    if (lockstep > 0) std::fprintf(stderr, "[links] lockstep: %d rounds of GEMMs on both cores, the slower "
-                                   "one's mean / one core's: %.3f\n", o.lockstep_rounds, lockstep);
+    if (lockstep > 0)
+      std::fprintf(stderr,
+                   "[links] lockstep: %d rounds of GEMMs on both cores, the slower "
+                   "one's mean / one core's: %.3f\n",
+                   o.lockstep_rounds, lockstep);
     std::string text = Json{{"sizes", out}, {"lockstep", lockstep}}.dump();
     store->set(kResultKey, std::vector<uint8_t>(text.begin(), text.end()));
   }
@@ -169,8 +175,11 @@ LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress
   fs::path dir = fs::temp_directory_path() / fmt::format("graphpipe-links-{}-{}", ::getpid(), store->getPort());
   fs::create_directories(dir);
   if (progress)
-    *progress << fmt::format("[links] measuring p2p and all-reduce over c10d Gloo between 2 local processes, "
-                             "{} sizes\n", o.sizes_bytes.size()) << std::flush;
+    *progress << fmt::format(
+                     "[links] measuring p2p and all-reduce over c10d Gloo between 2 local processes, "
+                     "{} sizes\n",
+                     o.sizes_bytes.size())
+              << std::flush;
   std::vector<std::string> args = {"link-worker"};
   for (auto& a : link_worker_args(o)) args.push_back(a);
   std::vector<int> pids = spawn_local_workers(args, 2, store->getPort(), dir.string());
@@ -209,8 +218,8 @@ LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress
   Json j = Json::parse(std::string(raw.begin(), raw.end()));
   LinkBenchResult out;
   for (const auto& e : j["sizes"])
-    out.samples.push_back({e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(),
-                           e[4].get<double>()});
+    out.samples.push_back(
+        {e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
   GP_ASSERT(out.samples.size() == o.sizes_bytes.size(), "link bench returned {} of {} sizes", out.samples.size(),
             o.sizes_bytes.size());
   out.lockstep_factor = j["lockstep"].get<double>();

@@ -11,9 +11,9 @@ namespace gp::runtime {
 struct LinkBenchOptions {
   std::vector<int64_t> sizes_bytes{4096, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};  // multiples of 4
   int warmup = 2;
-  int repeats = 7;         // per size; the median is kept
+  int repeats = 7;             // per size; the median is kept
   int lockstep_rounds = 1000;  // rounds of the lockstep measurement, ~10 ms each (0: skip it)
-  double timeout_s = 60;   // a worker that does not answer within this fails the measurement
+  double timeout_s = 60;       // a worker that does not answer within this fails the measurement
 };
 
 /// One measured message size: one-way p2p time (half the median round trip) and the median 2-rank

@@ -43,9 +43,10 @@ MemoryBreakdown MemoryBreakdown::from_json(const Json& j) {
 }
 
 std::string MemoryBreakdown::describe() const {
-  return fmt::format("params {:.3f} MB, grads {:.3f} MB, optimizer {:.3f} MB, activations {:.3f} MB, transient "
-                     "{:.3f} MB",
-                     mb(parameters), mb(gradients), mb(optimizer_state), mb(activations), mb(transient));
+  return fmt::format(
+      "params {:.3f} MB, grads {:.3f} MB, optimizer {:.3f} MB, activations {:.3f} MB, transient "
+      "{:.3f} MB",
+      mb(parameters), mb(gradients), mb(optimizer_state), mb(activations), mb(transient));
 }
 
 Json RankMemory::to_json() const {
@@ -74,8 +75,8 @@ RankMemory RankMemory::from_json(const Json& j) {
   return r;
 }
 
-MemoryBreakdown predicted_stage_memory(const plan::Plan& p, const ir::Graph& g, int stage,
-                                       const std::string& optimizer, int in_flight) {
+MemoryBreakdown predicted_stage_memory(const plan::Plan& p, const ir::Graph& g, int stage, const std::string& optimizer,
+                                       int in_flight) {
   cost::CostModel cm(g, plan_cluster(p), cost::optimizer_from_string(optimizer));
   const plan::Stage& st = p.stages.at(static_cast<size_t>(stage));
   std::vector<OpId> ops;
@@ -100,10 +101,11 @@ void print_memory_report(const std::vector<RankMemory>& ranks) {
   for (const RankMemory& r : ranks) {
     if (r.stage < 0 && r.peak_bytes == 0) continue;
     double d = r.predicted_bytes > 0 ? 100.0 * (r.peak_bytes - r.predicted_bytes) / r.predicted_bytes : 0;
-    std::printf("memory: rank %d stage %d: measured peak %.3f MB at step %lld, predicted %.3f MB (%+.1f%%, %d in "
-                "flight); resident peak %.1f MB\n",
-                r.rank, r.stage, mb(r.peak_bytes), static_cast<long long>(r.peak_step), mb(r.predicted_bytes), d,
-                r.in_flight, mb(r.resident_peak_bytes));
+    std::printf(
+        "memory: rank %d stage %d: measured peak %.3f MB at step %lld, predicted %.3f MB (%+.1f%%, %d in "
+        "flight); resident peak %.1f MB\n",
+        r.rank, r.stage, mb(r.peak_bytes), static_cast<long long>(r.peak_step), mb(r.predicted_bytes), d, r.in_flight,
+        mb(r.resident_peak_bytes));
     std::printf("  measured:  %s\n  predicted: %s\n", r.measured.describe().c_str(), r.predicted.describe().c_str());
   }
   std::fflush(stdout);
@@ -112,9 +114,10 @@ void print_memory_report(const std::vector<RankMemory>& ranks) {
 std::string memory_limit_failure(int rank, int stage, int64_t step, const std::string& action, double peak,
                                  const MemoryBreakdown& at_peak, double limit_bytes) {
   if (limit_bytes <= 0 || peak <= limit_bytes) return "";
-  return fmt::format("rank {} (stage {}) exceeded --memory-limit {:.3f} MB at step {}, action '{}': measured peak "
-                     "{:.3f} MB of tensors ({})",
-                     rank, stage, mb(limit_bytes), step, action, mb(peak), at_peak.describe());
+  return fmt::format(
+      "rank {} (stage {}) exceeded --memory-limit {:.3f} MB at step {}, action '{}': measured peak "
+      "{:.3f} MB of tensors ({})",
+      rank, stage, mb(limit_bytes), step, action, mb(peak), at_peak.describe());
 }
 
 Json train_summary_json(const std::vector<double>& losses, double iteration_time_s, double predicted_time_s,

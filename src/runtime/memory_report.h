@@ -33,7 +33,7 @@ struct RankMemory {
   MemoryBreakdown measured;    // at the peak
   double predicted_bytes = 0;  // the cost model's per-device peak for this stage (predicted.total())
   MemoryBreakdown predicted;
-  int in_flight = 0;           // micro-batches the schedule holds at once (the prediction's)
+  int in_flight = 0;               // micro-batches the schedule holds at once (the prediction's)
   double resident_peak_bytes = 0;  // the process's resident high-water mark (VmHWM)
   Json to_json() const;
   static RankMemory from_json(const Json& j);
@@ -41,8 +41,8 @@ struct RankMemory {
 
 /// The cost model's peak for one replica of `stage` of `p` (on the cluster the plan records, else
 /// its cluster spec) with `in_flight` micro-batches held.
-MemoryBreakdown predicted_stage_memory(const plan::Plan& p, const ir::Graph& g, int stage,
-                                       const std::string& optimizer, int in_flight);
+MemoryBreakdown predicted_stage_memory(const plan::Plan& p, const ir::Graph& g, int stage, const std::string& optimizer,
+                                       int in_flight);
 /// The same for `train --single`: the whole model as one stage on one device, micro-batch = batch.
 MemoryBreakdown predicted_single_memory(const ir::Graph& g, int64_t batch, const std::string& optimizer);
 

@@ -37,8 +37,7 @@ torch::Device timing_device(const std::string& device, bool cpu_clock, int warmu
   const torch::Device dev = detail::select_device(device, 0);
   GP_CHECK(!cpu_clock || dev.is_cpu(), "--clock cpu: times the calling CPU thread; with --device {} use --clock wall",
            device);
-  GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats,
-           warmup);
+  GP_CHECK(repeats >= 1 && warmup >= 0, "profile: need repeats >= 1 and warmup >= 0 (found {}, {})", repeats, warmup);
   return dev;
 }
 
@@ -83,17 +82,16 @@ std::vector<OpTiming> time_passes(StageModule& m, const std::vector<int64_t>& ba
 
 }  // namespace
 
-std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats, bool cpu_clock, const std::string& device) {
+std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup, int repeats,
+                              bool cpu_clock, const std::string& device) {
   const torch::Device dev = timing_device(device, cpu_clock, warmup, repeats);
   constexpr uint64_t kSeed = 1;
   StageModule m(g, {op}, kSeed, {}, dev);
   const std::string& out_name = g.op(op).name;
   detail::SpanTimer timer(dev, cpu_clock);
-  return time_passes(m, batches, warmup, repeats, timer,
-                     [&](const TensorMap& ext, const MicroBatchInfo& info) {
-                       return m.forward(ext, info).at(out_name);
-                     });
+  return time_passes(m, batches, warmup, repeats, timer, [&](const TensorMap& ext, const MicroBatchInfo& info) {
+    return m.forward(ext, info).at(out_name);
+  });
 }
 
 std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>& batches, int warmup, int repeats,
@@ -103,11 +101,10 @@ std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>&
   StageModule m(g, g.op_ids(), kSeed, {}, dev);
   GP_CHECK(!m.loss_ops().empty(), "profile: the model has no loss op to backpropagate from");
   detail::SpanTimer timer(dev, cpu_clock);
-  return time_passes(m, batches, warmup, repeats, timer,
-                     [&](const TensorMap& ext, const MicroBatchInfo& info) {
-                       TensorMap outs = m.forward(ext, info);
-                       return m.scaled_loss(outs, info);  // every other output released, as in a step
-                     });
+  return time_passes(m, batches, warmup, repeats, timer, [&](const TensorMap& ext, const MicroBatchInfo& info) {
+    TensorMap outs = m.forward(ext, info);
+    return m.scaled_loss(outs, info);  // every other output released, as in a step
+  });
 }
 
 std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vector<std::string>& names, int warmup,

@@ -27,8 +27,8 @@ OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int rep
                  const std::string& device = "cpu");
 
 /// Same at several batch sizes, building the op's parameters once (large embedding tables).
-std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup,
-                              int repeats, bool cpu_clock = false, const std::string& device = "cpu");
+std::vector<OpTiming> time_op(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches, int warmup, int repeats,
+                              bool cpu_clock = false, const std::string& device = "cpu");
 
 /// The whole model (every op, as `train --single` runs it) at each batch: forward to the loss,
 /// then backward from it, `warmup` untimed and the median of `repeats` timed calls. Against the sum

@@ -142,9 +142,7 @@ Range replica_share(const plan::Stage& st, int rep, int64_t s) {
   return {s / m * m + rep * share, share};
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 /// Messages between one pair of ranks are told apart by kind, first sample and tensor index;
 /// the step parity keeps a fast sender's next step apart from a slow receiver's current one.
@@ -170,10 +168,15 @@ struct MicroBatchState {
 /// One rank's stage: module, optimizer, communicators and the per-step transfer state.
 class StageRunner {
  public:
-  StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world,
-              torch::Device device)
-      : opt_(opt), p_(run.plan), g_(run.graph), st_(p_.stages[role.stage]), rep_(role.replica),
-        world_(world), actions_(run.schedule.stages[role.stage].actions), data_(run.data.get()),
+  StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, Communicator& world, torch::Device device)
+      : opt_(opt),
+        p_(run.plan),
+        g_(run.graph),
+        st_(p_.stages[role.stage]),
+        rep_(role.replica),
+        world_(world),
+        actions_(run.schedule.stages[role.stage].actions),
+        data_(run.data.get()),
         eval_data_(run.eval_data.get()) {
     auto stage_of = plan::stage_of_ops(p_, g_);
     std::vector<OpId> ops;
@@ -302,8 +305,9 @@ class StageRunner {
     std::vector<int64_t> shape = op.output_shape;
     GP_ASSERT(!shape.empty() && shape[0] == ir::kBatch, "edge tensor {} has no batch dim", name);
     shape[0] = n;
-    return torch::empty(shape, torch::TensorOptions(op.dtype == ir::DType::i64 ? torch::kLong : torch::kFloat)
-                                   .device(module_->device()));
+    return torch::empty(
+        shape,
+        torch::TensorOptions(op.dtype == ir::DType::i64 ? torch::kLong : torch::kFloat).device(module_->device()));
   }
 
   // One send/recv action: the range's part held by this replica, exchanged with every replica
@@ -333,7 +337,8 @@ class StageRunner {
         const std::string& n = names[t];
         int tag = transfer_tag(grad || eval_, part.begin, t, step_);  // eval: its own tag space
         if (!grad && send) {
-          ms.act_sends[peer_rank].push_back(world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
+          ms.act_sends[peer_rank].push_back(
+              world_.send(rows(ms.outputs.at(n), mine.begin, part).detach(), peer_rank, tag));
         } else if (!grad) {
           received.push_back(receive(rows_shape(n, part.count), dtype_of(n), peer_rank, tag));
         } else if (send) {
@@ -406,8 +411,8 @@ class StageRunner {
   }
   void post_ahead(const Action& a) {
     for (RecvSpec& r : recv_specs(a)) {
-      auto recv =
-          world_.post_recv(r.shape, torch::TensorOptions(r.dtype).device(module_->device()), r.peer_rank, r.tag);
+      auto recv = world_.post_recv(r.shape, torch::TensorOptions(r.dtype).device(module_->device()), r.peer_rank,
+                                   r.tag);
       bool fresh = posted_.emplace(std::pair{r.peer_rank, r.tag}, Posted{r.shape, r.dtype, std::move(recv)}).second;
       GP_ASSERT(fresh, "stage {}: the receive of tag {} from rank {} was posted twice", st_.id, r.tag, r.peer_rank);
     }
@@ -434,10 +439,8 @@ class StageRunner {
       const Action& a = actions_[i];
       if (a.kind != ActionKind::recv_act && a.kind != ActionKind::recv_grad) continue;
       auto [it, first] = last.try_emplace({static_cast<int>(a.kind), a.peer}, static_cast<int>(i));
-      if (first)
-        first_recvs_.push_back(static_cast<int>(i));
-      else
-        next_recv_[static_cast<size_t>(it->second)] = static_cast<int>(i);
+      if (first) first_recvs_.push_back(static_cast<int>(i));
+      else next_recv_[static_cast<size_t>(it->second)] = static_cast<int>(i);
       it->second = static_cast<int>(i);
     }
   }
@@ -453,8 +456,7 @@ class StageRunner {
   // (each costs a Gloo latency on the receiver's critical path). Gradients: the floating ones only.
   bool packed(const std::vector<std::string>& names, bool grad) const {
     size_t n = 0;
-    for (const auto& name : names)
-      n += !grad || torch::isFloatingType(dtype_of(name));
+    for (const auto& name : names) n += !grad || torch::isFloatingType(dtype_of(name));
     return n > 1;
   }
   torch::ScalarType dtype_of(const std::string& name) const {
@@ -512,8 +514,8 @@ class StageRunner {
     torch::Tensor t = receive({1}, torch::kFloat, peer_rank, tag);
     if (grad) mbs_[static_cast<int>(part.begin / st_.micro_batch_size)].grads_from.insert(peer_rank);
     GP_ASSERT(t.item<float>() == static_cast<float>(part.count),
-              "stage {}: ordering token from rank {} for samples [{}, {}) carries {}", st_.id, peer_rank,
-              part.begin, part.end(), t.item<float>());
+              "stage {}: ordering token from rank {} for samples [{}, {}) carries {}", st_.id, peer_rank, part.begin,
+              part.end(), t.item<float>());
   }
 
   void forward(int mb) {
@@ -534,8 +536,8 @@ class StageRunner {
         got += it->second.empty() ? 0 : it->second[0].size(0);
         it = pieces.erase(it);
       }
-      GP_ASSERT(got == mine.count, "stage {} mb {}: received {} of {} samples from stage {}", st_.id, mb,
-                got, mine.count, u);
+      GP_ASSERT(got == mine.count, "stage {} mb {}: received {} of {} samples from stage {}", st_.id, mb, got,
+                mine.count, u);
       for (size_t t = 0; t < names.size(); ++t) {
         auto x = parts[t].size() == 1 ? parts[t][0] : torch::cat(parts[t]);
         if (!eval_ && torch::isFloatingType(x.scalar_type())) x.requires_grad_(true);
@@ -677,15 +679,14 @@ class StageRunner {
   std::map<std::pair<int, int>, Posted> posted_;  // receives posted ahead, by (peer rank, tag)
   std::vector<int> next_recv_, first_recvs_;      // link_receive_streams
   bool next_posted_ = false;                      // post_next_step ran for the coming step
-  std::unique_ptr<InputPrefetcher> feed_;  // reads --data one forward ahead
-  std::vector<int> forwards_;              // micro-batches in the order of the stage's forwards
-  const Dataset* data_;       // --data (null: synthetic)
-  const Dataset* eval_data_;  // --eval-data
-  bool eval_ = false;         // inside eval_batch
-  double data_s_ = 0;         // seconds spent reading data this step
+  std::unique_ptr<InputPrefetcher> feed_;         // reads --data one forward ahead
+  std::vector<int> forwards_;                     // micro-batches in the order of the stage's forwards
+  const Dataset* data_;                           // --data (null: synthetic)
+  const Dataset* eval_data_;                      // --eval-data
+  bool eval_ = false;                             // inside eval_batch
+  double data_s_ = 0;                             // seconds spent reading data this step
   EvalSums eval_sums_;
 };
-
 
 detail::CommOptions comm_options(const TrainOptions& opt) {
   detail::CommOptions co;
@@ -803,7 +804,8 @@ std::vector<RankMemory> gather_memory(const PreparedRun& run, const TrainOptions
 EvalSums evaluate_pipeline(Communicator& world, StageRunner* runner, const PreparedRun& run) {
   EvalSums s;
   if (runner)
-    for (int64_t j = 0; j < eval_batches(run.eval_data->size(), run.plan.mini_batch_size); ++j) runner->eval_batch(j, s);
+    for (int64_t j = 0; j < eval_batches(run.eval_data->size(), run.plan.mini_batch_size); ++j)
+      runner->eval_batch(j, s);
   std::vector<torch::Tensor> v{torch::tensor({s.loss, s.correct, s.samples, s.classified}, torch::kFloat64)};
   world.all_reduce(v, detail::Reduce::sum).wait();
   auto a = v[0].accessor<double, 1>();
@@ -955,22 +957,22 @@ void print_iteration_time(const TrainOptions& opt, const PreparedRun& run, const
   double predicted = run.plan.predicted.iteration_time_s;
   // The prediction was made with the costs the plan records; compare only when they describe
   // this machine (a profile measured on this CPU, or this machine's cpu preset), and say which.
-  plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path) : plan::PredictionScope{};
+  plan::PredictionScope scope = predicted > 0 ? plan::prediction_scope(run.plan, opt.plan_path)
+                                              : plan::PredictionScope{};
   if (predicted > 0 && scope.here)
-    std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n",
-                measured, predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
+    std::printf("iteration time: measured %.4f s, predicted %.4f s by the plan (%+.1f%%); the plan was %s\n", measured,
+                predicted, 100.0 * (measured - predicted) / predicted, scope.why.c_str());
   else if (predicted > 0)  // costs of other hardware: a prediction for that machine, not this one
     std::printf("iteration time: measured %.4f s here; the plan predicts %.4f s, not for this machine: it was %s\n",
                 measured, predicted, scope.why.c_str());
-  else
-    std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
+  else std::printf("iteration time: measured %.4f s (the plan has no prediction)\n", measured);
 }
 
 }  // namespace
 
 WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
-  GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices",
-           io.world, run.plan.num_devices);
+  GP_CHECK(io.world == run.plan.num_devices, "launched with world size {} but the plan has {} devices", io.world,
+           run.plan.num_devices);
   set_torch_threads(opt.threads);
   const torch::Device device = detail::select_device(opt.device, io.local_rank);
   detail::install_counting_allocator();  // before the stage's parameters exist
@@ -1027,7 +1029,8 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     std::fflush(stdout);
   }
   if (io.rank == 0 && io.print && !opt.json) print_memory_report(res.memory);
-  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty()) print_iteration_time(opt, run, res.step_times_s);
+  if (io.rank == 0 && io.print && !opt.json && !res.step_times_s.empty())
+    print_iteration_time(opt, run, res.step_times_s);
   if (runner)
     for (auto& [n, t] : runner->module().named_parameters()) res.final_params.emplace_back(n, t.detach().clone());
   // Nobody leaves while a peer may still read from the store or finish a collective.

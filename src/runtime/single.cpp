@@ -153,8 +153,9 @@ int run_single(const TrainOptions& opt) {
   for (int64_t step = first; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double data_s = 0;
-    const double loss_v = train_step(opt, m, *optim, feed, step, data_s,
-                                     [&](const char* phase, const std::function<void()>& f) { metered(step, phase, f); });
+    const double loss_v = train_step(
+        opt, m, *optim, feed, step, data_s,
+        [&](const char* phase, const std::function<void()>& f) { metered(step, phase, f); });
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(loss_v);
     times.push_back(dt);

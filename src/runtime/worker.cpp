@@ -98,8 +98,8 @@ void wait_for_all_ranks(c10d::Store& s, const LaunchEnv& le, std::chrono::millis
     } catch (const std::exception&) {
       std::string m = e.what();
       if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
-      throw RuntimeFailure(fmt::format("rendezvous: lost the store at {} while waiting for the other ranks: {}",
-                                       where, m));
+      throw RuntimeFailure(
+          fmt::format("rendezvous: lost the store at {} while waiting for the other ranks: {}", where, m));
     }
     if (missing.empty()) return;  // the last one arrived as the wait gave up
     throw detail::CommError(
@@ -150,8 +150,12 @@ std::optional<LaunchEnv> launch_env_from_environment() {
   } else if (env("OMPI_COMM_WORLD_RANK") && env("OMPI_COMM_WORLD_SIZE")) {
     e.rank = env_int("OMPI_COMM_WORLD_RANK", env("OMPI_COMM_WORLD_RANK"));
     e.world = env_int("OMPI_COMM_WORLD_SIZE", env("OMPI_COMM_WORLD_SIZE"));
-    e.local_rank = env("OMPI_COMM_WORLD_LOCAL_RANK") ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env("OMPI_COMM_WORLD_LOCAL_RANK")) : 0;
-    e.local_world = env("OMPI_COMM_WORLD_LOCAL_SIZE") ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env("OMPI_COMM_WORLD_LOCAL_SIZE")) : 0;
+    e.local_rank = env("OMPI_COMM_WORLD_LOCAL_RANK")
+                       ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", env("OMPI_COMM_WORLD_LOCAL_RANK"))
+                       : 0;
+    e.local_world = env("OMPI_COMM_WORLD_LOCAL_SIZE")
+                        ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env("OMPI_COMM_WORLD_LOCAL_SIZE"))
+                        : 0;
     e.source = "mpirun";
   } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
     e.rank = env_int("SLURM_PROCID", env("SLURM_PROCID"));
@@ -163,8 +167,8 @@ std::optional<LaunchEnv> launch_env_from_environment() {
   } else {
     return std::nullopt;
   }
-  GP_CHECK(e.world >= 1 && e.rank < e.world, "environment ({}): rank {} is not below world size {}", e.source,
-           e.rank, e.world);
+  GP_CHECK(e.world >= 1 && e.rank < e.world, "environment ({}): rank {} is not below world size {}", e.source, e.rank,
+           e.world);
   GP_CHECK(env("MASTER_ADDR") && env("MASTER_PORT"),
            "environment ({}): rank {} of {} is set but MASTER_ADDR and MASTER_PORT are not; set them to "
            "the host and a free port of rank 0",
@@ -204,10 +208,14 @@ std::string local_address_towards(const std::string& host) {
 }
 
 std::vector<std::string> worker_args(const TrainOptions& o) {
-  std::vector<std::string> a = {"--plan", o.plan_path, "--steps", std::to_string(o.steps), "--seed",
-                                std::to_string(o.seed), "--optimizer", o.optimizer, "--lr", fmt::format("{}", o.lr),
-                                "--momentum", fmt::format("{}", o.momentum), "--timeout", fmt::format("{}", o.timeout_s),
-                                "--threads", std::to_string(o.threads)};
+  std::vector<std::string> a = {"--plan",      o.plan_path,
+                                "--steps",     std::to_string(o.steps),
+                                "--seed",      std::to_string(o.seed),
+                                "--optimizer", o.optimizer,
+                                "--lr",        fmt::format("{}", o.lr),
+                                "--momentum",  fmt::format("{}", o.momentum),
+                                "--timeout",   fmt::format("{}", o.timeout_s),
+                                "--threads",   std::to_string(o.threads)};
   auto opt = [&](const char* flag, const std::string& v) {
     if (!v.empty()) a.insert(a.end(), {flag, v});
   };
@@ -270,20 +278,22 @@ int run_worker(const TrainOptions& opt) {
     c10::intrusive_ptr<c10d::TCPStore> store;
     {
       Deadline deadline(so.timeout + std::chrono::seconds(1), [&] {
-        std::string m = fmt::format("rendezvous: no store answered at {} within --timeout {} s: is rank 0 running "
-                                    "there, and is that port not taken by another program?",
-                                    where, opt.timeout_s);
+        std::string m = fmt::format(
+            "rendezvous: no store answered at {} within --timeout {} s: is rank 0 running "
+            "there, and is that port not taken by another program?",
+            where, opt.timeout_s);
         if (status.active()) status.failure(-1, false, m);
-        else std::fprintf(stderr, "graphpipe worker rank %d of %d (stage %d) failed during start-up: %s\n", le->rank,
-                          le->world, stage, m.c_str());
+        else
+          std::fprintf(stderr, "graphpipe worker rank %d of %d (stage %d) failed during start-up: %s\n", le->rank,
+                       le->world, stage, m.c_str());
       });
       try {
         store = c10::make_intrusive<c10d::TCPStore>(le->master_addr, so);
       } catch (const std::exception& e) {
         std::string m = e.what();
         if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
-        throw RuntimeFailure(fmt::format("rendezvous: {} the store at {}: {}",
-                                         so.isServer ? "cannot host" : "cannot reach", where, m));
+        throw RuntimeFailure(
+            fmt::format("rendezvous: {} the store at {}: {}", so.isServer ? "cannot host" : "cannot reach", where, m));
       }
     }
     wait_for_all_ranks(*store, *le, so.timeout, where);

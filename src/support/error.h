@@ -19,19 +19,18 @@ class RuntimeFailure : public std::runtime_error {
   explicit RuntimeFailure(const std::string& msg) : std::runtime_error(msg) {}
 };
 
-[[noreturn]] void internal_assert_fail(const char* cond, const char* file, int line,
-                                       const std::string& msg);
+[[noreturn]] void internal_assert_fail(const char* cond, const char* file, int line, const std::string& msg);
 
 }  // namespace gp
 
 /// GP_CHECK(cond, fmt, args...): throws gp::UserError with a formatted message when cond is false.
-#define GP_CHECK(cond, ...)                                   \
-  do {                                                        \
+#define GP_CHECK(cond, ...)                                       \
+  do {                                                            \
     if (!(cond)) throw ::gp::UserError(fmt::format(__VA_ARGS__)); \
   } while (0)
 
 /// GP_ASSERT(cond, fmt, args...): an invariant of our own code; aborts with file:line when broken.
-#define GP_ASSERT(cond, ...)                                                          \
-  do {                                                                                \
+#define GP_ASSERT(cond, ...)                                                                      \
+  do {                                                                                            \
     if (!(cond)) ::gp::internal_assert_fail(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -25,9 +25,9 @@ class JsonAt {
   [[noreturn]] void fail(const std::string& msg) const;
 
   bool has(const char* key) const;
-  JsonAt at(const char* key) const;         // required member (object expected)
-  JsonAt at(size_t index) const;            // array element
-  size_t size() const;                      // array length (array expected)
+  JsonAt at(const char* key) const;  // required member (object expected)
+  JsonAt at(size_t index) const;     // array element
+  size_t size() const;               // array length (array expected)
   void expect_object() const;
   void expect_array() const;
 

@@ -97,9 +97,7 @@ std::vector<std::pair<int, int>> edges(const plan::Plan& p, const ir::Graph& g) 
 }
 
 void erase_value(std::vector<int>& xs, int x) { xs.erase(std::remove(xs.begin(), xs.end(), x), xs.end()); }
-void insert_sorted(std::vector<int>& xs, int x) {
-  xs.insert(std::lower_bound(xs.begin(), xs.end(), x), x);
-}
+void insert_sorted(std::vector<int>& xs, int x) { xs.insert(std::lower_bound(xs.begin(), xs.end(), x), x); }
 
 RC_GTEST_PROP(PlanMutation, ReversedEdgeIsC2, ()) {
   auto [g, p] = random_valid_plan();
@@ -131,10 +129,8 @@ RC_GTEST_PROP(PlanMutation, EdgeToUnknownStageIsC2, ()) {
   int n = static_cast<int>(p.stages.size());
   plan::Stage& st = p.stages[random_stage(p)];
   int bad = *rc::gen::element(-1, n, st.id);  // st.id: a self loop
-  if (*rc::gen::arbitrary<bool>())
-    st.outputs_to.push_back(bad);
-  else
-    st.inputs_from.push_back(bad);
+  if (*rc::gen::arbitrary<bool>()) st.outputs_to.push_back(bad);
+  else st.inputs_from.push_back(bad);
   expect_rule(p, *g, "C2: stage");
 }
 

@@ -68,8 +68,8 @@ std::vector<std::pair<int, int>> positions(const Schedule& s, Pred pred) {
 }
 
 bool is_transfer(const schedule::Action& a) {
-  return a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act ||
-         a.kind == ActionKind::send_grad || a.kind == ActionKind::recv_grad;
+  return a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act || a.kind == ActionKind::send_grad ||
+         a.kind == ActionKind::recv_grad;
 }
 
 RC_GTEST_PROP(ScheduleMutation, SwapPassesOnlyIfTheSimulatorFinishes, ()) {
@@ -88,9 +88,8 @@ RC_GTEST_PROP(ScheduleMutation, SwapPassesOnlyIfTheSimulatorFinishes, ()) {
 
 RC_GTEST_PROP(ScheduleMutation, DroppedRecvIsRejected, ()) {
   auto [p, s] = random_scheduled_plan();
-  auto recvs = positions(s, [](const schedule::Action& a) {
-    return a.kind == ActionKind::recv_act || a.kind == ActionKind::recv_grad;
-  });
+  auto recvs = positions(
+      s, [](const schedule::Action& a) { return a.kind == ActionKind::recv_act || a.kind == ActionKind::recv_grad; });
   RC_PRE(!recvs.empty());
   auto [st, i] = *rc::gen::elementOf(recvs);
   s.stages[st].actions.erase(s.stages[st].actions.begin() + i);
@@ -102,10 +101,8 @@ RC_GTEST_PROP(ScheduleMutation, DroppedOrDuplicatedActionIsRejected, ()) {
   auto all = positions(s, [](const schedule::Action&) { return true; });
   auto [st, i] = *rc::gen::elementOf(all);
   auto& a = s.stages[st].actions;
-  if (*rc::gen::arbitrary<bool>())
-    a.erase(a.begin() + i);
-  else
-    a.insert(a.begin() + *rc::gen::inRange<size_t>(0, a.size() + 1), a[i]);
+  if (*rc::gen::arbitrary<bool>()) a.erase(a.begin() + i);
+  else a.insert(a.begin() + *rc::gen::inRange<size_t>(0, a.size() + 1), a[i]);
   RC_ASSERT(!rejection(s, p).empty());
 }
 
@@ -132,10 +129,8 @@ RC_GTEST_PROP(ScheduleMutation, WrongPeerOrMicroBatchIsRejected, ()) {
   auto [st, i] = *rc::gen::elementOf(all);
   schedule::Action& a = s.stages[st].actions[i];
   int n = static_cast<int>(p.stages.size());
-  if (is_transfer(a))
-    a.peer = *rc::gen::element(-1, st, n, (a.peer + 1) % std::max(n, 1));
-  else
-    a.micro_batch = *rc::gen::element(-1, a.micro_batch + 1000, 1 << 30);
+  if (is_transfer(a)) a.peer = *rc::gen::element(-1, st, n, (a.peer + 1) % std::max(n, 1));
+  else a.micro_batch = *rc::gen::element(-1, a.micro_batch + 1000, 1 << 30);
   RC_PRE(!(s == schedule::build_schedule(p, s.kind)));  // the peer change may be a no-op (n == 1)
   RC_ASSERT(!rejection(s, p).empty());
 }

@@ -95,7 +95,7 @@ class PlanCostsCli : public ::testing::Test {
 TEST_F(PlanCostsCli, APlanMadeWithAProfileSimulatesWithinTenPercentWithoutIt) {
   write_profile("prof.json", 3.0);
   Proc plan = graphpipe(std::string("plan --model ") + kModel + " --cluster cpu --devices 4 --batch 32 --profile " +
-                       path("prof.json") + " --out " + path("plan.json"));
+                        path("prof.json") + " --out " + path("plan.json"));
   ASSERT_EQ(plan.code, 0) << plan.err;
   Json pj = read_json_file(path("plan.json"));
   ASSERT_TRUE(pj.contains("costs")) << pj.dump();
@@ -136,7 +136,7 @@ TEST_F(PlanCostsCli, APlanMadeWithAProfileSimulatesWithinTenPercentWithoutIt) {
 
 TEST_F(PlanCostsCli, APlanWithoutAProfileRecordsItsClusterOnly) {
   Proc plan = graphpipe(std::string("plan --model ") + kModel + " --cluster summit --devices 4 --batch 32 --out " +
-                       path("plan.json"));
+                        path("plan.json"));
   ASSERT_EQ(plan.code, 0) << plan.err;
   Json pj = read_json_file(path("plan.json"));
   EXPECT_EQ(pj["costs"]["cluster"]["name"], "summit");
@@ -159,8 +159,8 @@ TEST_F(PlanCostsCli, APlanWithoutAProfileRecordsItsClusterOnly) {
 // within 5%), --schedule overrides it; a 1F1B plan's file has no schedule field; an unknown
 // schedule is refused (exit 2).
 TEST_F(PlanCostsCli, PlanForZeroBubbleAndSimulateTheRecordedSchedule) {
-  Proc plan = graphpipe(std::string("plan --model ") + kModel + " --cluster summit --devices 4 --batch 32 --schedule zb --out " +
-                       path("zb.json"));
+  Proc plan = graphpipe(std::string("plan --model ") + kModel +
+                        " --cluster summit --devices 4 --batch 32 --schedule zb --out " + path("zb.json"));
   ASSERT_EQ(plan.code, 0) << plan.err;
   EXPECT_THAT(plan.out, HasSubstr(", schedule zb\n"));
   Json pj = read_json_file(path("zb.json"));
@@ -177,7 +177,7 @@ TEST_F(PlanCostsCli, PlanForZeroBubbleAndSimulateTheRecordedSchedule) {
   ASSERT_EQ(over.code, 0) << over.err;
   EXPECT_EQ(Json::parse(over.out)["schedule"], "1f1b");
   Proc ofob = graphpipe(std::string("plan --model ") + kModel + " --cluster summit --devices 4 --batch 32 --out " +
-                       path("1f1b.json"));
+                        path("1f1b.json"));
   ASSERT_EQ(ofob.code, 0) << ofob.err;
   EXPECT_FALSE(read_json_file(path("1f1b.json")).contains("schedule"));
   Proc bad = graphpipe(std::string("plan --model ") + kModel + " --devices 4 --batch 32 --schedule zbv");

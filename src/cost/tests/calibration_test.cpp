@@ -67,7 +67,8 @@ TEST(Calibration, JsonRoundTripAndStrictErrors) {
   before.erase("attention_overhead_s");
   EXPECT_EQ(calibration_from_json(before, "k.json").gemm_overhead_s, 0);
   EXPECT_EQ(calibration_from_json(before, "k.json").attention_overhead_s, 0);
-  EXPECT_THAT(error_with("attention_overhead_s", -1e-6), HasSubstr("k.json: attention_overhead_s: must be a non-negative"));
+  EXPECT_THAT(error_with("attention_overhead_s", -1e-6),
+              HasSubstr("k.json: attention_overhead_s: must be a non-negative"));
   EXPECT_THAT(error_with("attention_efficiency", 1.5), HasSubstr("attention_efficiency: must be in (0, 1], found 1.5"));
   EXPECT_THAT(error_with("cores", 0), HasSubstr("k.json: cores: must be in [1, 1000000], found 0"));
   EXPECT_THAT(error_with("format", "graphpipe.profile/1"), HasSubstr("graphpipe.calibration/1"));

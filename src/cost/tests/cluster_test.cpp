@@ -149,7 +149,8 @@ TEST(Cluster, MalformedFilesNameTheFieldAndValue) {
                                         "found 2000000000"));
   j = good;
   j["device"]["memory_reserve_bytes"] = -1;
-  EXPECT_THAT(parse_error(j), HasSubstr("c.json: device.memory_reserve_bytes: must be a non-negative number, found -1"));
+  EXPECT_THAT(parse_error(j),
+              HasSubstr("c.json: device.memory_reserve_bytes: must be a non-negative number, found -1"));
   j = good;
   j["num_nodes"] = 0;
   EXPECT_THAT(parse_error(j), HasSubstr("c.json: num_nodes: must be an integer in [1, 1000000], found 0"));
@@ -174,8 +175,7 @@ TEST(Cluster, MalformedFilesNameTheFieldAndValue) {
               {"name", "box"},
               {"num_nodes", 1},
               {"devices_per_node", 2},
-              {"device", {{"name", "d"}, {"memory_bytes", 1e9}, {"peak_flops_f32", 1e12},
-                          {"mem_bandwidth_Bps", 1e11}}},
+              {"device", {{"name", "d"}, {"memory_bytes", 1e9}, {"peak_flops_f32", 1e12}, {"mem_bandwidth_Bps", 1e11}}},
               {"intra", {{"bandwidth_Bps", 1e10}, {"latency_s", 0}}}};
   Cluster box = cluster_from_json(one, "one.json");
   EXPECT_EQ(box.num_devices(), 2);

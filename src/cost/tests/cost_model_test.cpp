@@ -152,8 +152,8 @@ TEST(Memory, StateBytesFollowTheOptimizer) {
   EXPECT_DOUBLE_EQ(sgd.state_bytes(fc), 4 * p + 4 * p + 4 * p);       // weights, grads, momentum
   EXPECT_DOUBLE_EQ(sgd.saved_bytes(fc, 16), 16 * 1024 * 4.0);
   EXPECT_DOUBLE_EQ(sgd.range_state_bytes(0, 2), sgd.state_bytes(fc));
-  EXPECT_DOUBLE_EQ(sgd.range_saved_bytes(0, 2, 16), 16 * (g.costs(fc).saved_bytes +
-                                                         g.costs(g.find("loss")).saved_bytes));
+  EXPECT_DOUBLE_EQ(sgd.range_saved_bytes(0, 2, 16),
+                   16 * (g.costs(fc).saved_bytes + g.costs(g.find("loss")).saved_bytes));
   EXPECT_EQ(optimizer_from_string("sgd"), Optimizer::sgd);
   EXPECT_THAT(error_of([] { optimizer_from_string("lamb"); }), ::testing::HasSubstr("\"lamb\""));
 }
@@ -245,7 +245,7 @@ TEST(Memory, MixedPrecisionHalvesActivationsAndMessagesAndKeepsMasterWeights) {
   CostModel::StateParts sp = mixed.state_parts(fc);
   EXPECT_DOUBLE_EQ(sp.weights, 2 * p);
   EXPECT_DOUBLE_EQ(sp.gradients, 2 * p);
-  EXPECT_DOUBLE_EQ(sp.optimizer, 12 * p);  // fp32 master weights + two fp32 moments
+  EXPECT_DOUBLE_EQ(sp.optimizer, 12 * p);                         // fp32 master weights + two fp32 moments
   EXPECT_DOUBLE_EQ(mixed.state_bytes(fc), full.state_bytes(fc));  // 16 bytes per parameter either way
   EXPECT_DOUBLE_EQ(mixed.saved_bytes(fc, 16), full.saved_bytes(fc, 16) / 2);
   EXPECT_DOUBLE_EQ(mixed.output_bytes(fc, 3), 3 * 1024 * 2.0);
@@ -280,8 +280,9 @@ TEST(StageCost, WholeModelHasNoCutEdgesAndGraphInputsAreLocal) {
   // Across nodes the same stage replicated 8 ways pays the inter-node ring.
   StageCost r = stage_cost(cm, ops, all, 8, 64, 512, false);
   EXPECT_EQ(r.per_device_batch, 8);
-  expect_close(r.allreduce_s, cm.allreduce_time(8, false, static_cast<double>(
-                                  g.costs(ops[0]).param_bytes + g.costs(ops[2]).param_bytes)));
+  expect_close(
+      r.allreduce_s,
+      cm.allreduce_time(8, false, static_cast<double>(g.costs(ops[0]).param_bytes + g.costs(ops[2]).param_bytes)));
 }
 
 // The zero-bubble split of backward (docs/cost-model.md, "Backward split"): W is the weights'

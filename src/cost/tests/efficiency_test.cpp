@@ -99,7 +99,7 @@ FitError fit_error(const std::vector<Kernel>& ks, const std::string& prec, const
 TEST(Efficiency, CurveIsHalfOfEmaxAtN0AndFlatWithoutN0) {
   EfficiencyCurve c{0.8, 100, 0.5, 1 << 20, 1 << 18, 1 << 24};
   EXPECT_DOUBLE_EQ(c.at(100, 1 << 20), 0.4);
-  EXPECT_DOUBLE_EQ(c.n0_at(1 << 22), 50.0);           // 4x the weight: N0 / 4^0.5
+  EXPECT_DOUBLE_EQ(c.n0_at(1 << 22), 50.0);              // 4x the weight: N0 / 4^0.5
   EXPECT_DOUBLE_EQ(c.n0_at(1 << 10), c.n0_at(1 << 18));  // clamped to the fitted range
   EXPECT_DOUBLE_EQ(c.n0_at(1 << 30), c.n0_at(1 << 24));
   EXPECT_LT(c.at(1, 1 << 20), c.at(16, 1 << 20));
@@ -134,8 +134,8 @@ TEST(Efficiency, V100FitReproducesDeepBenchWithinTheStatedError) {
     bool f16 = std::string(c.prec) == "fp16";
     FitError e = fit_error(ks, c.prec, c.cls, v100.curve(c.wc, f16));
     FitError before = fit_error(ks, c.prec, c.cls, flat.curve(c.wc, f16));
-    std::printf("%s %s: %d kernels, rms %.3f max %.3f (flat table: rms %.3f max %.3f)\n", c.cls, c.prec,
-                e.n, e.rms, e.max, before.rms, before.max);
+    std::printf("%s %s: %d kernels, rms %.3f max %.3f (flat table: rms %.3f max %.3f)\n", c.cls, c.prec, e.n, e.rms,
+                e.max, before.rms, before.max);
     EXPECT_EQ(e.n, c.n) << c.cls << " " << c.prec;
     EXPECT_LE(e.rms, c.rms + 0.002) << c.cls << " " << c.prec;
     EXPECT_LE(e.max, c.max + 0.002) << c.cls << " " << c.prec;

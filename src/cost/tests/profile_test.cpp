@@ -191,7 +191,7 @@ TEST(Profile, InSequenceFactorScalesMeasuredOpsOnlyAndInterpolatesOverBatches) {
   p.context = ContextTiming{{2, 8}, {3.0, 11.0}, {6.0, 20.0}, {2.0, 10.0}, {5.0, 20.0}};
   EXPECT_EQ(p.context->factor(1), std::make_pair(1.5, 1.2));  // the nearest end outside
   EXPECT_EQ(p.context->factor(2), std::make_pair(1.5, 1.2));
-  auto [f5, b5] = p.context->factor(5);                       // halfway between 2 and 8
+  auto [f5, b5] = p.context->factor(5);  // halfway between 2 and 8
   EXPECT_DOUBLE_EQ(f5, 1.3);
   EXPECT_DOUBLE_EQ(b5, 1.1);
   EXPECT_EQ(p.context->factor(64), std::make_pair(1.1, 1.0));

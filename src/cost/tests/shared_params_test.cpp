@@ -72,7 +72,8 @@ TEST(SharedParams, BadEntriesNameTheFileFieldAndValue) {
   m.shared_params[0].uses = {"emb/weight", "nope/weight"};
   EXPECT_EQ(build_error(m), "tied.json: shared_params[0] (\"table\"): uses[1]: unknown op \"nope\"");
   m.shared_params[0].uses = {"emb/weight", "emb/pos"};
-  EXPECT_EQ(build_error(m), "tied.json: shared_params[0] (\"table\"): op \"emb\" is used twice (uses are distinct ops)");
+  EXPECT_EQ(build_error(m),
+            "tied.json: shared_params[0] (\"table\"): op \"emb\" is used twice (uses are distinct ops)");
   m.shared_params[0].uses = {"emb/weight", "headweight"};
   EXPECT_EQ(build_error(m), "tied.json: shared_params[0] (\"table\"): uses[1] \"headweight\" is not \"op/param\"");
   m.shared_params[0].uses = {"emb/weight", "pool/weight"};
@@ -114,9 +115,10 @@ TEST(SharedParams, StageHoldingOnlyTheOtherUserHoldsACopyAndSumsItsGradient) {
   EXPECT_DOUBLE_EQ(front.shared_bytes, table_bytes);
   EXPECT_DOUBLE_EQ(front.allreduce_s, cm.allreduce_time(2, true, 272 * 4.0));
   EXPECT_DOUBLE_EQ(front.shared_allreduce_s, cm.allreduce_time(4, true, table_bytes));
-  EXPECT_NEAR(front.tps_s,
-              (front.compute_s + front.comm_s) / 8 + (front.allreduce_s + front.shared_allreduce_s + front.optimizer_s) / 8,
-              1e-15);
+  EXPECT_NEAR(
+      front.tps_s,
+      (front.compute_s + front.comm_s) / 8 + (front.allreduce_s + front.shared_allreduce_s + front.optimizer_s) / 8,
+      1e-15);
 }
 
 }  // namespace

@@ -97,8 +97,7 @@ inline bool has_induced_n(const Dag& g) {
     for (int b = 0; b < n; ++b)
       for (int c = 0; c < n; ++c)
         for (int d = 0; d < n; ++d)
-          if (a != c && b != c && b != d && r[a][c] && r[b][c] && r[b][d] && ind(a, b) &&
-              ind(a, d) && ind(c, d))
+          if (a != c && b != c && b != d && r[a][c] && r[b][c] && r[b][d] && ind(a, b) && ind(a, d) && ind(c, d))
             return true;
   return false;
 }

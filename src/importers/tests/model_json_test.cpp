@@ -117,8 +117,7 @@ TEST(ModelJson, MissingAndMistypedFields) {
   EXPECT_EQ(error_of(j), "ops[0].attrs: expected an object, found array");
   j = base();
   j["inputs"][0]["shape"] = {-1, 0};
-  EXPECT_EQ(error_of(j),
-            "inputs[0].shape[1]: dimension 1 is 0: dimensions are positive (-1 only as dim 0, the batch)");
+  EXPECT_EQ(error_of(j), "inputs[0].shape[1]: dimension 1 is 0: dimensions are positive (-1 only as dim 0, the batch)");
   j = base();
   j["ops"][0]["inputs"][0] = 7;
   EXPECT_EQ(error_of(j), "ops[0].inputs[0]: expected a string, found 7");

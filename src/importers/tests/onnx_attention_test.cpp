@@ -17,9 +17,9 @@
 namespace gp::importers {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
 using testing::expected;
+using ::testing::HasSubstr;
 using testing::kDir;
 using testing::load_proto;
 using testing::save_temp;

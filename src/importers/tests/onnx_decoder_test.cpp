@@ -17,8 +17,8 @@
 namespace gp::importers {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::kind_counts;
 namespace fx = testing;
 
@@ -90,11 +90,16 @@ TEST(OnnxDecoder, EveryDecoderOpVariantMapsWithItsAttributes) {
   auto attrs = [&](const char* name) { return g.op(g.find(name)).attrs; };
   auto shape = [&](const char* name) { return g.op(g.find(name)).output_shape; };
   // ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=1) on 5x5: 10x10.
-  EXPECT_EQ(attrs("/t1/ConvTranspose"), (Json{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1},
-                                              {"output_padding", 1}, {"bias", true}}));
+  EXPECT_EQ(
+      attrs("/t1/ConvTranspose"),
+      (Json{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}, {"bias", true}}));
   EXPECT_EQ(shape("/t1/ConvTranspose"), (ir::Shape{ir::kBatch, 3, 10, 10}));
-  EXPECT_EQ(attrs("/t2/ConvTranspose"), (Json{{"out_channels", 4}, {"kernel", {3, 2}}, {"stride", {2, 3}},
-                                              {"padding", {0, 1}}, {"groups", 2}, {"bias", false}}));
+  EXPECT_EQ(attrs("/t2/ConvTranspose"), (Json{{"out_channels", 4},
+                                              {"kernel", {3, 2}},
+                                              {"stride", {2, 3}},
+                                              {"padding", {0, 1}},
+                                              {"groups", 2},
+                                              {"bias", false}}));
   EXPECT_EQ(attrs("/t3/ConvTranspose").at("dilation"), 2);
   EXPECT_EQ(attrs("/t4/ConvTranspose").at("output_padding"), Json({1, 0}));
   // interpolate(scale_factor=2, nearest): the scales (a Concat of constants in torch 2.x's export) kept.
@@ -102,24 +107,38 @@ TEST(OnnxDecoder, EveryDecoderOpVariantMapsWithItsAttributes) {
   EXPECT_EQ(attrs("/Resize_1"), (Json{{"size", {7, 9}}, {"mode", "nearest"}}));  // size=(7, 9)
   EXPECT_EQ(attrs("/Resize_3"), (Json{{"size", {7, 7}}, {"mode", "linear"}, {"scales", {1.5, 1.5}}}));
   EXPECT_EQ(attrs("/Resize_4"), (Json{{"size", {6, 8}}, {"mode", "linear"}, {"align_corners", true}}));
-  EXPECT_EQ(attrs("/MaxPool"), (Json{{"kernel", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 0}}, {"ceil_mode", true}}));
+  EXPECT_EQ(attrs("/MaxPool"),
+            (Json{{"kernel", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 0}}, {"ceil_mode", true}}));
   EXPECT_EQ(attrs("/MaxPool_1").at("dilation"), 2);
   EXPECT_EQ(attrs("/AveragePool").at("count_include_pad"), false);
   EXPECT_FALSE(attrs("/AveragePool_1").contains("count_include_pad"));  // 1: PyTorch's and the IR's default
 }
 
 TEST(OnnxDecoder, UnsupportedVariantsAreRefusedNamingTheNodeAndAttribute) {
-  EXPECT_THAT(error_of(mutated("/Resize_2", "mode", [](auto& a) { set_string(a, "cubic"); }, "cubic")),
+  EXPECT_THAT(error_of(mutated(
+                  "/Resize_2", "mode", [](auto& a) { set_string(a, "cubic"); }, "cubic")),
               HasSubstr("\"/Resize_2\" (Resize): mode cubic is not supported (nearest and linear are)"));
-  EXPECT_THAT(error_of(mutated("/Resize", "nearest_mode", [](auto& a) { set_string(a, "round_prefer_floor"); }, "nm")),
+  EXPECT_THAT(error_of(mutated(
+                  "/Resize", "nearest_mode", [](auto& a) { set_string(a, "round_prefer_floor"); }, "nm")),
               HasSubstr("\"/Resize\" (Resize): nearest with coordinate_transformation_mode asymmetric and nearest_mode "
                         "round_prefer_floor"));
-  EXPECT_THAT(error_of(mutated("/Resize_2", "coordinate_transformation_mode",
-                               [](auto& a) { set_string(a, "tf_half_pixel_for_nn"); }, "ct")),
-              HasSubstr("\"/Resize_2\" (Resize): linear with coordinate_transformation_mode tf_half_pixel_for_nn"));
-  EXPECT_THAT(error_of(mutated("/MaxPool_1", "pads", [](auto& a) { set_ints(a, {1, 0, 0, 0}); }, "asym_pool")),
+  EXPECT_THAT(
+      error_of(mutated(
+          "/Resize_2", "coordinate_transformation_mode", [](auto& a) { set_string(a, "tf_half_pixel_for_nn"); }, "ct")),
+      HasSubstr("\"/Resize_2\" (Resize): linear with coordinate_transformation_mode tf_half_pixel_for_nn"));
+  EXPECT_THAT(error_of(mutated(
+                  "/MaxPool_1", "pads",
+                  [](auto& a) {
+                    set_ints(a, {1, 0, 0, 0});
+                  },
+                  "asym_pool")),
               HasSubstr("\"/MaxPool_1\" (MaxPool): asymmetric pads 1,0,0,0 are not supported"));
-  EXPECT_THAT(error_of(mutated("/AveragePool", "dilations", [](auto& a) { set_ints(a, {2, 2}); }, "avg_dil")),
+  EXPECT_THAT(error_of(mutated(
+                  "/AveragePool", "dilations",
+                  [](auto& a) {
+                    set_ints(a, {2, 2});
+                  },
+                  "avg_dil")),
               HasSubstr("\"/AveragePool\" (AveragePool): dilations 2x2 are supported on MaxPool only"));
   // Every unsupported use is listed, not only the first.
   onnx::ModelProto m = fx::load_proto(kUnet + "/decoder_ops.onnx");
@@ -135,7 +154,12 @@ TEST(OnnxDecoder, UnsupportedVariantsAreRefusedNamingTheNodeAndAttribute) {
 TEST(OnnxDecoder, ConvTransposeOutputShapeAndAutoPadSetThePadsAsTheOnnxSpecSays) {
   // t1: 3x3, stride 2 on 5x5; output_shape 10x9: total padding 2*4 + 1 + 3 - 10 = 2 (1 + 1), and
   // 3 for the width: SAME_LOWER / NOTSET put the odd one at the start, [2, 1, 1, 1] as [t, l, b, r].
-  const std::string path = mutated("/t1/ConvTranspose", "output_shape", [](auto& a) { set_ints(a, {10, 9}); }, "oshape");
+  const std::string path = mutated(
+      "/t1/ConvTranspose", "output_shape",
+      [](auto& a) {
+        set_ints(a, {10, 9});
+      },
+      "oshape");
   ir::Model m = import_onnx(path);
   const ir::Op* t1 = nullptr;
   for (const auto& op : m.ops)

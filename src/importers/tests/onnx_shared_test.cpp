@@ -20,8 +20,8 @@
 namespace gp::importers {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expected;
+using ::testing::HasSubstr;
 using testing::kDir;
 using testing::save_temp;
 
@@ -121,7 +121,6 @@ TEST(OnnxShared, ModelJsonRoundTripsSharedParamsAndOldFilesLoad) {
   }
 }
 
-
 // --- default exports (issue 34): folded transposed copies, --ties, graphpipe.export metadata ---
 
 // tied_embedding.onnx as constant folding writes it: the head's Transpose(tok.weight) replaced by an
@@ -137,7 +136,8 @@ onnx::ModelProto folded_tie(const std::function<void(std::vector<float>&)>& chan
   std::vector<float> table(static_cast<size_t>(rows * cols)), copy(table.size());
   std::memcpy(table.data(), tok->raw_data().data(), table.size() * sizeof(float));
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) copy[static_cast<size_t>(j * rows + i)] = table[static_cast<size_t>(i * cols + j)];
+    for (int64_t j = 0; j < cols; ++j)
+      copy[static_cast<size_t>(j * rows + i)] = table[static_cast<size_t>(i * cols + j)];
   if (change) change(copy);
   onnx::TensorProto* c = g->add_initializer();
   c->set_name("onnx::MatMul_9");
@@ -259,7 +259,6 @@ TEST(OnnxTies, BadMetadataNamesTheFieldAndValue) {
   }
 }
 
-
 // --- opsets 18-21 read as 17 (onnx_opset.cpp) ---
 
 // x [B, 4, 8] -> Gelu -> ReduceMean(axes input [1]) -> Gemm(W [8, 3]) at `opset`.
@@ -325,12 +324,14 @@ TEST(OnnxOpset, WhatOpset17CannotSayIsRefusedNamingTheNode) {
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(v);
   };
-  const std::string noop = save_temp(opset_model(18, [&](onnx::GraphProto& g) {
-    set_int(*g.mutable_node(1), "noop_with_empty_axes", 1);
-  }), "opset_noop");
-  const std::string computed = save_temp(opset_model(18, [&](onnx::GraphProto& g) {
-    g.mutable_node(1)->set_input(1, "x");  // axes from a data tensor
-  }), "opset_axes");
+  const std::string noop = save_temp(
+      opset_model(18, [&](onnx::GraphProto& g) { set_int(*g.mutable_node(1), "noop_with_empty_axes", 1); }),
+      "opset_noop");
+  const std::string computed = save_temp(opset_model(18,
+                                                     [&](onnx::GraphProto& g) {
+                                                       g.mutable_node(1)->set_input(1, "x");  // axes from a data tensor
+                                                     }),
+                                         "opset_axes");
   for (const auto& [path, want] : {std::pair{noop, "node \"/r\" (ReduceMean): noop_with_empty_axes=1"},
                                    std::pair{computed, "axes \"x\" is computed, not a constant"}}) {
     try {

@@ -23,8 +23,8 @@
 namespace gp::importers {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expected;
+using ::testing::HasSubstr;
 using testing::kDir;
 using testing::load_proto;
 using testing::save_temp;
@@ -49,7 +49,8 @@ std::map<std::string, std::vector<int64_t>> ir_params(const ir::Graph& g) {
         break;
       }
       case ir::OpKind::conv2d: {
-        int64_t co = ir::attr_int(op, "out_channels", std::nullopt, "t"), k = ir::attr_int(op, "kernel", std::nullopt, "t");
+        int64_t co = ir::attr_int(op, "out_channels", std::nullopt, "t"),
+                k = ir::attr_int(op, "kernel", std::nullopt, "t");
         add("weight", {co, x[1], k, k});
         if (ir::attr_bool(op, "bias", true, "t")) add("bias", {co});
         break;
@@ -137,7 +138,8 @@ TEST(OnnxWeights, SeparateQkvProjectionsByDataFlow) {
   ir::Graph g = load_graph(path);
   std::string att;
   for (size_t i = 0; i < g.num_ops(); ++i)
-    if (g.op(OpId(static_cast<int32_t>(i))).kind == ir::OpKind::attention) att = g.op(OpId(static_cast<int32_t>(i))).name;
+    if (g.op(OpId(static_cast<int32_t>(i))).kind == ir::OpKind::attention)
+      att = g.op(OpId(static_cast<int32_t>(i))).name;
   ASSERT_FALSE(att.empty());
   for (const char* p : {"q", "k", "v", "o"}) {
     EXPECT_EQ(w.at(att + "/w" + p).data, values(std::string(p) + ".weight")) << p;
@@ -163,7 +165,8 @@ TEST(OnnxWeights, ValuesComeFromTheNamedInitializers) {
   const char* ws[3] = {"wq", "wk", "wv"};
   const char* bs[3] = {"bq", "bk", "bv"};
   for (int k = 0; k < 3; ++k) {
-    EXPECT_EQ(w.at(att + ws[k]).data, std::vector<float>(in_proj.begin() + k * h * h, in_proj.begin() + (k + 1) * h * h));
+    EXPECT_EQ(w.at(att + ws[k]).data,
+              std::vector<float>(in_proj.begin() + k * h * h, in_proj.begin() + (k + 1) * h * h));
     EXPECT_EQ(w.at(att + bs[k]).data, std::vector<float>(in_bias.begin() + k * h, in_bias.begin() + (k + 1) * h));
   }
   EXPECT_EQ(w.at(att + "wo").data, raw_floats(*initializer(m, "encoder.layers.1.self_attn.out_proj.weight")));
@@ -210,10 +213,10 @@ TEST(OnnxWeights, FloatDataFloat16AndDoubleInitializers) {
   onnx::ModelProto half = m;
   t = initializer(half, name);
   std::vector<uint16_t> bits(orig.size(), 0x3c00);  // 1.0
-  bits[0] = 0x3800;                                  // 0.5
-  bits[1] = 0xc000;                                  // -2
-  bits[2] = 0x1400;                                  // 2^-10
-  bits[3] = 0x0001;                                  // smallest subnormal 2^-24
+  bits[0] = 0x3800;                                 // 0.5
+  bits[1] = 0xc000;                                 // -2
+  bits[2] = 0x1400;                                 // 2^-10
+  bits[3] = 0x0001;                                 // smallest subnormal 2^-24
   t->set_data_type(onnx::TensorProto::FLOAT16);
   t->set_raw_data(std::string(reinterpret_cast<const char*>(bits.data()), bits.size() * 2));
   auto v = load_weights(save_temp(half, "float16")).at(head).data;

@@ -33,7 +33,8 @@ TEST(Resolve, BuiltinSpec) {
 }
 
 TEST(Resolve, JsonFile) {
-  auto path = (std::filesystem::temp_directory_path() / ("gp_resolve_" + std::to_string(::getpid()) + ".json")).string();
+  auto path =
+      (std::filesystem::temp_directory_path() / ("gp_resolve_" + std::to_string(::getpid()) + ".json")).string();
   ir::Model m = models::build_builtin("gpt:layers=1,seq=4,hidden=8,heads=2,ffn=16,vocab=10");
   write_model_json(path, m);
   EXPECT_EQ(load_model(path), m);

@@ -250,8 +250,8 @@ double chain_brute_force_with_memory(const cost::CostModel& cm, int n, const std
 std::pair<double, double> binding_limit(const cost::CostModel& cm, int mbs, double frac) {
   double total = 0, worst = 0;
   for (size_t o = 0; o < cm.graph().num_ops(); ++o) {
-    const double need =
-        cm.state_bytes(OpId(static_cast<int32_t>(o))) + cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
+    const double need = cm.state_bytes(OpId(static_cast<int32_t>(o))) +
+                        cm.saved_bytes(OpId(static_cast<int32_t>(o)), mbs);
     total += need;
     worst = std::max(worst, need);
   }
@@ -274,8 +274,8 @@ TEST(BruteForce, ChainDpMatchesExhaustiveSearchUnderMemoryLimits) {
         double got = 0;
         std::vector<detail::StageChoice> st;
         const bool ok = dp.minimise(1e-4, 0, &got, &st);
-        SCOPED_TRACE(fmt::format("seed {} ops {} n {} mbs {} limit {:.4g} of {:.4g}", seed, g.num_ops(), n,
-                                 mbs, limit, total));
+        SCOPED_TRACE(
+            fmt::format("seed {} ops {} n {} mbs {} limit {:.4g} of {:.4g}", seed, g.num_ops(), n, mbs, limit, total));
         if (!std::isfinite(want)) {
           EXPECT_FALSE(ok) << "the DP found " << got << " where no plan fits memory";
           ++infeasible;
@@ -317,38 +317,43 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
         SCOPED_TRACE(fmt::format("limit {} n {} mbs {}", limit, n, mbs));
         // The probe with its own budget and with one so small that it always gives up.
         for (size_t budget : {size_t{0}, size_t{50}}) {
-        detail::SeqDp with(cm, chain, mbs, 64, limit, n, true);
-        with.set_probe_budget(budget);
-        // The per-state memory bound proves these infeasible before any probe: off, to cover the probe.
-        with.set_memory_bound(false);
-        double t1 = 0;
-        std::vector<detail::StageChoice> s1;
-        const bool ok1 = with.minimise(1e-3, 0, &t1, &s1);
-        detail::SeqDp plain(cm, chain, mbs, 64, limit, n, true);
-        const double guess = cost::stage_cost(cm, [&] {
-          std::vector<OpId> all;
-          for (size_t o = 0; o < g.num_ops(); ++o) all.push_back(OpId(static_cast<int32_t>(o)));
-          return all;
-        }(), std::vector<char>(g.num_ops(), 1), 1, mbs, 64, true).tps_s;
-        double t2 = 0;
-        std::vector<detail::StageChoice> s2;
-        const bool ok2 = detail::minimise_target(
-            [&](double t, std::vector<detail::StageChoice>* out) {
-              const int r = plain.solve(t, out);
-              return r < -1 ? -1 : r;  // no shortcuts at all
-            },
-            n, 1e-3, 0, guess, &t2, &s2);
-        ASSERT_EQ(ok1, ok2);
-        if (ok1) {
-          EXPECT_EQ(t1, t2);
-          ASSERT_EQ(s1.size(), s2.size());
-          for (size_t k = 0; k < s1.size(); ++k) {
-            EXPECT_EQ(s1[k].ops, s2[k].ops);
-            EXPECT_EQ(s1[k].dp, s2[k].dp);
+          detail::SeqDp with(cm, chain, mbs, 64, limit, n, true);
+          with.set_probe_budget(budget);
+          // The per-state memory bound proves these infeasible before any probe: off, to cover the probe.
+          with.set_memory_bound(false);
+          double t1 = 0;
+          std::vector<detail::StageChoice> s1;
+          const bool ok1 = with.minimise(1e-3, 0, &t1, &s1);
+          detail::SeqDp plain(cm, chain, mbs, 64, limit, n, true);
+          const double guess = cost::stage_cost(
+                                   cm,
+                                   [&] {
+                                     std::vector<OpId> all;
+                                     for (size_t o = 0; o < g.num_ops(); ++o)
+                                       all.push_back(OpId(static_cast<int32_t>(o)));
+                                     return all;
+                                   }(),
+                                   std::vector<char>(g.num_ops(), 1), 1, mbs, 64, true)
+                                   .tps_s;
+          double t2 = 0;
+          std::vector<detail::StageChoice> s2;
+          const bool ok2 = detail::minimise_target(
+              [&](double t, std::vector<detail::StageChoice>* out) {
+                const int r = plain.solve(t, out);
+                return r < -1 ? -1 : r;  // no shortcuts at all
+              },
+              n, 1e-3, 0, guess, &t2, &s2);
+          ASSERT_EQ(ok1, ok2);
+          if (ok1) {
+            EXPECT_EQ(t1, t2);
+            ASSERT_EQ(s1.size(), s2.size());
+            for (size_t k = 0; k < s1.size(); ++k) {
+              EXPECT_EQ(s1[k].ops, s2[k].ops);
+              EXPECT_EQ(s1[k].dp, s2[k].dp);
+            }
           }
-        }
-        saw_abort = saw_abort || with.probes_aborted() > 0;
-        saw_proof = saw_proof || (with.probes() > with.probes_aborted() && !ok1);
+          saw_abort = saw_abort || with.probes_aborted() > 0;
+          saw_proof = saw_proof || (with.probes() > with.probes_aborted() && !ok1);
         }
       }
     }
@@ -429,8 +434,7 @@ TEST(BruteForce, EveryCeilingIsFoundAgain) {
   size_t bounded = 0;
   for (std::string spec : {"mmt:branches=2,layers=2,seq=32,hidden=128,heads=4,ffn=256",
                            "dlrm:dense_branches=2,embedding_branches=2,layers=2,hidden=256,rows=1000",
-                           "candle-uno:branches=3,layers=2,hidden=256",
-                           "inception:blocks=2,channels=16,image=32"}) {
+                           "candle-uno:branches=3,layers=2,hidden=256", "inception:blocks=2,channels=16,image=32"}) {
     ir::Graph g = importers::load_graph(spec);
     for (int n : {2, 4, 8, 16, 32}) {
       cost::CostModel cm(g, test::round_cluster(n, 4));
@@ -438,8 +442,9 @@ TEST(BruteForce, EveryCeilingIsFoundAgain) {
       for (int mbs : {1, 2, 4, 8, 16, 32, 64}) {
         detail::SearchStats stats;
         double tps = 0;
-        detail::search_size(cm, sp, {mbs, 2, 64, cm.usable_memory_bytes(), n, n <= 4, 1e-3}, &tps,
-                            [](const std::vector<detail::StageChoice>&) {}, &stats);
+        detail::search_size(
+            cm, sp, {mbs, 2, 64, cm.usable_memory_bytes(), n, n <= 4, 1e-3}, &tps,
+            [](const std::vector<detail::StageChoice>&) {}, &stats);
         bounded += stats.target_bounds;
         EXPECT_EQ(stats.ceiling_misses, 0u) << spec << " on " << n << " devices, micro-batch " << mbs;
       }
@@ -493,8 +498,8 @@ TEST(BruteForce, StateMemoryBoundOnlyRulesOutInfeasibleStates) {
               ++checked;
               if (!dp.memory_rules_out(0, i, d, down)) continue;
               ++fired;
-              EXPECT_FALSE(std::isfinite(chain_brute_force_with_memory(
-                  cm, d, sizes.sizes, 16, limit, i, int64_t{down} * sizes.sizes.front())))
+              EXPECT_FALSE(std::isfinite(
+                  chain_brute_force_with_memory(cm, d, sizes.sizes, 16, limit, i, int64_t{down} * sizes.sizes.front())))
                   << "seed " << seed << " n " << n << " sizes " << sizes.sizes.size() << " suffix " << i << " d " << d
                   << " down " << down;
             }
@@ -654,8 +659,8 @@ TEST(BruteForce, PerStageSizesMatchExhaustiveSearchUnderMemoryLimits) {
         double got = 0;
         std::vector<detail::StageChoice> st;
         const bool ok = dp.minimise(1e-4, 0, &got, &st);
-        SCOPED_TRACE(fmt::format("seed {} ops {} n {} mbs {} limit {:.4g} of {:.4g}", seed, g.num_ops(), n, mbs,
-                                 limit, total));
+        SCOPED_TRACE(
+            fmt::format("seed {} ops {} n {} mbs {} limit {:.4g} of {:.4g}", seed, g.num_ops(), n, mbs, limit, total));
         if (!std::isfinite(want)) {
           EXPECT_FALSE(ok) << "the DP found " << got << " where no plan fits memory";
           ++infeasible;
@@ -669,9 +674,9 @@ TEST(BruteForce, PerStageSizesMatchExhaustiveSearchUnderMemoryLimits) {
       }
     }
   }
-  std::printf("[per-stage sizes] %d cases, %d infeasible, %d where mixed sizes beat one size\n", compared,
-              infeasible, mixed_better);
-  EXPECT_GT(mixed_better, 3);           // per-stage sizes do beat one size per plan
+  std::printf("[per-stage sizes] %d cases, %d infeasible, %d where mixed sizes beat one size\n", compared, infeasible,
+              mixed_better);
+  EXPECT_GT(mixed_better, 3);  // per-stage sizes do beat one size per plan
   EXPECT_LT(infeasible, compared / 2);
 }
 

@@ -18,8 +18,7 @@ namespace {
 using test::round_cluster;
 using ::testing::HasSubstr;
 
-plan::Plan run(const ir::Graph& g, const cost::Cluster& c, int batch, const std::string& planner,
-               double mem = 0) {
+plan::Plan run(const ir::Graph& g, const cost::Cluster& c, int batch, const std::string& planner, double mem = 0) {
   cost::CostModel cm(g, c);
   PlannerOptions o;
   o.mini_batch = batch;
@@ -242,8 +241,7 @@ TEST(Planner, PiperInstanceCarriesTheCoarseGraphsCosts) {
     const Json& t = j.at("nodes")[x].at("TMPCs").at("1")[0];
     double comp = 0, st = 0;
     for (OpId op : pg.nodes[x]) comp += cm.op_step_time(op, 4), st += cm.state_bytes(op);
-    EXPECT_NEAR(t.at("timePerSample").get<double>(), (comp + cost::optimizer_step_time(cm, st) / 16) * 1e3,
-                1e-9);
+    EXPECT_NEAR(t.at("timePerSample").get<double>(), (comp + cost::optimizer_step_time(cm, st) / 16) * 1e3, 1e-9);
     EXPECT_DOUBLE_EQ(t.at("memoryUsageB").get<double>(), st);
     total_ms += t.at("timePerSample").get<double>();
     state += st;
@@ -277,10 +275,11 @@ TEST(Planner, PiperInstanceCarriesTheCoarseGraphsCosts) {
 }
 
 TEST(Planner, GraphPipeNeverWorseThanPipeDreamOnTheZoo) {
-  for (std::string spec : {"mmt:branches=2,layers=2,seq=32,hidden=128,heads=4,ffn=256",
-                           "dlrm:dense_branches=2,embedding_branches=2,layers=2,hidden=256,rows=1000",
-                           "candle-uno:branches=3,layers=2,hidden=256", "gpt:layers=2,seq=32,hidden=128,heads=4,ffn=256,vocab=512",
-                           "inception:blocks=2,channels=16,image=32"}) {
+  for (std::string spec :
+       {"mmt:branches=2,layers=2,seq=32,hidden=128,heads=4,ffn=256",
+        "dlrm:dense_branches=2,embedding_branches=2,layers=2,hidden=256,rows=1000",
+        "candle-uno:branches=3,layers=2,hidden=256", "gpt:layers=2,seq=32,hidden=128,heads=4,ffn=256,vocab=512",
+        "inception:blocks=2,channels=16,image=32"}) {
     ir::Graph g = importers::load_graph(spec);
     for (int n : {2, 4, 8, 16, 32}) {
       double gp = run(g, round_cluster(n, 4), 64, "graphpipe").predicted.iteration_time_s;

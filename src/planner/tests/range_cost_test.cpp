@@ -12,8 +12,8 @@
 namespace gp::planner {
 namespace {
 
-void expect_equal(const cost::CostModel& cm, const detail::Structure& st, int mbs, int mini,
-                  bool same_node, uint32_t seed, int samples) {
+void expect_equal(const cost::CostModel& cm, const detail::Structure& st, int mbs, int mini, bool same_node,
+                  uint32_t seed, int samples) {
   detail::RangeCost rc(cm, st, mbs, mini, same_node);
   std::mt19937 rng(seed);
   std::vector<char> in(cm.graph().num_ops(), 0);
@@ -31,8 +31,8 @@ void expect_equal(const cost::CostModel& cm, const detail::Structure& st, int mb
     for (OpId o : ops) in[o.v] = 0;
     detail::RangeCost::Cost got = rc.cost(s, i, m, plog);
     auto near = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(b), 1e-30); };
-    ASSERT_TRUE(near(got.tps, want.tps_s)) << "seq " << s << " [" << i << ", " << m << ") plog " << plog
-                                           << ": " << got.tps << " vs " << want.tps_s;
+    ASSERT_TRUE(near(got.tps, want.tps_s))
+        << "seq " << s << " [" << i << ", " << m << ") plog " << plog << ": " << got.tps << " vs " << want.tps_s;
     ASSERT_TRUE(near(got.compute_tps, want.compute_s / mbs));
     ASSERT_TRUE(near(got.state, want.state_bytes));
     ASSERT_TRUE(near(got.act, want.act_bytes_per_mb));

@@ -48,8 +48,8 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
       EXPECT_LE(ratio, kHi) << c.spec << " " << name << " on " << c.devices;
       RecordProperty(std::string(c.spec).substr(0, 4) + "_" + name + "_" + std::to_string(c.devices),
                      std::to_string(ratio));
-      std::printf("%-70s %-9s %2d devices: predicted %.3f ms, simulated %.3f ms (x%.3f)\n", c.spec,
-                  name.c_str(), c.devices, p.predicted.iteration_time_s * 1e3, simulated * 1e3, ratio);
+      std::printf("%-70s %-9s %2d devices: predicted %.3f ms, simulated %.3f ms (x%.3f)\n", c.spec, name.c_str(),
+                  c.devices, p.predicted.iteration_time_s * 1e3, simulated * 1e3, ratio);
     }
   }
 }
@@ -138,8 +138,8 @@ TEST(SimCheck, PerStageSizes) {
     o.micro_batch = mb;
     uniform = std::min(uniform, simulated_s(run_planner(cm, o), cm));
   }
-  std::printf("candle-uno, 8 devices: per-stage sizes simulated %.3f ms, best one-size plan %.3f ms\n",
-              mixed * 1e3, uniform * 1e3);
+  std::printf("candle-uno, 8 devices: per-stage sizes simulated %.3f ms, best one-size plan %.3f ms\n", mixed * 1e3,
+              uniform * 1e3);
   EXPECT_LT(mixed, uniform);
 }
 
@@ -168,7 +168,8 @@ TEST(SimCheck, WeakScalingThirtyTwoDevicesPredictionWithinFivePercent) {
         o.micro_batch = micro;
         o.planner = name;
         const plan::Plan p = run_planner(cm, o);
-        expect_agrees(p, cm, fmt::format("{} {} B=1024 micro-batch {}", model, name, p.stages.front().micro_batch_size));
+        expect_agrees(p, cm,
+                      fmt::format("{} {} B=1024 micro-batch {}", model, name, p.stages.front().micro_batch_size));
       }
     }
   }
@@ -194,8 +195,8 @@ TEST(SimCheck, LongPipelinesExtrapolatedWithinFivePercent) {
 // The micro-batch size picked by predicted iteration time is (nearly) the simulator's best: its
 // simulated iteration is within 10% of the fastest simulated plan over all sizes.
 TEST(SimCheck, ChosenMicroBatchIsNearTheSimulatedBest) {
-  for (const char* spec : {"mmt:branches=4,layers=2,seq=64,hidden=256,heads=4,ffn=512",
-                           "candle-uno:branches=3,layers=2,hidden=256"}) {
+  for (const char* spec :
+       {"mmt:branches=4,layers=2,seq=64,hidden=256,heads=4,ffn=512", "candle-uno:branches=3,layers=2,hidden=256"}) {
     ir::Graph g = importers::load_graph(spec);
     cost::CostModel cm(g, cost::load_cluster("summit", 8));
     for (std::string name : {"graphpipe", "pipedream"}) {

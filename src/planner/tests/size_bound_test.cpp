@@ -42,8 +42,7 @@ ir::Graph branchy_model(uint32_t seed) {
   return ir::Graph::build(b.build(), "branchy");
 }
 
-double max_compute_tps(const cost::CostModel& cm, const std::vector<detail::StageChoice>& st,
-                       int mbs, int mini) {
+double max_compute_tps(const cost::CostModel& cm, const std::vector<detail::StageChoice>& st, int mbs, int mini) {
   std::vector<char> mask(cm.graph().num_ops(), 0);
   double worst = 0;
   for (const detail::StageChoice& c : st) {

@@ -49,8 +49,7 @@ inline ir::Graph branches_model(int branches, int layers, int hidden = 1024) {
   std::vector<std::string> outs;
   for (int k = 0; k < branches; ++k) {
     std::string h = x;
-    for (int i = 0; i < layers; ++i)
-      h = b.linear("b" + std::to_string(k) + ".l" + std::to_string(i), h, hidden);
+    for (int i = 0; i < layers; ++i) h = b.linear("b" + std::to_string(k) + ".l" + std::to_string(i), h, hidden);
     outs.push_back(h);
   }
   auto sum = b.op("join", ir::OpKind::add, outs);

@@ -38,7 +38,6 @@ std::mutex& archive_mutex() {
   return m;
 }
 
-
 std::string first_line(std::string s) {
   if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);  // c10 appends a backtrace
   return s;
@@ -72,9 +71,8 @@ int64_t verify_tensors(const std::string& path, const Json& manifest, const char
   const Json& list = manifest.at(key);
   for (size_t i = 0; i < std::max(list.size(), ts.size()); ++i) {
     GP_CHECK(i < list.size() && i < ts.size(),
-             "{}: corrupt checkpoint: it holds {} {} tensors but its manifest lists {} (first unmatched: \"{}\")",
-             path, ts.size(), what, list.size(),
-             i < ts.size() ? ts[i].first : list[i].value("name", std::string("?")));
+             "{}: corrupt checkpoint: it holds {} {} tensors but its manifest lists {} (first unmatched: \"{}\")", path,
+             ts.size(), what, list.size(), i < ts.size() ? ts[i].first : list[i].value("name", std::string("?")));
     const Json& e = list[i];
     const auto& [name, t] = ts[i];
     GP_CHECK(e.value("name", std::string()) == name,
@@ -107,8 +105,8 @@ bool injected_enospc(int rank, int64_t steps_done) {
 struct CheckedWriter {
   int fd = -1;
   size_t written = 0;
-  int error = 0;             // errno of the first failure
-  int64_t fail_after = -1;   // fault injection: ENOSPC once this many bytes are written
+  int error = 0;            // errno of the first failure
+  int64_t fail_after = -1;  // fault injection: ENOSPC once this many bytes are written
   size_t operator()(const void* buf, size_t n) {
     const char* p = static_cast<const char*>(buf);
     size_t left = n;
@@ -218,8 +216,8 @@ void commit_checkpoint(const std::string& path) {
 
 void abandon_checkpoint(const std::string& path) noexcept { ::unlink((path + ".tmp").c_str()); }
 
-void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
-                     int64_t steps_done, const Json& identity) {
+void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt, int64_t steps_done,
+                     const Json& identity) {
   write_checkpoint_tmp(path, m, opt, steps_done, identity);
   commit_checkpoint(path);
 }
@@ -277,8 +275,8 @@ CheckpointContents read_contents_unguarded(const std::string& path, torch::seria
   auto list = names.toList();
   for (size_t i = 0; i < list.size(); ++i) {
     torch::Tensor t;
-    GP_CHECK(ar.try_read(fmt::format("p{}", i), t, /*is_buffer=*/true), "{}: parameter {} (\"{}\") is missing", path,
-             i, list.get(i).toStringRef());
+    GP_CHECK(ar.try_read(fmt::format("p{}", i), t, /*is_buffer=*/true), "{}: parameter {} (\"{}\") is missing", path, i,
+             list.get(i).toStringRef());
     c.params.emplace_back(list.get(i).toStringRef(), t);
   }
   c.manifest = read_manifest(path, ar);
@@ -320,8 +318,8 @@ CheckpointContents read_checkpoint(const std::string& path) {
   try {
     opt->load(opt_ar);
   } catch (const std::exception& e) {
-    throw UserError(fmt::format("{}: corrupt checkpoint: its optimizer state does not load: {}", path,
-                                first_line(e.what())));
+    throw UserError(
+        fmt::format("{}: corrupt checkpoint: its optimizer state does not load: {}", path, first_line(e.what())));
   }
   c.optimizer_state = optimizer_state_tensors(*opt, names_of(c.params));
   c.verified_tensors += verify_tensors(path, c.manifest, "optimizer_state", "optimizer state", c.optimizer_state);

@@ -51,8 +51,8 @@ void sync_parent_dir(const std::string& path);
 /// Removes `<path>.tmp` if present.
 void abandon_checkpoint(const std::string& path) noexcept;
 /// write_checkpoint_tmp + commit_checkpoint; `steps_done` is the number of optimizer steps done.
-void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt,
-                     int64_t steps_done, const Json& identity = Json());
+void save_checkpoint(const std::string& path, const StageModule& m, torch::optim::Optimizer& opt, int64_t steps_done,
+                     const Json& identity = Json());
 
 /// Reads a checkpoint without a model (`graphpipe checkpoint`), verifying every checksum
 /// (parameters and optimizer state). UserError when the file is unreadable, not a graphpipe

@@ -161,9 +161,8 @@ std::optional<Generation> published_generation(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(latest, ec)) {
     Json j = Json::parse(read_text(latest), nullptr, /*allow_exceptions=*/false);
-    GP_CHECK(j.is_object() && j.value("format", std::string()) == kCheckpointSetFormat &&
-                 j.contains("generation") && j["generation"].is_string() && j.contains("steps_done") &&
-                 j["steps_done"].is_number_integer(),
+    GP_CHECK(j.is_object() && j.value("format", std::string()) == kCheckpointSetFormat && j.contains("generation") &&
+                 j["generation"].is_string() && j.contains("steps_done") && j["steps_done"].is_number_integer(),
              "{}: not a {} pointer (damaged, or written by a newer graphpipe?)", latest.string(), kCheckpointSetFormat);
     Generation g{dir, (fs::path(dir) / j["generation"].get<std::string>()).string(), j["steps_done"].get<int64_t>(), j};
     GP_CHECK(fs::is_directory(g.folder), "{}: names the generation {} but that folder does not exist", latest.string(),
@@ -171,7 +170,8 @@ std::optional<Generation> published_generation(const std::string& dir) {
     return g;
   }
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (is_flat_file(e.path().filename().string()) && e.path().extension() == ".pt") return Generation{dir, dir, -1, Json()};
+    if (is_flat_file(e.path().filename().string()) && e.path().extension() == ".pt")
+      return Generation{dir, dir, -1, Json()};
   return std::nullopt;
 }
 
@@ -237,12 +237,14 @@ CheckpointLock::CheckpointLock(const std::string& dir) {
       std::string holder = read_fd(fd);
       ::close(fd);
       if (err == EWOULDBLOCK)
-        throw UserError(fmt::format("--checkpoint-dir {} is in use by another run: {} holds {}; wait for it to end or "
-                                    "use another directory",
-                                    dir, describe_holder(holder), path_));
+        throw UserError(
+            fmt::format("--checkpoint-dir {} is in use by another run: {} holds {}; wait for it to end or "
+                        "use another directory",
+                        dir, describe_holder(holder), path_));
       throw RuntimeFailure(fmt::format("{}: cannot lock: {}", path_, std::strerror(err)));
     }
-    struct stat a {}, b {};
+    struct stat a {
+    }, b{};
     if (::fstat(fd, &a) == 0 && ::stat(path_.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
       fd_ = fd;
       break;
@@ -363,7 +365,9 @@ void save_generation(const CheckpointSaver& s, int64_t steps_done) {
     }
   }
   int failed = failure.empty() ? -1 : s.rank;
-  if (s.world) failed = static_cast<int>(reduce(*s.world, {failure.empty() ? 0.0 : double(s.rank + 1)}, detail::Reduce::max)[0]) - 1;
+  if (s.world)
+    failed = static_cast<int>(reduce(*s.world, {failure.empty() ? 0.0 : double(s.rank + 1)}, detail::Reduce::max)[0]) -
+             1;
   if (failed >= 0) {
     if (s.module) {
       ::unlink(file.c_str());
@@ -374,8 +378,7 @@ void save_generation(const CheckpointSaver& s, int64_t steps_done) {
     try {
       if (auto prev = published_generation(s.dir); prev && !prev->flat())
         kept = fmt::format("{} still names the complete checkpoint of step {}", latest_of(s.dir), prev->steps_done);
-      else if (prev)
-        kept = fmt::format("the previous checkpoint files in {} are intact", s.dir);
+      else if (prev) kept = fmt::format("the previous checkpoint files in {} are intact", s.dir);
     } catch (const UserError&) {
     }
     if (!failure.empty()) throw RuntimeFailure(fmt::format("{}; no rank published its checkpoint: {}", failure, kept));
@@ -399,14 +402,16 @@ std::string different_run(const std::string& where, const Json& pointer, const S
     std::string op = first_op_difference(pointer["model_ops"], set.ops);
     if (!op.empty()) diff = "a different model: " + op;
   }
-  return fmt::format("{}: the checkpoint was written by a different run: {}; resume with the model, --seed, --data, "
-                     "mini-batch and --optimizer it was written with, or start a new --checkpoint-dir",
-                     where, diff);
+  return fmt::format(
+      "{}: the checkpoint was written by a different run: {}; resume with the model, --seed, --data, "
+      "mini-batch and --optimizer it was written with, or start a new --checkpoint-dir",
+      where, diff);
 }
 
 std::string plan_summary(const Json& run) {
   const Json& p = run.value("plan", Json::object());
-  if (p.value("kind", std::string()) == "single") return fmt::format("--single (mini-batch {})", p.value("mini_batch_size", 0));
+  if (p.value("kind", std::string()) == "single")
+    return fmt::format("--single (mini-batch {})", p.value("mini_batch_size", 0));
   return fmt::format("a plan of {} stages on {} devices (hash {})", p.value("num_stages", 0), p.value("num_devices", 0),
                      p.value("hash", std::string()));
 }
@@ -414,8 +419,10 @@ std::string plan_summary(const Json& run) {
 }  // namespace
 
 std::string check_resumable(const std::string& dir, const SetIdentity& set) {
-  GP_CHECK(fs::is_directory(dir), "--resume: checkpoint directory {} does not exist (--resume needs a checkpoint "
-           "written with --checkpoint-dir)", dir);
+  GP_CHECK(fs::is_directory(dir),
+           "--resume: checkpoint directory {} does not exist (--resume needs a checkpoint "
+           "written with --checkpoint-dir)",
+           dir);
   std::optional<Generation> g = published_generation(dir);
   GP_CHECK(g.has_value(),
            "--resume: {} holds no checkpoint (no {} and no stage<S>-rank<R>.pt or single.pt); --resume needs a "
@@ -434,9 +441,10 @@ std::string check_resumable(const std::string& dir, const SetIdentity& set) {
                latest_of(dir), g->folder, f);
     return "";
   }
-  return fmt::format("resharding: the checkpoint of step {} in {} was written under {}; loading every parameter and "
-                     "its optimizer state by name into {}",
-                     g->steps_done, dir, plan_summary(g->pointer["run"]), plan_summary(set.run));
+  return fmt::format(
+      "resharding: the checkpoint of step {} in {} was written under {}; loading every parameter and "
+      "its optimizer state by name into {}",
+      g->steps_done, dir, plan_summary(g->pointer["run"]), plan_summary(set.run));
 }
 
 void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer& opt, const Json& identity,
@@ -452,15 +460,17 @@ void load_by_name(const Generation& gen, StageModule& m, torch::optim::Optimizer
   GP_CHECK(!files.empty(), "{}: the generation holds no checkpoint files", gen.folder);
   for (const auto& f : files) {
     CheckpointContents c = read_checkpoint(f);  // every checksum verified
-    GP_CHECK(c.has_manifest(), "{}: has no manifest (written before {}); it cannot be loaded by name under another plan",
-             f, kCheckpointFormat);
+    GP_CHECK(c.has_manifest(),
+             "{}: has no manifest (written before {}); it cannot be loaded by name under another plan", f,
+             kCheckpointFormat);
     GP_CHECK(gen.flat() || c.steps_done == gen.steps_done, "{}: {} steps done, but {} says {}", f, c.steps_done,
              latest_of(gen.dir), gen.steps_done);
     const Json fid = c.manifest.value("identity", Json());
     std::string diff = identity_difference(fid, identity, IdentityScope::model);
     GP_CHECK(diff.empty(), "{}: the checkpoint was written by a different run: {}", f, diff);
-    const Json init = fid.is_object() && fid.contains("initial_weights") ? fid["initial_weights"].value("params", Json())
-                                                                          : Json();
+    const Json init = fid.is_object() && fid.contains("initial_weights")
+                          ? fid["initial_weights"].value("params", Json())
+                          : Json();
     for (auto& [n, t] : c.params) {
       auto it = params.find(n);
       if (it == params.end()) {
@@ -560,8 +570,8 @@ int64_t resume_generation(const CheckpointSaver& s) {
   std::vector<double> r = reduce(*s.world, {s.module ? double(steps) : -1e18, s.module ? -double(steps) : -1e18},
                                  detail::Reduce::max);
   if (r[0] != -r[1])
-    throw RuntimeFailure(fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})", s.dir,
-                                     -r[1], r[0]));
+    throw RuntimeFailure(
+        fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})", s.dir, -r[1], r[0]));
   return static_cast<int64_t>(r[0]);
 }
 

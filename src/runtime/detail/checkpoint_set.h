@@ -52,7 +52,7 @@ struct Generation {
   std::string dir;     // the --checkpoint-dir
   std::string folder;  // the folder holding the files (== dir for the old flat layout)
   int64_t steps_done = 0;
-  Json pointer;        // latest.json; null for the old flat layout
+  Json pointer;  // latest.json; null for the old flat layout
   bool flat() const { return pointer.is_null(); }
   std::string file(int stage, int rank) const { return checkpoint_path(folder, stage, rank); }
   /// The checkpoint files of the generation (*.pt in folder), sorted.
@@ -110,14 +110,14 @@ class CheckpointLock {
 /// One rank's (or --single's) view of a checkpoint directory during a run.
 struct CheckpointSaver {
   std::string dir;
-  int stage = -1, rank = 0;         // the file this process writes (stage -1: single.pt)
-  StageModule* module = nullptr;    // null on a rank without a stage
+  int stage = -1, rank = 0;       // the file this process writes (stage -1: single.pt)
+  StageModule* module = nullptr;  // null on a rank without a stage
   torch::optim::Optimizer* optimizer = nullptr;
-  Json identity;                    // this file's (with_run_fields)
+  Json identity;  // this file's (with_run_fields)
   SetIdentity set;
   detail::Communicator* world = nullptr;  // null for --single
-  bool cleans = true;               // removes stale entries after publishing (one process per host)
-  uint32_t token = 0;               // agree_token() for pipelines
+  bool cleans = true;                     // removes stale entries after publishing (one process per host)
+  uint32_t token = 0;                     // agree_token() for pipelines
 };
 
 /// Rank 0's new_attempt_token, given to every rank (one all-reduce).

@@ -18,7 +18,7 @@ namespace c10d {
 class Store;
 class Backend;
 class Work;
-}
+}  // namespace c10d
 
 namespace gp::runtime::detail {
 
@@ -104,8 +104,7 @@ class Communicator {
   virtual Pending all_reduce(std::vector<torch::Tensor>& ts, Reduce op) = 0;
   /// A communicator over `ranks` (this group's ranks, sorted; must include rank()). Collective
   /// over the members only: every member calls it with the same ranks and name.
-  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
-                                                 const std::string& name) = 0;
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name) = 0;
   /// Opens the channels of the directed pairs (from, to) that will exchange messages, in the given
   /// order, which every rank must share (each rank opens the pairs it is in). A backend that matches
   /// messages by order (NCCL) connects lazily and blocks while a pair connects: opening every pair
@@ -134,8 +133,8 @@ std::atomic<bool>& wrong_size_next_send();
 
 /// A Gloo communicator (c10d::ProcessGroupGloo) over `store`; blocks until all `size` ranks join.
 /// Tensors may live on any device: Gloo sees host copies of those not on the CPU (CommOptions).
-std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     int rank, int size, const CommOptions& o);
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                     const CommOptions& o);
 
 /// Turns c10d's flight recorder off unless the user set TORCH_FR_BUFFER_SIZE: from PyTorch 2.x every
 /// process group records each collective and transfer, with a Python/C++ traceback, into one
@@ -146,8 +145,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
 void limit_flight_recorder();
 
 /// A c10d::ProcessGroupGloo of `size` ranks over `store` (CommOptions: timeout, address), joined.
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, const CommOptions& o);
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    const CommOptions& o);
 
 /// Makes the backend of `size` ranks over `store` a pairwise communicator builds its groups from.
 using BackendFactory =
@@ -166,8 +165,8 @@ std::unique_ptr<Communicator> make_pairwise_communicator(const c10::intrusive_pt
 /// The communicator of `kind` (comm_select.h): Gloo, NCCL (a pairwise communicator over
 /// c10d::ProcessGroupNCCL on `device`, the rank's GPU), or NCCL's pairwise logic over Gloo.
 /// UserError for nccl when this build has no NCCL.
-std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store,
-                                                int rank, int size, const CommOptions& o, torch::Device device);
+std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                int size, const CommOptions& o, torch::Device device);
 
 // Shared by the communicators (defined in comm_gloo.cpp).
 bool looks_like_timeout(const std::string& what);

@@ -74,8 +74,8 @@ class GlooCommunicator final : public Communicator {
     std::vector<torch::Tensor> head{torch::empty({2}, torch::kInt64)};
     guarded(op, src, [&] { pg_->recv(head, src, tag)->wait(o_.timeout); });
     check_announced(op, src, head[0].data_ptr<int64_t>()[0], head[0].data_ptr<int64_t>()[1], t);
-    std::vector<torch::Tensor> v{staged(t, o_.force_host_staging) ? torch::empty_like(t, t.options().device(torch::kCPU))
-                                                                 : t};
+    std::vector<torch::Tensor> v{
+        staged(t, o_.force_host_staging) ? torch::empty_like(t, t.options().device(torch::kCPU)) : t};
     guarded(op, src, [&] { pg_->recv(v, src, tag)->wait(o_.timeout); });
     from_host(t, v[0]);
   }
@@ -135,13 +135,11 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
-                                         const std::string& name) override {
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name) override {
     auto it = std::find(ranks.begin(), ranks.end(), rank_);
     GP_ASSERT(it != ranks.end(), "rank {} not in sub-group {}", rank_, name);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
-    return std::make_unique<GlooCommunicator>(prefixed, int(it - ranks.begin()), int(ranks.size()),
-                                              o_);
+    return std::make_unique<GlooCommunicator>(prefixed, int(it - ranks.begin()), int(ranks.size()), o_);
   }
 
  private:
@@ -212,8 +210,8 @@ void limit_flight_recorder() {
   std::call_once(once, [] { ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0); });
 }
 
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int size, const CommOptions& o) {
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                    const CommOptions& o) {
   limit_flight_recorder();
   auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
   if (!o.interface.empty()) {
@@ -240,8 +238,8 @@ std::atomic<bool>& wrong_size_next_send() {
   return flag;
 }
 
-std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     int rank, int size, const CommOptions& o) {
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                     const CommOptions& o) {
   return std::make_unique<GlooCommunicator>(store, rank, size, o);
 }
 

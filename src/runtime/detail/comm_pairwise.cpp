@@ -18,14 +18,18 @@ constexpr int kConnectTag = -1;
 
 class PairwiseCommunicator final : public Communicator {
  public:
-  PairwiseCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, CommOptions o,
-                       BackendFactory factory, torch::Device device, CommKind kind)
-      : store_(std::move(store)), rank_(rank), size_(size), o_(std::move(o)), factory_(std::move(factory)),
-        device_(device), kind_(kind) {
+  PairwiseCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, CommOptions o, BackendFactory factory,
+                       torch::Device device, CommKind kind)
+      : store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        o_(std::move(o)),
+        factory_(std::move(factory)),
+        device_(device),
+        kind_(kind) {
     if (size_ > 1)
-      guarded(fmt::format("{} group of rank {} of {}", comm_name(kind_), rank_, size_), -1, [&] {
-        all_ = factory_(c10::make_intrusive<c10d::PrefixStore>("all", store_), rank_, size_);
-      });
+      guarded(fmt::format("{} group of rank {} of {}", comm_name(kind_), rank_, size_), -1,
+              [&] { all_ = factory_(c10::make_intrusive<c10d::PrefixStore>("all", store_), rank_, size_); });
   }
 
   int rank() const override { return rank_; }
@@ -148,15 +152,15 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     const CommOptions& o);  // comm_nccl.cpp
 #endif
 
-std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store,
-                                                int rank, int size, const CommOptions& o, torch::Device device) {
+std::unique_ptr<Communicator> make_communicator(CommKind kind, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                int size, const CommOptions& o, torch::Device device) {
   switch (kind) {
     case CommKind::gloo: return make_gloo_communicator(store, rank, size, o);
     case CommKind::gloo_pairs:
       // Gloo moves host memory: the channels carry CPU tensors (host staging, as GPU tensors need).
       return make_pairwise_communicator(
-          store, rank, size, o, [o](const auto& s, int r, int n) { return make_gloo_backend(s, r, n, o); },
-          torch::kCPU, kind);
+          store, rank, size, o, [o](const auto& s, int r, int n) { return make_gloo_backend(s, r, n, o); }, torch::kCPU,
+          kind);
     case CommKind::nccl:
 #if GP_HAVE_NCCL
       GP_CHECK(device.is_cuda(), "--comm nccl needs --device cuda");

@@ -94,7 +94,8 @@ void add_eval_sums(const StageModule& m, const TensorMap& ext, const TensorMap& 
       const double positions = static_cast<double>(target.numel()) / static_cast<double>(counted);
       sums.loss += torch::nn::functional::cross_entropy(
                        pred, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                       .item<double>() / positions;
+                       .item<double>() /
+                   positions;
       sums.correct += pred.argmax(1).eq(target).sum().item<double>() / positions;
       sums.classified += static_cast<double>(counted);
     } else if (op.kind == ir::OpKind::mse_loss) {

@@ -50,9 +50,9 @@ class InputPrefetcher {
 /// Forward-only sums over evaluation samples: per-sample loss of every loss op (summed over loss
 /// ops, as the training loss), and for cross_entropy losses the argmax hits.
 struct EvalSums {
-  double loss = 0;     // sum over counted samples of the per-sample loss
-  double correct = 0;  // cross_entropy: samples whose argmax(logits) is the label (per position: the fraction)
-  double samples = 0;  // counted samples
+  double loss = 0;        // sum over counted samples of the per-sample loss
+  double correct = 0;     // cross_entropy: samples whose argmax(logits) is the label (per position: the fraction)
+  double samples = 0;     // counted samples
   double classified = 0;  // counted samples x cross_entropy ops (the accuracy's denominator)
 };
 
@@ -78,7 +78,7 @@ struct StepReport {
   double loss = 0, time_s = 0;
   const Dataset* data = nullptr;  // with --data: the epoch and the data-loading time
   int64_t batch = 0;
-  double data_s = 0;              // seconds spent reading data this step (max over ranks)
+  double data_s = 0;               // seconds spent reading data this step (max over ranks)
   const EvalSums* eval = nullptr;  // when the step ended with an evaluation
 };
 /// "step K loss L time T s" (+ " epoch E data D s" with --data).

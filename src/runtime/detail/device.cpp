@@ -63,8 +63,7 @@ struct SpanTimer::Impl {
   at::cuda::CUDAEvent begin{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
 #endif
   double host_now() const {
-    if (!cpu_clock)
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (!cpu_clock) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     timespec ts{};
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);

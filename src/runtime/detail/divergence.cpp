@@ -67,9 +67,10 @@ void check_gradients_finite(const StageModule& m, StepPlace where) {
     auto slash = n.rfind('/');
     std::string op = slash == std::string::npos ? n : n.substr(0, slash);
     std::string param = slash == std::string::npos ? "" : n.substr(slash + 1);
-    throw RuntimeFailure(fmt::format("non-finite gradient at {}, op '{}' parameter '{}': {} nan and {} inf of {} "
-                                     "values{}",
-                                     place(where), op, param, nan, inf, gr.numel(), kHint));
+    throw RuntimeFailure(
+        fmt::format("non-finite gradient at {}, op '{}' parameter '{}': {} nan and {} inf of {} "
+                    "values{}",
+                    place(where), op, param, nan, inf, gr.numel(), kHint));
   }
 }
 
@@ -80,8 +81,7 @@ void poison_first_gradient(const StageModule& m) {
     torch::Tensor& gr = p.mutable_grad();
     if (gr.is_contiguous() && gr.scalar_type() == torch::kFloat && gr.numel() > 0)
       gr.view({-1}).narrow(0, 0, 1).fill_(std::numeric_limits<float>::quiet_NaN());  // on any device
-    else
-      gr.fill_(std::numeric_limits<double>::quiet_NaN());
+    else gr.fill_(std::numeric_limits<double>::quiet_NaN());
     return;
   }
 }

@@ -62,8 +62,8 @@ const ir::Op* mask_reader(const ir::Graph& g, const std::string& name) {
 
 /// Padding masks [count, seq]: sample i keeps its first L keys (L uniform in [1, seq]; 1 = kept,
 /// as attrs.mask "keep" reads it, 0 = kept for "ignore"), so no row has every key masked.
-torch::Tensor random_padding_masks(const ir::Input& input, const ir::Op& reader,
-                                   int64_t sample_begin, int64_t count, uint64_t seed, int64_t step) {
+torch::Tensor random_padding_masks(const ir::Input& input, const ir::Op& reader, int64_t sample_begin, int64_t count,
+                                   uint64_t seed, int64_t step) {
   const int64_t seq = input.shape.at(1);
   const bool keep = reader.attrs.value("mask", std::string("keep")) == "keep";
   uint64_t base = stable_hash({"mask", input.name}, seed);
@@ -98,8 +98,8 @@ torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_
   return torch::stack(rows);
 }
 
-constexpr int64_t kTeacherInputs = 256;  // feature values a target depends on
-constexpr int64_t kTeacherOutputs = 64;  // distinct values of an mse target, tiled to its size
+constexpr int64_t kTeacherInputs = 256;   // feature values a target depends on
+constexpr int64_t kTeacherOutputs = 64;   // distinct values of an mse target, tiled to its size
 constexpr int64_t kTeacherTokenDim = 16;  // values per token in the summary of an index input
 
 }  // namespace
@@ -114,8 +114,8 @@ int teacher_source(const ir::Graph& g) {
   return -1;
 }
 
-torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
-                              uint64_t seed, int64_t step) {
+torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count, uint64_t seed,
+                              int64_t step) {
   const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
   bool is_index = input.dtype == ir::DType::i64;
   int64_t range = is_index ? index_range(g, input_index) : 0;
@@ -138,7 +138,7 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
     torch::Tensor table = torch::randn({index_range(g, source), kTeacherTokenDim}, tgen, torch::kFloat32);
     x = torch::embedding(table, x.reshape({count, -1})).mean(1);
   }
-  if (x.dim() == 3) x = x.mean(1);  // [B, seq, hidden]: per-feature mean over the sequence
+  if (x.dim() == 3) x = x.mean(1);       // [B, seq, hidden]: per-feature mean over the sequence
   if (x.dim() == 4) x = x.mean({2, 3});  // [B, C, H, W]: per-channel mean
   x = x.reshape({count, -1});
   x = x.narrow(1, 0, std::min<int64_t>(x.size(1), kTeacherInputs));
@@ -155,9 +155,16 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   if (is_index && positions == 1) return y.argmax(1).to(torch::kLong).reshape(shape);
   if (is_index) {
     torch::Tensor cls = y.reshape({count, positions, range}).argmax(2).to(torch::kLong);  // [count, positions]
-    return cls.repeat({1, (per_sample + positions - 1) / positions}).narrow(1, 0, per_sample).reshape(shape).contiguous();
+    return cls.repeat({1, (per_sample + positions - 1) / positions})
+        .narrow(1, 0, per_sample)
+        .reshape(shape)
+        .contiguous();
   }
-  return torch::tanh(y).repeat({1, (per_sample + outs - 1) / outs}).narrow(1, 0, per_sample).reshape(shape).contiguous();
+  return torch::tanh(y)
+      .repeat({1, (per_sample + outs - 1) / outs})
+      .narrow(1, 0, per_sample)
+      .reshape(shape)
+      .contiguous();
 }
 
 namespace {
@@ -244,8 +251,9 @@ torch::Tensor StageModule::make_parameter(OpId id, const std::string& name, cons
   for (auto& [idx, t] : shared_)
     if (idx == k) return t;
   const OpId canon = g_->shared_users(static_cast<size_t>(k)).front();
-  torch::Tensor t =
-      initial_value(*g_, canon, ir::split_use(sp.uses.front()).second, shape, seed_, initial).to(device_).requires_grad_(true);
+  torch::Tensor t = initial_value(*g_, canon, ir::split_use(sp.uses.front()).second, shape, seed_, initial)
+                        .to(device_)
+                        .requires_grad_(true);
   shared_.emplace_back(k, t);
   named_.emplace_back(sp.uses.front(), t);
   return t;
@@ -263,8 +271,7 @@ TensorMap StageModule::forward(const TensorMap& external, const MicroBatchInfo& 
   TensorMap out;
   for (const std::string& name : external_) {
     auto it = external.find(name);
-    if (it == external.end())
-      throw RuntimeFailure(fmt::format("stage forward: missing input tensor \"{}\"", name));
+    if (it == external.end()) throw RuntimeFailure(fmt::format("stage forward: missing input tensor \"{}\"", name));
     if (it->second.dim() > 0 && it->second.size(0) != info.count)
       throw RuntimeFailure(fmt::format("stage forward: input \"{}\" has {} samples, micro-batch has {}", name,
                                        it->second.size(0), info.count));
@@ -297,9 +304,9 @@ TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& 
   const auto& inputs = m.graph().model().inputs;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name))
-      out.emplace(inputs[i].name, synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count,
-                                                  m.seed(), info.step)
-                                      .to(m.device()));
+      out.emplace(inputs[i].name,
+                  synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count, m.seed(), info.step)
+                      .to(m.device()));
   return out;
 }
 

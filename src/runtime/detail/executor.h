@@ -46,13 +46,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
 /// The deterministic initial value of parameter `param` of op `op` (depends on seed, op name,
 /// param name only). Linear/conv/attention weights: uniform(+-1/sqrt(fan_in)); biases likewise;
 /// norm weights 1 and biases 0; embedding rows uniform(+-1/sqrt(dim)).
-torch::Tensor init_parameter(const ir::Graph& g, OpId op, const std::string& param,
-                             const std::vector<int64_t>& shape, uint64_t seed);
+torch::Tensor init_parameter(const ir::Graph& g, OpId op, const std::string& param, const std::vector<int64_t>& shape,
+                             uint64_t seed);
 
 /// Runs op `op` on `inputs` with `params` (in param_specs order). `info` is used by dropout.
 torch::Tensor run_op(const ir::Graph& g, OpId op, const std::vector<torch::Tensor>& inputs,
-                     const std::vector<torch::Tensor>& params, const MicroBatchInfo& info,
-                     uint64_t seed);
+                     const std::vector<torch::Tensor>& params, const MicroBatchInfo& info, uint64_t seed);
 
 /// For an i64 graph input: the exclusive upper bound of its values (embedding(_bag) rows,
 /// cross_entropy classes); the minimum over its consumers. UserError when nothing bounds it.
@@ -71,8 +70,8 @@ int64_t index_range(const ir::Graph& g, int input_index);
 /// random).
 int teacher_source(const ir::Graph& g);
 
-torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count,
-                              uint64_t seed, int64_t step);
+torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count, uint64_t seed,
+                              int64_t step);
 
 /// The parameters + forward of a set of ops (a stage), built from an ir::Graph.
 class StageModule {
@@ -82,8 +81,7 @@ class StageModule {
   /// shape differs from param_specs), every other one from init_parameter(seed). The parameters live
   /// on `device` (initialised on the CPU, then copied there: the same values on every device).
   StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
-              const importers::ParamValues& initial = importers::ParamValues{},
-              torch::Device device = torch::kCPU);
+              const importers::ParamValues& initial = importers::ParamValues{}, torch::Device device = torch::kCPU);
 
   const ir::Graph& graph() const { return *g_; }
   const std::vector<OpId>& ops() const { return ops_; }
@@ -122,10 +120,10 @@ class StageModule {
   std::vector<OpId> ops_;
   uint64_t seed_;
   torch::Device device_;
-  std::vector<std::vector<torch::Tensor>> params_;      // per op (ops_ order)
-  std::vector<std::vector<std::string>> param_names_;   // per op
+  std::vector<std::vector<torch::Tensor>> params_;            // per op (ops_ order)
+  std::vector<std::vector<std::string>> param_names_;         // per op
   std::vector<std::pair<std::string, torch::Tensor>> named_;  // each tensor once (canonical names)
-  std::vector<std::pair<int, torch::Tensor>> shared_;   // shared parameter index -> its tensor
+  std::vector<std::pair<int, torch::Tensor>> shared_;         // shared parameter index -> its tensor
 
   torch::Tensor make_parameter(OpId id, const std::string& name, const std::vector<int64_t>& shape,
                                const importers::ParamValues& initial,

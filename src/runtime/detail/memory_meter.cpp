@@ -179,8 +179,8 @@ double MemoryMeter::end_action(int64_t step, double t_s, bool sample) {
     b.gradients = std::max(start_state_.gradients, end.gradients);
     b.optimizer_state = std::max(start_state_.optimizer_state, end.optimizer_state);
     double state = b.parameters + b.gradients + b.optimizer_state;
-    b.activations = std::max(0.0, start_live_ - start_state_.parameters - start_state_.gradients -
-                                       start_state_.optimizer_state);
+    b.activations = std::max(
+        0.0, start_live_ - start_state_.parameters - start_state_.gradients - start_state_.optimizer_state);
     b.transient = std::max(0.0, peak - state - b.activations);
     peak_ = peak;
     peak_step_ = step;

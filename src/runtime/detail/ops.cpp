@@ -67,13 +67,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
       if (ir::attr_bool(op, "bias", true, where)) s.push_back({"bias", dims(out)});
       return s;
     }
-    case ir::OpKind::layernorm:
-      return {{"weight", dims(in_shape(0).back())}, {"bias", dims(in_shape(0).back())}};
-    case ir::OpKind::batchnorm:
-      return {{"weight", dims(in_shape(0)[1])}, {"bias", dims(in_shape(0)[1])}};
+    case ir::OpKind::layernorm: return {{"weight", dims(in_shape(0).back())}, {"bias", dims(in_shape(0).back())}};
+    case ir::OpKind::batchnorm: return {{"weight", dims(in_shape(0)[1])}, {"bias", dims(in_shape(0)[1])}};
     case ir::OpKind::embedding_bag:
-      return {{"weight", dims(ir::attr_int(op, "rows", std::nullopt, where),
-                              ir::attr_int(op, "dim", std::nullopt, where))}};
+      return {{"weight",
+               dims(ir::attr_int(op, "rows", std::nullopt, where), ir::attr_int(op, "dim", std::nullopt, where))}};
     case ir::OpKind::embedding: {
       int64_t dim = ir::attr_int(op, "dim", std::nullopt, where);
       std::vector<std::pair<std::string, std::vector<int64_t>>> s{
@@ -90,7 +88,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
     case ir::OpKind::window_attention: {  // torchvision's SwinTransformerBlock attention parameters
       int64_t c = in_shape(0).back(), heads = ir::attr_int(op, "heads", std::nullopt, where);
       std::vector<int64_t> win = ir::attr_ints(op, "window", where);
-      return {{"wqkv", dims(3 * c, c)}, {"bqkv", dims(3 * c)}, {"wo", dims(c, c)}, {"bo", dims(c)},
+      return {{"wqkv", dims(3 * c, c)},
+              {"bqkv", dims(3 * c)},
+              {"wo", dims(c, c)},
+              {"bo", dims(c)},
               {"rel_bias", dims((2 * win[0] - 1) * (2 * win[1] - 1), heads)}};
     }
     case ir::OpKind::conv2d: {
@@ -112,13 +113,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> param_specs(const ir::
     case ir::OpKind::concat:
       if (std::optional<ir::Shape> ps = ir::param_shape(op, where)) return {{"param", *ps}};
       return {};
-    default:
-      return {};
+    default: return {};
   }
 }
 
-torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& param,
-                             const std::vector<int64_t>& shape, uint64_t seed) {
+torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& param, const std::vector<int64_t>& shape,
+                             uint64_t seed) {
   const ir::Op& op = g.op(id);
   torch::NoGradGuard no_grad;
   auto opts = torch::TensorOptions().dtype(torch::kFloat32);
@@ -138,7 +138,8 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
     }
     case ir::OpKind::conv_transpose2d: {  // PyTorch: fan_in of weight [in, out / groups, kh, kw]
       ir::ConvGeometry cg = ir::conv_geometry(op, shape_of(g, op.inputs[0])[1], g.name());
-      fan_in = static_cast<double>(ir::attr_int(op, "out_channels", std::nullopt, g.name()) / cg.groups * cg.kh * cg.kw);
+      fan_in = static_cast<double>(ir::attr_int(op, "out_channels", std::nullopt, g.name()) / cg.groups * cg.kh *
+                                   cg.kw);
       break;
     }
     case ir::OpKind::add:
@@ -154,8 +155,8 @@ torch::Tensor init_parameter(const ir::Graph& g, OpId id, const std::string& par
 
 namespace {
 
-torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
-                      const MicroBatchInfo& info, uint64_t seed) {
+torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x, const MicroBatchInfo& info,
+                      uint64_t seed) {
   double p = ir::attr_num(op, "p", 0.1, g.name());
   if (p == 0 || !info.train) return x;
   // One mask row per global sample: independent of how the mini-batch is split.
@@ -164,8 +165,7 @@ torch::Tensor dropout(const ir::Graph& g, const ir::Op& op, const torch::Tensor&
   std::vector<torch::Tensor> rows;
   rows.reserve(static_cast<size_t>(x.size(0)));
   for (int64_t i = 0; i < x.size(0); ++i) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(
-        stable_hash_ints(base, {info.sample_begin + i, info.step}));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {info.sample_begin + i, info.step}));
     rows.push_back(torch::rand(per_sample, gen, torch::kFloat32).ge(p));
   }
   // A bool mask: backward keeps it (1 byte per element, as the cost model counts), not a float copy.
@@ -185,7 +185,8 @@ torch::Tensor pad(const torch::Tensor& x, const std::vector<int64_t>& pads, doub
   return torch::constant_pad_nd(x, torch_pads, value);
 }
 
-torch::Tensor conv2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+torch::Tensor conv2d(const ir::Graph& g, const ir::Op& op, const torch::Tensor& x,
+                     const std::vector<torch::Tensor>& w) {
   ir::ConvGeometry cg = ir::conv_geometry(op, x.size(1), g.name());
   c10::optional<torch::Tensor> bias = w.size() > 1 ? c10::optional<torch::Tensor>(w[1]) : c10::nullopt;
   const std::vector<int64_t> stride{cg.sh, cg.sw}, dilation{cg.dh, cg.dw}, padding{cg.pt, cg.pl}, none{0, 0};
@@ -269,12 +270,13 @@ torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const std::vector<
   }
   if (in.size() > 1) {  // a padding mask m [b, s] over the keys
     torch::Tensor set = in[1].ne(0);
-    torch::Tensor masked = (ir::attr_choice(op, "mask", "keep", {"keep", "ignore"}, g.name()) == "keep" ? set.logical_not() : set)
+    torch::Tensor masked = (ir::attr_choice(op, "mask", "keep", {"keep", "ignore"}, g.name()) == "keep"
+                                ? set.logical_not()
+                                : set)
                                .view({b, 1, 1, s});
     if (op.attrs.contains("mask_fill"))
       scores = scores + masked.to(scores.scalar_type()) * ir::attr_num(op, "mask_fill", 0, g.name());
-    else
-      scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
+    else scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
   }
   torch::Tensor o = torch::matmul(torch::softmax(scores, -1), v);  // [b, heads, s, dh]
   return torch::linear(o.transpose(1, 2).reshape({b, s, h}), w[6], w[7]);
@@ -285,7 +287,8 @@ torch::Tensor window_attention(const ir::Graph& g, const ir::Op& op, const torch
                                const std::vector<torch::Tensor>& w) {
   const int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
   const std::vector<int64_t> win = ir::attr_ints(op, "window", g.name());
-  std::vector<int64_t> shift = op.attrs.contains("shift") ? ir::attr_ints(op, "shift", g.name()) : std::vector<int64_t>{0, 0};
+  std::vector<int64_t> shift = op.attrs.contains("shift") ? ir::attr_ints(op, "shift", g.name())
+                                                          : std::vector<int64_t>{0, 0};
   const int64_t b = x.size(0), h = x.size(1), wd = x.size(2), c = x.size(3), wh = win[0], ww = win[1];
   const int64_t pad_r = (ww - wd % ww) % ww, pad_b = (wh - h % wh) % wh;
   torch::Tensor xp = torch::constant_pad_nd(x, {0, 0, 0, pad_r, 0, pad_b}, 0.0);
@@ -302,7 +305,8 @@ torch::Tensor window_attention(const ir::Graph& g, const ir::Op& op, const torch
   // relative_position_index[i, j] = (hi - hj + wh - 1) (2 ww - 1) + (wi - wj + ww - 1), i, j in a window
   auto lopts = torch::TensorOptions(torch::kLong).device(x.device());
   torch::Tensor hs = torch::arange(wh, lopts).repeat_interleave(ww), ws = torch::arange(ww, lopts).repeat({wh});
-  torch::Tensor index = (hs.unsqueeze(1) - hs.unsqueeze(0) + (wh - 1)) * (2 * ww - 1) + (ws.unsqueeze(1) - ws.unsqueeze(0) + (ww - 1));
+  torch::Tensor index = (hs.unsqueeze(1) - hs.unsqueeze(0) + (wh - 1)) * (2 * ww - 1) +
+                        (ws.unsqueeze(1) - ws.unsqueeze(0) + (ww - 1));
   attn = attn + w[4].index_select(0, index.flatten()).view({n, n, heads}).permute({2, 0, 1}).contiguous().unsqueeze(0);
   if (shifted) {  // -100 between tokens of different regions of the rolled map (Swin's attn_mask)
     torch::Tensor region = torch::zeros({ph, pw}, torch::TensorOptions(x.scalar_type()).device(x.device()));
@@ -326,7 +330,10 @@ torch::Tensor window_attention(const ir::Graph& g, const ir::Op& op, const torch
     attn = (attn.view({b, nw, heads, n, n}) + mask.unsqueeze(1).unsqueeze(0)).view({-1, heads, n, n});
   }
   torch::Tensor o = torch::softmax(attn, -1).matmul(qkv[2]).transpose(1, 2).reshape({b * nw, n, c});
-  o = torch::linear(o, w[2], w[3]).view({b, ph / wh, pw / ww, wh, ww, c}).permute({0, 1, 3, 2, 4, 5}).reshape({b, ph, pw, c});
+  o = torch::linear(o, w[2], w[3])
+          .view({b, ph / wh, pw / ww, wh, ww, c})
+          .permute({0, 1, 3, 2, 4, 5})
+          .reshape({b, ph, pw, c});
   if (shifted) o = torch::roll(o, {shift[0], shift[1]}, {1, 2});
   return o.slice(1, 0, h).slice(2, 0, wd).contiguous();
 }

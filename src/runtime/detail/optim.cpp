@@ -91,8 +91,10 @@ void set_optimizer_state(torch::optim::Optimizer& opt, const std::vector<std::st
       const std::string& name = param_names[i++];
       auto get = [&](const char* field, bool like_param) -> torch::Tensor {
         auto it = state.find(name + "#" + field);
-        GP_CHECK(it != state.end(), "{}: no optimizer state \"{}#{}\" for parameter {} (the checkpoint's other "
-                 "parameters have state)", source, name, field, name);
+        GP_CHECK(it != state.end(),
+                 "{}: no optimizer state \"{}#{}\" for parameter {} (the checkpoint's other "
+                 "parameters have state)",
+                 source, name, field, name);
         GP_CHECK(!like_param || it->second.sizes() == p.sizes(),
                  "{}: optimizer state \"{}#{}\" has shape {} but the parameter has {}", source, name, field,
                  fmt::format("{}", fmt::join(it->second.sizes(), "x")), fmt::format("{}", fmt::join(p.sizes(), "x")));

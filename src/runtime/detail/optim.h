@@ -24,8 +24,8 @@ std::string optimizer_kind(const torch::optim::Optimizer& opt);
 /// momentum_buffer), named "<param name>#<field>" after `param_names`; parameters without state
 /// yet are skipped. (Hyper-parameters are saved too but LibTorch does not load them: this run's
 /// --lr etc. apply.)
-std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(
-    const torch::optim::Optimizer& opt, const std::vector<std::string>& param_names);
+std::vector<std::pair<std::string, torch::Tensor>> optimizer_state_tensors(const torch::optim::Optimizer& opt,
+                                                                           const std::vector<std::string>& param_names);
 
 /// The reverse of optimizer_state_tensors: gives each parameter of `opt` (named `param_names`, in
 /// order) the state `state` holds under "<param name>#<field>" (copied to the parameter's device),

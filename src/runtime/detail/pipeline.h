@@ -67,7 +67,7 @@ struct MeasuredEvent {
 
 struct WorkerIo {
   int rank = 0, world = 1;
-  int local_rank = 0;  // on this host: picks the GPU with --device cuda (local_rank % GPUs)
+  int local_rank = 0;   // on this host: picks the GPU with --device cuda (local_rank % GPUs)
   int local_world = 0;  // ranks on this host (0: unknown): NCCL needs a GPU for each (comm_select.h)
   c10::intrusive_ptr<c10d::Store> store;
   /// Called before each action (step, index in the stage's list, action); for status + faults.
@@ -76,9 +76,9 @@ struct WorkerIo {
 };
 
 struct WorkerResult {
-  std::vector<double> step_losses;   // every rank gets the global per-step losses
-  std::vector<double> step_times_s;  // measured iteration times (max end - min start over ranks)
-  std::vector<double> step_data_s;   // seconds spent reading --data per step (max over ranks)
+  std::vector<double> step_losses;                  // every rank gets the global per-step losses
+  std::vector<double> step_times_s;                 // measured iteration times (max end - min start over ranks)
+  std::vector<double> step_data_s;                  // seconds spent reading --data per step (max over ranks)
   std::vector<std::pair<int64_t, EvalSums>> evals;  // --eval-data: (step, sums over the world)
   std::vector<std::pair<std::string, torch::Tensor>> final_params;  // this rank's stage
   std::vector<MeasuredEvent> events;  // when opt.trace_path is set (this rank's, last run steps)

@@ -46,14 +46,14 @@ class Checkpoints : public testing::ScratchDirTest {
   /// resumes under `to` (in place) and from `checkpoint reshard`'s copy: losses of the resumed steps
   /// within 1e-6 of --single's, and the two resumed runs identical.
   void expect_resharded_run_matches_single(const std::string& spec, const plan::Plan& from, const plan::Plan& to,
-                                             const std::string& optimizer, bool with_tool) {
-      const fs::path& dir = dir_;
+                                           const std::string& optimizer, bool with_tool) {
+    const fs::path& dir = dir_;
     plan::save_plan((dir / "from.json").string(), from);
     plan::save_plan((dir / "to.json").string(), to);
     const std::string opt = " --optimizer " + optimizer + " --lr 0.02 --timeout 20 --seed 3";
     const int at = 6, steps = 9;
     Proc single = graphpipe("train --single --model " + spec + " --batch 8 --steps " + std::to_string(steps) + opt +
-                              " --log single.jsonl");
+                            " --log single.jsonl");
     ASSERT_EQ(single.code, 0) << single.err;
     Proc first = graphpipe("train --plan from.json --steps " + std::to_string(at) + opt + " --checkpoint-dir ck");
     ASSERT_EQ(first.code, 0) << first.err;
@@ -63,7 +63,7 @@ class Checkpoints : public testing::ScratchDirTest {
       EXPECT_NE(tool.out.find("resharding: the checkpoint of step 6"), std::string::npos) << tool.out;
     }
     Proc resumed = graphpipe("train --plan to.json --resume --steps " + std::to_string(steps) + opt +
-                               " --checkpoint-dir ck --log resumed.jsonl");
+                             " --checkpoint-dir ck --log resumed.jsonl");
     ASSERT_EQ(resumed.code, 0) << resumed.err;
     EXPECT_NE(resumed.out.find("resharding: the checkpoint of step 6 in ck was written under a plan of " +
                                std::to_string(from.stages.size()) + " stages"),
@@ -79,7 +79,7 @@ class Checkpoints : public testing::ScratchDirTest {
     EXPECT_NE(a[at], a[steps - 1]) << "training did not move";
     if (with_tool) {
       Proc again = graphpipe("train --plan to.json --resume --steps " + std::to_string(steps) + opt +
-                               " --checkpoint-dir ck2 --log tool.jsonl");
+                             " --checkpoint-dir ck2 --log tool.jsonl");
       ASSERT_EQ(again.code, 0) << again.err;
       EXPECT_EQ(slurp(dir / "tool.jsonl").substr(0, 30), slurp(dir / "resumed.jsonl").substr(0, 30));
       Proc same = graphpipe("checkpoint diff ck ck2");
@@ -179,8 +179,7 @@ TEST_F(Checkpoints, OutputsOnAFullDeviceAreExit1NamingTheFile) {
   std::string plan = write_plan("two.json", make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}));
   Proc trace = graphpipe("train --plan " + plan + " --steps 1 --trace /dev/full");
   EXPECT_EQ(trace.code, 1) << trace.err;
-  EXPECT_NE(trace.err.find("--trace: cannot write /dev/full: No space left on device"), std::string::npos)
-      << trace.err;
+  EXPECT_NE(trace.err.find("--trace: cannot write /dev/full: No space left on device"), std::string::npos) << trace.err;
   EXPECT_EQ(lines(trace.err), 1) << trace.err;
   Proc plog = graphpipe("train --plan " + plan + " --steps 2 --log-file /dev/full");
   EXPECT_EQ(plog.code, 1) << plog.err;

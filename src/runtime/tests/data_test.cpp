@@ -47,8 +47,8 @@ void write_npy(const fs::path& path, const std::string& descr, const std::vector
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
-                       ", 'shape': (" + dims + "), }";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': (" +
+                       dims + "), }";
   while ((10 + header.size() + 1) % 64) header += ' ';
   header += '\n';
   std::ofstream f(path, std::ios::binary);
@@ -95,7 +95,6 @@ class DataTest : public testing::ScratchDirTest {
     ADD_FAILURE() << "Dataset::open accepted " << d;
     return "";
   }
-
 };
 
 TEST_F(DataTest, ReadsEveryDtypeAndConvertsIt) {
@@ -137,8 +136,9 @@ TEST_F(DataTest, EveryBadDataCaseNamesTheFileAndWhatIsWrong) {
   write_npy(d / "x.npy", "<i8", {6, 12}, std::vector<int64_t>(72));
   EXPECT_NE(open_error(d).find(x + ": dtype int64 does not fit model input \"x\""), std::string::npos);
   write_npy(d / "x.npy", "<f4", {6, 11}, std::vector<float>(66));
-  EXPECT_NE(open_error(d).find(x + ": per-sample shape [11] (file shape [6, 11]) does not match model input \"x\" [12]"),
-            std::string::npos);
+  EXPECT_NE(
+      open_error(d).find(x + ": per-sample shape [11] (file shape [6, 11]) does not match model input \"x\" [12]"),
+      std::string::npos);
   write_npy(d / "x.npy", "<f4", {5, 12}, std::vector<float>(60));
   EXPECT_NE(open_error(d).find("aux.npy: 6 samples, but x.npy has 5"), std::string::npos);
   write_npy(d / "x.npy", "<u1", {6, 12}, std::vector<uint8_t>(72));
@@ -162,8 +162,9 @@ TEST_F(DataTest, EveryBadDataCaseNamesTheFileAndWhatIsWrong) {
   write_npy(d / "label.npy", "<i4", {6}, std::vector<int32_t>{0, 1, -1, 4, 4, 3});
   EXPECT_NE(open_error(d).find(label + ": sample 2 has value -1"), std::string::npos);
   write_npy(d / "label.npy", "<f4", {6}, std::vector<float>(6));
-  EXPECT_NE(open_error(d).find(label + ": dtype float32 does not fit model input \"label\" (indices; use int64 or int32)"),
-            std::string::npos);
+  EXPECT_NE(
+      open_error(d).find(label + ": dtype float32 does not fit model input \"label\" (indices; use int64 or int32)"),
+      std::string::npos);
   write_npy(d / "label.npy", "<i8", {6, 1}, std::vector<int64_t>(6));
   EXPECT_NE(open_error(d).find("per-sample shape [1]"), std::string::npos);
   EXPECT_NE(open_error(dir_ / "nowhere").find("--data " + (dir_ / "nowhere").string() + ": not a directory"),
@@ -176,7 +177,8 @@ TEST_F(DataTest, StepsWrapInFileOrderAndShuffleIsAPermutationPerEpoch) {
   auto plain = Dataset::open(d.string(), g, "--data", true);
   for (int64_t p = 0; p < 12; ++p) EXPECT_EQ(plain->row_of(p), p % 5);
   EXPECT_EQ(plain->epoch_of(9), 1);
-  auto a = Dataset::open(d.string(), g, "--data", true, true, 7), b = Dataset::open(d.string(), g, "--data", true, true, 7);
+  auto a = Dataset::open(d.string(), g, "--data", true, true, 7),
+       b = Dataset::open(d.string(), g, "--data", true, true, 7);
   auto c = Dataset::open(d.string(), g, "--data", true, true, 8);
   std::vector<std::vector<int64_t>> epochs(4);
   bool seed_differs = false;
@@ -401,7 +403,6 @@ TEST_F(DataTest, PipelinedShuffledResumeContinuesAtTheRightSample) {
   for (size_t k = 0; k < 3; ++k) EXPECT_EQ(resumed[0].step_losses[k], full[0].step_losses[k + 3]) << "step " << k + 3;
 }
 
-
 TEST_F(DataTest, CliTrainsOnDataAndRejectsBadDataBeforeAnyWorkerStarts) {
   auto run = [&](const std::string& args) {  // exit code, stdout + stderr
     testing::Proc p = graphpipe(args);
@@ -410,22 +411,20 @@ TEST_F(DataTest, CliTrainsOnDataAndRejectsBadDataBeforeAnyWorkerStarts) {
   fs::path d = good_data(6);
   plan::save_plan((dir_ / "plan.json").string(),
                   testing::make_plan(kModel, 4, {{{"/tower_x/"}, {0}, 2}, {{}, {1}, 4}}));
-  auto [code, out] = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
-                                         d.string() + " --shuffle --eval-data " + d.string() + " --eval-every 2");
+  auto [code, out] = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " + d.string() +
+                         " --shuffle --eval-data " + d.string() + " --eval-every 2");
   ASSERT_EQ(code, 0) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("step 1 loss [0-9.]+ time [0-9.]+ s epoch 0 data [0-9.]+ s")))
-      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("step 1 loss [0-9.]+ time [0-9.]+ s epoch 0 data [0-9.]+ s"))) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("step 2 loss [0-9.]+ time [0-9.]+ s epoch 1 data"))) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("eval after step 1: loss [0-9.]+ accuracy [0-9.]+ \\(6 samples\\)")))
       << out;
   write_npy(d / "label.npy", "<i8", {6}, std::vector<int64_t>{0, 1, 2, 3, 4, 9});
-  std::tie(code, out) = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " +
-                                            d.string());
+  std::tie(code, out) = run("train --plan " + (dir_ / "plan.json").string() + " --steps 3 --data " + d.string());
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find((d / "label.npy").string() + ": sample 5 has value 9"), std::string::npos) << out;
   EXPECT_EQ(out.find("worker"), std::string::npos) << "no worker started: " << out;
-  std::tie(code, out) = run("train --single --model " + kModel + " --batch 4 --steps 1 --data " +
-                                            d.string() + " --eval-every 2");
+  std::tie(code, out) = run("train --single --model " + kModel + " --batch 4 --steps 1 --data " + d.string() +
+                            " --eval-every 2");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--eval-every needs --eval-data DIR"), std::string::npos) << out;
 }

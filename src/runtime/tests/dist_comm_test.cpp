@@ -19,8 +19,8 @@ using namespace std::chrono_literals;
 // With `staging`, every tensor goes through a host copy as a GPU tensor would (force_host_staging).
 // `kind`: the communicator (comm_select.h); gloo-pairs is NCCL's pairwise logic over Gloo.
 template <class F>
-void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn,
-               std::chrono::seconds limit = 30s, bool staging = false, CommKind kind = CommKind::gloo) {
+void run_ranks(int n, std::chrono::milliseconds comm_timeout, F fn, std::chrono::seconds limit = 30s,
+               bool staging = false, CommKind kind = CommKind::gloo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::future<void>> done;
   for (int r = 0; r < n; ++r) {

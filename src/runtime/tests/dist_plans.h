@@ -127,9 +127,8 @@ inline TrainOptions options(int steps, const std::string& optimizer, double lr) 
 /// Trains `p` with every rank as a thread and compares with the single-process reference:
 /// per-step losses within 1e-5 relative, every final weight within 1e-5. `comm`: --comm; `schedule`:
 /// --schedule.
-inline void expect_equivalent(const plan::Plan& p, int steps, const std::string& optimizer = "adam",
-                              double lr = 1e-2, const std::string& comm = "auto",
-                              const std::string& schedule = "1f1b") {
+inline void expect_equivalent(const plan::Plan& p, int steps, const std::string& optimizer = "adam", double lr = 1e-2,
+                              const std::string& comm = "auto", const std::string& schedule = "1f1b") {
   PreparedRun run = prepare_run(p, schedule);
   TrainOptions opt = options(steps, optimizer, lr);
   opt.comm = comm;

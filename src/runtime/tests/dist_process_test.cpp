@@ -74,7 +74,8 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   ASSERT_EQ(pipe.code, 0) << pipe.err;
   EXPECT_NE(pipe.out.find("step 2 loss"), std::string::npos) << pipe.out;
   EXPECT_NE(pipe.out.find("iteration time: measured"), std::string::npos) << pipe.out;
-  Proc single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
+  Proc single = graphpipe(std::string("train --single --model ") + kMmt +
+                          " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
   ASSERT_EQ(single.code, 0) << single.err;
   auto a = losses(dir_ / "pipe.jsonl"), b = losses(dir_ / "single.jsonl");
   ASSERT_EQ(a.size(), 3u);
@@ -90,16 +91,18 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
 TEST_F(DistProcess, DeviceCudaWithoutCudaIsAUserError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA is available here";
   std::string plan = write_plan(two_stage_plan());
-  for (const std::string& args :
-       {std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device cuda",
-        "train --plan " + plan + " --steps 1 --device cuda", std::string("profile --model ") + kMmt + " --device cuda"}) {
+  for (const std::string& args : {std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device cuda",
+                                  "train --plan " + plan + " --steps 1 --device cuda",
+                                  std::string("profile --model ") + kMmt + " --device cuda"}) {
     Proc r = graphpipe(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_NE(r.err.find("--device cuda: CUDA is not available in this build or on this machine"), std::string::npos)
-        << args << "\n" << r.err;
+        << args << "\n"
+        << r.err;
 #if GP_HAVE_CUDA
     EXPECT_NE(r.err.find("has CUDA compiled in (LibTorch " TORCH_VERSION ") but sees no GPU"), std::string::npos)
-        << args << "\n" << r.err;
+        << args << "\n"
+        << r.err;
 #endif
   }
   Proc bad = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 1 --device tpu");
@@ -108,7 +111,8 @@ TEST_F(DistProcess, DeviceCudaWithoutCudaIsAUserError) {
   // --comm: an unknown backend, and NCCL for CPU tensors, are refused before any worker starts.
   Proc mpi = graphpipe("train --plan " + plan + " --steps 1 --comm mpi");
   EXPECT_EQ(mpi.code, 2) << mpi.err;
-  EXPECT_NE(mpi.err.find("--comm: expected auto, gloo, nccl or gloo-pairs, found \"mpi\""), std::string::npos) << mpi.err;
+  EXPECT_NE(mpi.err.find("--comm: expected auto, gloo, nccl or gloo-pairs, found \"mpi\""), std::string::npos)
+      << mpi.err;
   Proc nccl_cpu = graphpipe("train --plan " + plan + " --steps 1 --comm nccl");
   EXPECT_EQ(nccl_cpu.code, 2) << nccl_cpu.err;
   EXPECT_NE(nccl_cpu.err.find("--comm nccl moves GPU tensors: it needs --device cuda"), std::string::npos)
@@ -164,15 +168,20 @@ TEST_F(DistProcess, ProfileLinksFitsP2pAndAllReduceBetweenTwoProcesses) {
 // equals --single within 1e-5.
 TEST_F(DistProcess, RealTorchrunThreeRanksEqualsSingle) {
   std::string plan = write_plan(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{"m1."}, {1}, 2}, {{}, {2}, 4}}));
-  Proc single = graphpipe(std::string("train --single --model ") + kMmt + " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
+  Proc single = graphpipe(std::string("train --single --model ") + kMmt +
+                          " --batch 8 --steps 3 --lr 0.01 --log single.jsonl");
   ASSERT_EQ(single.code, 0) << single.err;
   auto b = losses(dir_ / "single.jsonl");
   ASSERT_EQ(b.size(), 3u);
   for (std::string comm : {"gloo", "gloo-pairs"}) {
     // --standalone: torchrun's own rendezvous on a free port; --no-python: the workers are graphpipe.
-    Proc run = ScratchDirTest::run(std::string(GP_PYTHON) + " -m torch.distributed.run --standalone --nproc-per-node 3 "
-                                   "--no-python " + GP_BINARY + " train --plan " + plan + " --steps 3 --lr 0.01 "
-                                   "--timeout 30 --comm " + comm + " --log-file torchrun-" + comm + ".jsonl",
+    Proc run = ScratchDirTest::run(std::string(GP_PYTHON) +
+                                       " -m torch.distributed.run --standalone --nproc-per-node 3 "
+                                       "--no-python " +
+                                       GP_BINARY + " train --plan " + plan +
+                                       " --steps 3 --lr 0.01 "
+                                       "--timeout 30 --comm " +
+                                       comm + " --log-file torchrun-" + comm + ".jsonl",
                                    "GP_TEST_MARKER=" + marker(), 120);
     ASSERT_EQ(run.code, 0) << comm << ": " << run.out << run.err;
     EXPECT_NE(run.out.find("communication: " + comm), std::string::npos) << run.out;
@@ -198,8 +207,8 @@ TEST_F(DistProcess, TorchrunStyleEnvironmentRunsOneWorkerPerProcess) {
   std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2";
   std::string cmd = "train --plan " + plan + " --steps 2 --timeout 20 --log rank0.jsonl";
   // Rank 1 in the background; rank 0 in the foreground.
-  std::string bg = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env + " RANK=1 timeout -s KILL 60 " +
-                   GP_BINARY + " " + cmd + " >r1.out 2>r1.err & echo $! > r1.pid";
+  std::string bg = "cd " + dir_.string() + " && env GP_TEST_MARKER=" + marker() + " " + env +
+                   " RANK=1 timeout -s KILL 60 " + GP_BINARY + " " + cmd + " >r1.out 2>r1.err & echo $! > r1.pid";
   ASSERT_EQ(std::system(bg.c_str()), 0);
   Proc r0 = graphpipe(cmd, env + " RANK=0");
   EXPECT_EQ(r0.code, 0) << r0.err;
@@ -295,7 +304,8 @@ TEST_F(DistProcess, BadPlanExitsTwoBeforeStartingWorkers) {
   Proc r = graphpipe("train --plan " + plan + " --steps 1");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("C1"), std::string::npos) << r.err;
-  Proc missing = graphpipe("train --plan " + write_plan(two_stage_plan()) + " --steps 2 --resume --checkpoint-dir nowhere");
+  Proc missing = graphpipe("train --plan " + write_plan(two_stage_plan()) +
+                           " --steps 2 --resume --checkpoint-dir nowhere");
   EXPECT_EQ(missing.code, 2) << missing.err;
   EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
 }
@@ -480,10 +490,12 @@ TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
   fs::create_directories(dir_ / "mnt");
   std::string gp = GP_BINARY;
   std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs mnt || exit 77; " + gp + " train" +
-                       model + " --steps 3 --checkpoint-dir mnt/ck --checkpoint-every 1 >t.out 2>t.err; echo $? >t.rc; " +
+                       model +
+                       " --steps 3 --checkpoint-dir mnt/ck --checkpoint-every 1 >t.out 2>t.err; echo $? >t.rc; " +
                        "ls -a mnt/ck >t.ls; " + gp + " checkpoint show mnt/ck >s.out 2>s.err; echo $? >s.rc";
   std::ofstream(dir_ / "tiny.sh") << script << "\n";
-  std::string cmd = "cd " + dir_.string() + " && timeout -s KILL 120 unshare --user --map-root-user --mount sh tiny.sh "
+  std::string cmd = "cd " + dir_.string() +
+                    " && timeout -s KILL 120 unshare --user --map-root-user --mount sh tiny.sh "
                     ">/dev/null 2>&1";
   int st = std::system(cmd.c_str());
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !fs::exists(dir_ / "t.rc"))
@@ -493,7 +505,8 @@ TEST_F(DistProcess, TinyFilesystemFullWhileSavingKeepsThePreviousCheckpoint) {
   EXPECT_NE(err.find("could not save the checkpoint after 2 steps: No space left on device"), std::string::npos) << err;
   EXPECT_NE(err.find("mnt/ck/latest.json still names the complete checkpoint of step 1"), std::string::npos) << err;
   // The partial file and its folder were removed: the pointer and the generation of step 1 remain.
-  EXPECT_TRUE(std::regex_match(slurp(dir_ / "t.ls"), std::regex("\\.\n\\.\\.\nlatest\\.json\nstep-00000001-[0-9a-f]{8}\n")))
+  EXPECT_TRUE(
+      std::regex_match(slurp(dir_ / "t.ls"), std::regex("\\.\n\\.\\.\nlatest\\.json\nstep-00000001-[0-9a-f]{8}\n")))
       << slurp(dir_ / "t.ls");
   EXPECT_EQ(slurp(dir_ / "s.rc"), "0\n") << slurp(dir_ / "s.err");
   EXPECT_NE(slurp(dir_ / "s.out").find("1 steps done"), std::string::npos) << slurp(dir_ / "s.out");

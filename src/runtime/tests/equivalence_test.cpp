@@ -159,7 +159,8 @@ TEST(OnnxEquivalence, PipelinedRunStartsFromTheFileWeights) {
   auto ref = testing::single_reference(spec, 8, 1, "sgd", 0.05);
   StageModule seeded(g, g.op_ids(), 1);
   MicroBatchInfo info{0, 8, 8, 0};
-  double seeded_loss = seeded.scaled_loss(seeded.forward(synthetic_external_inputs(seeded, info), info), info).item<double>();
+  double seeded_loss =
+      seeded.scaled_loss(seeded.forward(synthetic_external_inputs(seeded, info), info), info).item<double>();
   ASSERT_EQ(results[0].step_losses.size(), 1u);
   EXPECT_NEAR(results[0].step_losses[0], ref.losses[0], 1e-5 * std::abs(ref.losses[0]));
   EXPECT_GT(std::abs(results[0].step_losses[0] - seeded_loss), 1e-3) << "the pipelined run used seeded weights";

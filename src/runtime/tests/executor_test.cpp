@@ -7,7 +7,6 @@
 namespace gp::runtime {
 namespace {
 
-
 TEST(StableHash, FixedValuesAndLengthPrefix) {
   // Pinned: a change here changes every initial weight and data set (and old checkpoints' meaning).
   // Value computed independently (FNV-1a 64 over seed + length-prefixed parts, then splitmix64).

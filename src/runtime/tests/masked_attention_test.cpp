@@ -33,15 +33,17 @@ void expect_like_single(const plan::Plan& p, const std::string& what) {
   double loss_diff = 0, weight_diff = 0;
   for (const auto& r : results) {
     for (int s = 0; s < steps; ++s)
-      loss_diff = std::max(loss_diff, std::abs(r.step_losses[static_cast<size_t>(s)] - ref.losses[static_cast<size_t>(s)]) /
-                                          std::abs(ref.losses[static_cast<size_t>(s)]));
+      loss_diff = std::max(loss_diff,
+                           std::abs(r.step_losses[static_cast<size_t>(s)] - ref.losses[static_cast<size_t>(s)]) /
+                               std::abs(ref.losses[static_cast<size_t>(s)]));
     for (const auto& [n, t] : r.final_params)
       for (const auto& [rn, rt] : ref.params)
         if (rn == n) weight_diff = std::max(weight_diff, (t - rt).abs().max().item<double>());
   }
-  std::printf("[masked attention] %s: %d SGD steps on %zu stages, losses %.4f -> %.4f, largest relative loss "
-              "difference to --single %.2e, largest weight difference %.2e\n",
-              what.c_str(), steps, p.stages.size(), ref.losses.front(), ref.losses.back(), loss_diff, weight_diff);
+  std::printf(
+      "[masked attention] %s: %d SGD steps on %zu stages, losses %.4f -> %.4f, largest relative loss "
+      "difference to --single %.2e, largest weight difference %.2e\n",
+      what.c_str(), steps, p.stages.size(), ref.losses.front(), ref.losses.back(), loss_diff, weight_diff);
 }
 
 TEST(MaskedAttention, Gpt2CausalTiedTrainsOnTwoStagesLikeSingle) {
@@ -61,11 +63,14 @@ TEST(MaskedAttention, BertWithAttentionMaskTrainsOnTwoStagesLikeSingle) {
   plan::Plan p = testing::make_plan(spec, 8, {{{"/tok/", "/ln/", "/layers.0/"}, {0}, 4}, {{}, {1}, 4}});
   ir::Graph g = importers::load_graph(spec);
   for (const auto& st : p.stages) {  // each stage has an attention op reading the mask
-    StageModule m(g, [&] {
-      std::vector<OpId> ids;
-      for (const auto& n : st.ops) ids.push_back(g.find(n));
-      return ids;
-    }(), 1);
+    StageModule m(
+        g,
+        [&] {
+          std::vector<OpId> ids;
+          for (const auto& n : st.ops) ids.push_back(g.find(n));
+          return ids;
+        }(),
+        1);
     const auto& ext = m.external_inputs();
     EXPECT_TRUE(std::binary_search(ext.begin(), ext.end(), "input1")) << "stage " << st.id;
   }
@@ -85,7 +90,8 @@ TEST(MaskedAttention, BertWithAttentionMaskTrainsOnTwoStagesLikeSingle) {
 // the patch merging and second stage on the other; 2 stages train like --single.
 TEST(MaskedAttention, TinySwinTrainsOnTwoStagesLikeSingle) {
   const std::string spec = kOnnx + "tiny_swin_torch2.onnx";
-  plan::Plan p = testing::make_plan(spec, 8, {{{"/features/features.0/", "/features/features.1/"}, {0}, 4}, {{}, {1}, 4}});
+  plan::Plan p = testing::make_plan(spec, 8,
+                                    {{{"/features/features.0/", "/features/features.1/"}, {0}, 4}, {{}, {1}, 4}});
   ir::Graph g = importers::load_graph(spec);
   EXPECT_EQ(g.op(g.find("/features/features.1/features.1.1/attn/window_attention")).attrs.at("shift"), Json({2, 2}));
   expect_like_single(p, "tiny_swin_torch2");
@@ -104,7 +110,8 @@ void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
   std::filesystem::create_directories(dir);
   for (const std::string optimizer : {"sgd", "adam"}) {
     auto options = [&] {
-      TrainOptions o = testing::options(all.at("steps").get<int>(), optimizer, ref.at(optimizer).at("lr").get<double>());
+      TrainOptions o = testing::options(all.at("steps").get<int>(), optimizer,
+                                        ref.at(optimizer).at("lr").get<double>());
       if (optimizer == "sgd") o.momentum = ref.at(optimizer).at("momentum").get<double>();
       o.model_spec = (kLm / ref.at("model").get<std::string>()).string();
       o.data_dir = (kLm / ref.at("train").get<std::string>()).string();
@@ -122,7 +129,8 @@ void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
     ASSERT_EQ(single.size(), torch_losses.size());
     double worst = 0, worst_pipe = 0;
     for (size_t k = 0; k < single.size(); ++k) {
-      EXPECT_LE(std::abs(single[k] - torch_losses[k]), 1e-4 * std::abs(torch_losses[k])) << which << " " << optimizer << " step " << k;
+      EXPECT_LE(std::abs(single[k] - torch_losses[k]), 1e-4 * std::abs(torch_losses[k]))
+          << which << " " << optimizer << " step " << k;
       worst = std::max(worst, std::abs(single[k] - torch_losses[k]) / std::abs(torch_losses[k]));
     }
     TrainOptions o = options();
@@ -132,19 +140,22 @@ void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
     for (const auto& r : testing::run_threads(run, o)) {
       ASSERT_EQ(r.step_losses.size(), single.size());
       for (size_t k = 0; k < single.size(); ++k) {
-        EXPECT_LE(std::abs(r.step_losses[k] - single[k]), 1e-5 * std::abs(single[k])) << which << " 2 stages step " << k;
+        EXPECT_LE(std::abs(r.step_losses[k] - single[k]), 1e-5 * std::abs(single[k]))
+            << which << " 2 stages step " << k;
         worst_pipe = std::max(worst_pipe, std::abs(r.step_losses[k] - single[k]) / std::abs(single[k]));
       }
     }
-    std::printf("[torch2 lm] %s %s: %zu steps, --single vs PyTorch largest relative difference %.2e, 2 stages vs "
-                "--single %.2e\n", which.c_str(), optimizer.c_str(), single.size(), worst, worst_pipe);
+    std::printf(
+        "[torch2 lm] %s %s: %zu steps, --single vs PyTorch largest relative difference %.2e, 2 stages vs "
+        "--single %.2e\n",
+        which.c_str(), optimizer.c_str(), single.size(), worst, worst_pipe);
   }
   std::filesystem::remove_all(dir);
 }
 
 TEST(MaskedAttention, Gpt2TrainsLikePyTorchSingleAndOnTwoStages) {
-  trains_like_pytorch("gpt2", testing::make_plan(kOnnx + "gpt2_torch2.onnx", 8,
-                                                 {{{"/tok/", "/blocks.0/"}, {0}, 4}, {{}, {1}, 4}}));
+  trains_like_pytorch(
+      "gpt2", testing::make_plan(kOnnx + "gpt2_torch2.onnx", 8, {{{"/tok/", "/blocks.0/"}, {0}, 4}, {{}, {1}, 4}}));
 }
 
 TEST(MaskedAttention, BertWithAttentionMaskTrainsLikePyTorchSingleAndOnTwoStages) {

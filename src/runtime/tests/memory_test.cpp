@@ -43,7 +43,8 @@ class MemoryCli : public testing::ScratchDirTest {
     int checked = 0;
     for (const Json& r : j.at("ranks")) {
       if (r.at("stage").get<int>() < 0) continue;
-      double measured = r.at("peak_memory_bytes").get<double>(), predicted = r.at("predicted_memory_bytes").get<double>();
+      double measured = r.at("peak_memory_bytes").get<double>(),
+             predicted = r.at("predicted_memory_bytes").get<double>();
       ASSERT_GT(predicted, 0);
       EXPECT_NEAR(measured / predicted, 1.0, kTolerance)
           << model << " on " << devices << " devices, micro-batch " << micro << ", rank " << r.at("rank")
@@ -93,8 +94,9 @@ TEST(CountingAllocator, MeterSplitsModelStateFromActivations) {
 }
 
 TEST_F(MemoryCli, SingleProcessPeakIsPredicted) {
-  Proc t = graphpipe("train --single --model 'mmt:branches=2,layers=2,hidden=64,seq=16,heads=2,ffn=128' --batch 16 "
-                     "--steps 2 --json");
+  Proc t = graphpipe(
+      "train --single --model 'mmt:branches=2,layers=2,hidden=64,seq=16,heads=2,ffn=128' --batch 16 "
+      "--steps 2 --json");
   ASSERT_EQ(t.code, 0) << t.err;
   Json r = Json::parse(t.out).at("ranks").at(0);
   EXPECT_NEAR(r.at("peak_memory_bytes").get<double>() / r.at("predicted_memory_bytes").get<double>(), 1.0, kTolerance)
@@ -108,8 +110,8 @@ TEST_F(MemoryCli, MmtRanksArePredicted) {
 }
 
 TEST_F(MemoryCli, DlrmAndCandleUnoRanksArePredicted) {
-  expect_prediction_holds("dlrm:dense_branches=1,embedding_branches=2,layers=2,hidden=64,rows=2000,dim=32,bag=8", 2,
-                          32, 8);
+  expect_prediction_holds("dlrm:dense_branches=1,embedding_branches=2,layers=2,hidden=64,rows=2000,dim=32,bag=8", 2, 32,
+                          8);
   expect_prediction_holds("candle-uno:branches=2,layers=2,hidden=256", 3, 32, 4);
 }
 
@@ -128,8 +130,9 @@ TEST_F(MemoryCli, MemoryLimitStopsTheRankThatExceedsIt) {
   EXPECT_NE(t.err.find("stage"), std::string::npos) << t.err;
   EXPECT_NE(t.err.find("step 0"), std::string::npos) << t.err;
   EXPECT_NE(t.err.find("params"), std::string::npos) << t.err;
-  Proc s = graphpipe("train --single --model 'mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64' --batch 8 "
-                     "--steps 1 --memory-limit 0.00001");
+  Proc s = graphpipe(
+      "train --single --model 'mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64' --batch 8 "
+      "--steps 1 --memory-limit 0.00001");
   EXPECT_EQ(s.code, 1) << s.out << s.err;
   EXPECT_NE(s.err.find("exceeded --memory-limit"), std::string::npos) << s.err;
 }

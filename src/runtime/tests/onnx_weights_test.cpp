@@ -67,7 +67,8 @@ torch::Tensor reference_mask(int64_t batch, int64_t seq) {
 /// Whether graph input `name` is an attention op's padding mask (input 1).
 bool is_attention_mask(const ir::Graph& g, const std::string& name) {
   for (OpId id : g.op_ids())
-    if (g.op(id).kind == ir::OpKind::attention && g.op(id).inputs.size() == 2 && g.op(id).inputs[1] == name) return true;
+    if (g.op(id).kind == ir::OpKind::attention && g.op(id).inputs.size() == 2 && g.op(id).inputs[1] == name)
+      return true;
   return false;
 }
 

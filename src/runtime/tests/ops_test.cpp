@@ -11,7 +11,6 @@
 namespace gp::runtime {
 namespace {
 
-
 TEST(Ops, EveryKindForwardShapeMatchesIrAndBackwardRuns) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model());
   std::set<ir::OpKind> kinds;
@@ -165,7 +164,8 @@ void expect_attention_like_torch(const MaskCase& c) {
   torch::manual_seed(5);
   torch::Tensor xin = torch::randn({batch, s, h}).requires_grad_();
   // Sample 0 keeps every key, sample 1 the first 4, sample 2 only the first.
-  torch::Tensor keep = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, torch::kLong).view({batch, s});
+  torch::Tensor keep =
+      torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, torch::kLong).view({batch, s});
   torch::Tensor min = std::string(c.mask) == "ignore" ? 1 - keep : keep;
   if (c.float_mask) min = min.to(torch::kFloat32);
   TensorMap feed{{"x", xin}};
@@ -203,8 +203,12 @@ void expect_attention_like_torch(const MaskCase& c) {
 
 TEST(Ops, AttentionCausalEqualsTorchSdpa) { expect_attention_like_torch({"causal", true, "", false, false}); }
 TEST(Ops, AttentionKeepMaskEqualsTorchSdpa) { expect_attention_like_torch({"keep", false, "keep", false, false}); }
-TEST(Ops, AttentionIgnoreMaskF32EqualsTorchSdpa) { expect_attention_like_torch({"ignore", false, "ignore", false, true}); }
-TEST(Ops, AttentionCausalAndKeepMaskEqualsTorchSdpa) { expect_attention_like_torch({"causal+keep", true, "keep", false, false}); }
+TEST(Ops, AttentionIgnoreMaskF32EqualsTorchSdpa) {
+  expect_attention_like_torch({"ignore", false, "ignore", false, true});
+}
+TEST(Ops, AttentionCausalAndKeepMaskEqualsTorchSdpa) {
+  expect_attention_like_torch({"causal+keep", true, "keep", false, false});
+}
 TEST(Ops, AttentionAdditiveFillEqualsBertsMask) { expect_attention_like_torch({"fill", false, "keep", true, false}); }
 
 TEST(Ops, AttentionMaskChangesTheOutputOnlyWhereKeysAreMasked) {

@@ -213,7 +213,7 @@ TEST_F(Reliability, ByteMutationsAnywhereAreRefusedOrHarmless) {
       ++refused;
       std::string w = e.what();
       reasons[w.find("fails its checksum") != std::string::npos ? "checksum"
-              : w.find("not a readable") != std::string::npos  ? "unreadable"
+              : w.find("not a readable") != std::string::npos   ? "unreadable"
                                                                 : "other check"]++;
     } catch (const std::exception& e) {
       FAIL() << "byte " << at << ": not a UserError: " << e.what();
@@ -266,8 +266,7 @@ TEST_F(Reliability, FullDiskWhileSavingKeepsThePreviousCheckpoint) {
     err = e.what();
   }
   ::unsetenv("GP_FAULT");
-  EXPECT_NE(err.find("could not save the checkpoint after 3 steps: No space left on device"), std::string::npos)
-      << err;
+  EXPECT_NE(err.find("could not save the checkpoint after 3 steps: No space left on device"), std::string::npos) << err;
   EXPECT_NE(err.find((dir / "ck" / "latest.json").string() + " still names the complete checkpoint of step 2"),
             std::string::npos)
       << err;
@@ -326,8 +325,7 @@ TEST(RuntimeLimits, PlansBeyondTheMessageTagsAreUserErrors) {
   const std::string wide = "mmt:branches=65,layers=1,hidden=8,seq=2,heads=1,ffn=8";
   plan::Plan p = testing::make_plan(wide, 8, {{{"m"}, {0}, 8}, {{}, {1}, 8}});  // 65 branch outputs cross
   std::string err = error_of([&] { prepare_run(p, "1f1b"); });
-  EXPECT_NE(err.find("plan: stage 0 sends 65 op outputs to stage 1; the runtime carries at most 64"),
-            std::string::npos)
+  EXPECT_NE(err.find("plan: stage 0 sends 65 op outputs to stage 1; the runtime carries at most 64"), std::string::npos)
       << err;
   plan::Plan big = testing::make_plan("mmt:branches=2,layers=1,hidden=8,seq=2,heads=1,ffn=8", 1 << 22,
                                       {{{"m0."}, {0}, 1 << 22}, {{}, {1}, 1 << 22}});

@@ -34,8 +34,8 @@ class ScratchDirTest : public ::testing::Test {
  protected:
   explicit ScratchDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (prefix_ + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / (prefix_ + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
@@ -47,7 +47,8 @@ class ScratchDirTest : public ::testing::Test {
   }
   /// Runs `[ENV] COMMAND` (a shell command line) in `dir_`, killed after `limit_s` seconds.
   Proc run(const std::string& command, const std::string& env = "", int limit_s = 60) {
-    const std::filesystem::path out = dir_ / ("out" + std::to_string(runs_)), err = dir_ / ("err" + std::to_string(runs_));
+    const std::filesystem::path out = dir_ / ("out" + std::to_string(runs_)),
+                                err = dir_ / ("err" + std::to_string(runs_));
     ++runs_;
     const std::string cmd = "cd " + dir_.string() + " && env " + env + " timeout -s KILL " + std::to_string(limit_s) +
                             " " + command + " >" + out.string() + " 2>" + err.string();

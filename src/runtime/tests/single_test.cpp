@@ -20,9 +20,8 @@ struct SingleTest : ::testing::Test {
   fs::path dir;
   std::string spec;
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          ("gp_single_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = fs::temp_directory_path() / ("gp_single_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
     spec = (dir / "model.json").string();

@@ -33,7 +33,8 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
   std::string sf = b.op("sum_flat", OpKind::flatten, {su});
   std::string em = b.op("emb", OpKind::embedding_bag, {idx}, {{"rows", 10}, {"dim", 16}});
   std::string tok = b.input("tok", {6}, ir::DType::i64);
-  std::string te = b.op("tok_emb", OpKind::embedding, {tok}, {{"rows", 7}, {"dim", 16}, {"positions", true}, {"position_rows", 9}});
+  std::string te = b.op("tok_emb", OpKind::embedding, {tok},
+                        {{"rows", 7}, {"dim", 16}, {"positions", true}, {"position_rows", 9}});
   std::string tm = b.op("tok_mean", OpKind::mean, {te}, {{"axis", 1}});
   std::vector<std::string> feats{rs, me, sf, em, tm};
   if (with_batchnorm) {

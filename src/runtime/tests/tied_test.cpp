@@ -48,12 +48,13 @@ std::vector<double> log_losses(const fs::path& p) {
   return out;
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double worst = 0;
   for (size_t s = 0; s < got.size(); ++s) {
-    EXPECT_LE(std::abs(got[s] - want[s]), rel * std::abs(want[s])) << what << " step " << s << ": " << got[s]
-                                                                    << " vs " << want[s];
+    EXPECT_LE(std::abs(got[s] - want[s]), rel * std::abs(want[s]))
+        << what << " step " << s << ": " << got[s] << " vs " << want[s];
     worst = std::max(worst, std::abs(got[s] - want[s]) / std::abs(want[s]));
   }
   std::printf("%s: %zu steps, largest relative loss difference %.2e\n", what.c_str(), got.size(), worst);
@@ -141,7 +142,8 @@ TEST_F(TiedTest, CheckpointsRecordTheTableOncePerHolderAndCheckpointDiffShowsThe
   EXPECT_EQ(listed, 2u) << show.out;
   testing::Proc diff = graphpipe("checkpoint diff ck ck");
   ASSERT_EQ(diff.code, 0) << diff.out << diff.err;
-  EXPECT_NE(diff.out.find("shared parameter " + kShared + ": 2 copies (stage0-rank0.pt, stage1-rank1.pt) on stages 0, 1: identical"),
+  EXPECT_NE(diff.out.find("shared parameter " + kShared +
+                          ": 2 copies (stage0-rank0.pt, stage1-rank1.pt) on stages 0, 1: identical"),
             std::string::npos)
       << diff.out;
   EXPECT_EQ(diff.out.find("DIFFERENT"), std::string::npos) << diff.out;
@@ -193,7 +195,8 @@ class DefaultExport : public TiedTest {
       run.data = data.train;
       auto results = testing::run_threads(run, o);
       for (size_t r = 0; r < results.size(); ++r)
-        expect_close(results[r].step_losses, single, 1e-5, what + " 2 stages " + optimizer + " rank " + std::to_string(r));
+        expect_close(results[r].step_losses, single, 1e-5,
+                     what + " 2 stages " + optimizer + " rank " + std::to_string(r));
     }
   }
 };
@@ -210,7 +213,8 @@ TEST_F(DefaultExport, InitializersTheExporterMergedArePyTorchsSeparateParameters
   EXPECT_NE(info.err.find("warning: " + kDefaultModel + ": the exporter merged initializers of equal value"),
             std::string::npos)
       << info.err;
-  for (const auto& name : ref["merged_by_the_exporter"]) EXPECT_NE(info.err.find(name.get<std::string>()), std::string::npos) << info.err;
+  for (const auto& name : ref["merged_by_the_exporter"])
+    EXPECT_NE(info.err.find(name.get<std::string>()), std::string::npos) << info.err;
   testing::Proc keep = graphpipe("model info --model " + kDefaultModel, "GRAPHPIPE_ONNX_TIES=keep");
   ASSERT_EQ(keep.code, 0) << keep.err;
   EXPECT_NE(keep.out.find("parameters   1,701"), std::string::npos) << keep.out;

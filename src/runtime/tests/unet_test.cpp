@@ -66,7 +66,8 @@ torch::Tensor conv_transpose_by_definition(const torch::Tensor& x, const torch::
                                            std::array<int64_t, 2> d, std::array<int64_t, 2> out_pad, int64_t groups) {
   const int64_t n = x.size(0), h = x.size(2), wd = x.size(3), kh = w.size(2), kw = w.size(3);
   const int64_t cig = x.size(1) / groups, cog = w.size(1);
-  const int64_t fh = (h - 1) * s[0] + d[0] * (kh - 1) + 1 + out_pad[0], fw = (wd - 1) * s[1] + d[1] * (kw - 1) + 1 + out_pad[1];
+  const int64_t fh = (h - 1) * s[0] + d[0] * (kh - 1) + 1 + out_pad[0],
+                fw = (wd - 1) * s[1] + d[1] * (kw - 1) + 1 + out_pad[1];
   std::vector<torch::Tensor> per_group;
   for (int64_t grp = 0; grp < groups; ++grp) {
     torch::Tensor xg = x.narrow(1, grp * cig, cig), wg = w.narrow(0, grp * cig, cig);
@@ -82,7 +83,8 @@ torch::Tensor conv_transpose_by_definition(const torch::Tensor& x, const torch::
     per_group.push_back(full);
   }
   torch::Tensor full = torch::cat(per_group, 1);
-  const int64_t oh = fh - out_pad[0] - pad[0] - pad[2] + out_pad[0], ow = fw - out_pad[1] - pad[1] - pad[3] + out_pad[1];
+  const int64_t oh = fh - out_pad[0] - pad[0] - pad[2] + out_pad[0],
+                ow = fw - out_pad[1] - pad[1] - pad[3] + out_pad[1];
   torch::Tensor y = full.narrow(2, pad[0], oh).narrow(3, pad[1], ow);
   return bias.defined() ? y + bias.view({1, -1, 1, 1}) : y;
 }
@@ -99,16 +101,41 @@ TEST(UnetOps, ConvTransposeForwardAndBackwardEqualItsDefinition) {
   const std::vector<TransposeCase> cases = {
       // PyTorch's own path: symmetric padding, output_padding < stride.
       {{{"out_channels", 6}, {"kernel", 3}, {"stride", 2}, {"padding", 1}, {"output_padding", 1}},
-       {2, 2}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, true},
+       {2, 2},
+       {1, 1},
+       {1, 1},
+       {1, 1, 1, 1},
+       1,
+       true},
       // Groups, a rectangular kernel and stride, no bias.
-      {{{"out_channels", 4}, {"kernel", {3, 2}}, {"stride", {2, 3}}, {"padding", {0, 1}}, {"groups", 2}, {"bias", false}},
-       {2, 3}, {1, 1}, {0, 0}, {0, 1, 0, 1}, 2, false},
+      {{{"out_channels", 4},
+        {"kernel", {3, 2}},
+        {"stride", {2, 3}},
+        {"padding", {0, 1}},
+        {"groups", 2},
+        {"bias", false}},
+       {2, 3},
+       {1, 1},
+       {0, 0},
+       {0, 1, 0, 1},
+       2,
+       false},
       // Asymmetric padding (ONNX [top, left, bottom, right]) and dilation: the cropped path.
       {{{"out_channels", 3}, {"kernel", 3}, {"stride", 2}, {"dilation", 2}, {"padding", {1, 0, 2, 3}}},
-       {2, 2}, {2, 2}, {0, 0}, {1, 0, 2, 3}, 1, true},
+       {2, 2},
+       {2, 2},
+       {0, 0},
+       {1, 0, 2, 3},
+       1,
+       true},
       // output_padding beyond the stride and the bottom padding: zero rows past the full output.
       {{{"out_channels", 2}, {"kernel", 2}, {"stride", 1}, {"output_padding", {2, 1}}},
-       {1, 1}, {1, 1}, {2, 1}, {0, 0, 0, 0}, 1, true},
+       {1, 1},
+       {1, 1},
+       {2, 1},
+       {0, 0, 0, 0},
+       1,
+       true},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const TransposeCase& c = cases[k];
@@ -117,9 +144,9 @@ TEST(UnetOps, ConvTransposeForwardAndBackwardEqualItsDefinition) {
     torch::manual_seed(static_cast<uint64_t>(k));
     torch::Tensor x = torch::randn({2, 4, 5, 5}).requires_grad_(true);
     torch::Tensor y = run(o, x);
-    EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{2, o.g.op(o.g.find("op")).output_shape[1],
-                                                     o.g.op(o.g.find("op")).output_shape[2],
-                                                     o.g.op(o.g.find("op")).output_shape[3]}));
+    EXPECT_EQ(y.sizes().vec(),
+              (std::vector<int64_t>{2, o.g.op(o.g.find("op")).output_shape[1], o.g.op(o.g.find("op")).output_shape[2],
+                                    o.g.op(o.g.find("op")).output_shape[3]}));
     std::vector<torch::Tensor> ps = o.m->parameters();
     ASSERT_EQ(ps.size(), c.bias ? 2u : 1u);
     torch::Tensor xr = x.detach().clone().requires_grad_(true);
@@ -132,7 +159,8 @@ TEST(UnetOps, ConvTransposeForwardAndBackwardEqualItsDefinition) {
     (y * r).sum().backward();
     (want * r).sum().backward();
     expect_close(x.grad(), xr.grad(), "input gradient");
-    for (size_t i = 0; i < ps.size(); ++i) expect_close(ps[i].grad(), pr[i].grad(), "parameter gradient " + std::to_string(i));
+    for (size_t i = 0; i < ps.size(); ++i)
+      expect_close(ps[i].grad(), pr[i].grad(), "parameter gradient " + std::to_string(i));
   }
 }
 
@@ -147,7 +175,10 @@ TEST(UnetOps, ResizeEqualsInterpolateForwardAndBackward) {
        F::InterpolateFuncOptions().scale_factor(std::vector<double>{2, 2}).mode(torch::kNearest)},
       {{{"size", {7, 9}}}, F::InterpolateFuncOptions().size(std::vector<int64_t>{7, 9}).mode(torch::kNearest)},
       {{{"size", {7, 7}}, {"scales", {1.5, 1.5}}, {"mode", "linear"}},
-       F::InterpolateFuncOptions().scale_factor(std::vector<double>{1.5, 1.5}).mode(torch::kBilinear).align_corners(false)},
+       F::InterpolateFuncOptions()
+           .scale_factor(std::vector<double>{1.5, 1.5})
+           .mode(torch::kBilinear)
+           .align_corners(false)},
       {{{"size", {6, 8}}, {"mode", "linear"}, {"align_corners", true}},
        F::InterpolateFuncOptions().size(std::vector<int64_t>{6, 8}).mode(torch::kBilinear).align_corners(true)},
       {{{"size", {3, 4}}, {"mode", "linear"}},  // downsampling
@@ -171,14 +202,16 @@ TEST(UnetOps, PoolsWithRectangularWindowsCeilModeDilationAndCountIncludePadEqual
   namespace F = torch::nn::functional;
   torch::Tensor x = torch::randn({2, 3, 6, 7});
   auto pooled = [&](ir::OpKind kind, Json attrs) { return run(one_op(kind, std::move(attrs), {3, 6, 7}), x); };
-  expect_close(pooled(ir::OpKind::maxpool, {{"kernel", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 0}}, {"ceil_mode", true}}),
-               F::max_pool2d(x, F::MaxPool2dFuncOptions({3, 2}).stride({2, 1}).padding({1, 0}).ceil_mode(true)), "max");
+  expect_close(
+      pooled(ir::OpKind::maxpool, {{"kernel", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 0}}, {"ceil_mode", true}}),
+      F::max_pool2d(x, F::MaxPool2dFuncOptions({3, 2}).stride({2, 1}).padding({1, 0}).ceil_mode(true)), "max");
   expect_close(pooled(ir::OpKind::maxpool, {{"kernel", 2}, {"stride", 1}, {"dilation", 2}}),
                F::max_pool2d(x, F::MaxPool2dFuncOptions(2).stride(1).dilation(2)), "dilated max");
-  expect_close(pooled(ir::OpKind::avgpool, {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
-                                             {"count_include_pad", false}}),
-               F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(2).padding(1).ceil_mode(true).count_include_pad(false)),
-               "avg excluding the padding");
+  expect_close(
+      pooled(ir::OpKind::avgpool,
+             {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true}, {"count_include_pad", false}}),
+      F::avg_pool2d(x, F::AvgPool2dFuncOptions(3).stride(2).padding(1).ceil_mode(true).count_include_pad(false)),
+      "avg excluding the padding");
   expect_close(pooled(ir::OpKind::avgpool, {{"kernel", {2, 3}}, {"stride", {1, 2}}, {"padding", 1}}),
                F::avg_pool2d(x, F::AvgPool2dFuncOptions({2, 3}).stride({1, 2}).padding(1)), "avg");
 }
@@ -213,7 +246,8 @@ std::vector<double> log_losses(const fs::path& p) {
   return out;
 }
 
-void expect_losses(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
+void expect_losses(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                   const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double worst = 0;
   for (size_t s = 0; s < got.size(); ++s) {
@@ -312,7 +346,8 @@ TEST_F(UnetFixture, UnetTrainsLikePyTorchSingleAndOnAFourDevicePlanWithSkipBranc
   auto results = testing::run_threads(run, o);
   for (size_t r = 0; r < results.size(); ++r) {
     expect_losses(results[r].step_losses, single, 1e-5, "unet pipelined rank " + std::to_string(r) + " vs --single");
-    expect_losses(results[r].step_losses, torch_losses, 1e-4, "unet pipelined rank " + std::to_string(r) + " vs PyTorch");
+    expect_losses(results[r].step_losses, torch_losses, 1e-4,
+                  "unet pipelined rank " + std::to_string(r) + " vs PyTorch");
   }
 }
 
