@@ -54,6 +54,11 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
     std::string hw = b.op("hardswish", OpKind::hardswish, {hs});
     std::string cl = b.op("clip", OpKind::clip, {hw}, {{"min", 0}, {"max", 6}});
     feats.push_back(b.op("gap2", OpKind::global_avgpool, {cl}));
+    // Swin's shifted window attention on a map that the window does not divide (padded 6 -> 8).
+    std::string map = b.input("map", {6, 6, 8});
+    std::string wa =
+        b.op("win_attn", OpKind::window_attention, {map}, {{"heads", 2}, {"window", {4, 4}}, {"shift", {2, 2}}});
+    feats.push_back(b.op("win_flat", OpKind::flatten, {b.op("win_mean", OpKind::mean, {wa}, {{"axis", 1}})}));
   }
   std::string cat2 = b.op("features", OpKind::concat, feats, {{"axis", 1}});
   std::string logits = b.linear("logits", cat2, 5);
