@@ -3,7 +3,7 @@
 # Each host is a Linux network namespace with its own eth0 (10.77.0.<i+1>), all joined by veth pairs to
 # a bridge in a switch namespace; one rank per host, started with the torchrun/srun-style environment
 # (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = host 0's address, MASTER_PORT), no
-# launcher. Cases (docs/runtime.md "Several hosts"; figures in docs/results.md, issue 37):
+# launcher. Cases (docs/runtime.md "Several hosts"; figures in docs/results-history.md, issue 37):
 #   equal   2 and 3 hosts: the per-step losses equal `train --single` (1e-5 relative)
 #   delay   every host's incoming packets delayed D ms +- J ms: completes, losses equal, the measured trace's
 #           receive waits grow, and the slowdown is compared with `simulate` given that link latency

@@ -67,7 +67,9 @@ void run(const PlanArgs& a) {
   }
   std::printf("%s plan for %s (%zu ops) on %d x %s (%s), mini-batch %d, %s%s\n", p.planner.c_str(), g.name().c_str(),
               g.num_ops(), c.num_devices(), c.device.name.c_str(), c.name.c_str(), a.batch, a.optimizer.c_str(),
-              p.schedule == "1f1b" ? "" : (", schedule " + p.schedule).c_str());
+              plan::find_schedule_kind(p.schedule) == plan::ScheduleKind::one_f_one_b
+                  ? ""
+                  : (", schedule " + p.schedule).c_str());
   std::printf("%5s  %5s  %-44s  %-12s  %5s  %9s  %12s  %10s\n", "stage", "#ops", "first .. last op", "devices", "mb",
               "in-flight", "ms/sample", "memory GB");
   for (const auto& s : p.stages) {
@@ -100,7 +102,7 @@ Registrar reg(20, [](CLI::App& root) {
   c->add_option("--micro-batch", a->micro_batch,
                 "Fix every stage's micro-batch size to M (must divide --batch); default: search "
                 "every power of two dividing it");
-  c->add_option("--planner", a->planner, "graphpipe | pipedream | piper")->capture_default_str();
+  c->add_option("--planner", a->planner, planner::planner_kind_help("Planner"))->capture_default_str();
   c->add_option("--schedule", a->schedule,
                 plan::schedule_kind_help("The schedule to plan for (the estimate times it, the plan records it)"))
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "planner/assemble.h"
 #include "planner/engine.h"
 #include "plan/plan.h"
+#include "plan/schedule_kind.h"
 #include "planner/timeline.h"
 
 namespace gp::planner::detail {
@@ -144,8 +145,8 @@ class Placer {
     // gradients with their other holders, optimizer step).
     TimelineCosts st;
     st.out_bytes_per_sample = edge_bytes_;
-    zb_ = p.schedule == "zb";
-    all_in_flight_ = p.schedule == "gpipe";
+    zb_ = plan::find_schedule_kind(p.schedule) == plan::ScheduleKind::zb;
+    all_in_flight_ = plan::find_schedule_kind(p.schedule) == plan::ScheduleKind::gpipe;
     for (size_t k = 0; k < p.stages.size(); ++k) cost_stage(p, k, st, lines);
     p.predicted.iteration_time_s = timeline_iteration_s(p, cm_, st);
     p.predicted.throughput_samples_per_s = mini_batch_ / p.predicted.iteration_time_s;

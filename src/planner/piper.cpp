@@ -232,7 +232,7 @@ size_t piper_split_budget(double time_limit_s, int devices, int sizes) {
   // The DP weighs each split at every device count for ~15 targets per micro-batch size; measured
   // at 0.05-0.08 us per split, device count and size of CPU time, and up to 0.7 us of wall clock
   // on the shared 2-core VM under load (dlrm 1.6M-4.9M, mmt 9.2M splits on 8 devices,
-  // docs/results.md). Half the time limit goes to the DP at 1 us: conservative, so that a loaded
+  // docs/results-history.md). Half the time limit goes to the DP at 1 us: conservative, so that a loaded
   // machine still finishes within the limit.
   const double per_split_s = 1e-6 * (devices + 1) * std::max(sizes, 1);
   return static_cast<size_t>(std::clamp(0.5 * time_limit_s / per_split_s, 1e3, 5e7));

@@ -24,7 +24,29 @@ namespace gp::planner {
 
 using detail::StageChoice;
 
-std::vector<std::string> planner_names() { return {"graphpipe", "pipedream", "piper"}; }
+std::optional<PlannerKind> find_planner_kind(std::string_view name) {
+  for (const PlannerKindInfo& k : kPlannerKinds)
+    if (name == k.name) return k.kind;
+  return std::nullopt;
+}
+
+std::vector<std::string> planner_names() {
+  std::vector<std::string> out;
+  for (const PlannerKindInfo& k : kPlannerKinds) out.emplace_back(k.name);
+  return out;
+}
+
+std::string planner_kind_names(std::string_view sep) {
+  std::string out;
+  for (const PlannerKindInfo& k : kPlannerKinds) out += (out.empty() ? "" : std::string(sep)) + k.name;
+  return out;
+}
+
+std::string planner_kind_help(std::string_view what) {
+  std::string out = std::string(what) + ": " + planner_kind_names(" | ");
+  for (const PlannerKindInfo& k : kPlannerKinds) out += std::string("\n  ") + k.name + ": " + k.help;
+  return out;
+}
 
 namespace {
 
@@ -139,7 +161,8 @@ std::string shortlist_note(const Shortlist& sl, const std::string& kind) {
 // candidates, each shortlist's predicted and simulated times, Piper's coarse graph.
 void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, bool sp_won,
                     const Shortlist (&shortlist)[2]) {
-  const bool graphpipe = opt.planner == "graphpipe", piper = opt.planner == "piper";
+  const std::optional<PlannerKind> kind = find_planner_kind(opt.planner);
+  const bool graphpipe = kind == PlannerKind::graphpipe, piper = kind == PlannerKind::piper;
   std::string alt;
   for (const auto& c : rep.per_micro_batch) {
     std::string cut;
@@ -213,9 +236,8 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
   GP_CHECK(n <= kMaxDevices, "--devices: the planner handles at most {} devices, got {}", kMaxDevices, n);
   GP_CHECK(g.num_ops() <= kMaxOps, "model \"{}\" has {} ops; the planner handles at most {}", g.name(), g.num_ops(),
            kMaxOps);
-  auto names = planner_names();
-  GP_CHECK(std::find(names.begin(), names.end(), opt.planner) != names.end(),
-           "--planner: unknown planner \"{}\" (valid: graphpipe, pipedream, piper)", opt.planner);
+  GP_CHECK(find_planner_kind(opt.planner).has_value(), "--planner: unknown planner \"{}\" (valid: {})", opt.planner,
+           planner_kind_names(", "));
   GP_CHECK(plan::find_schedule_kind(opt.schedule).has_value(), "--schedule: unknown schedule \"{}\" (valid: {})",
            opt.schedule, plan::schedule_kind_names());
   GP_CHECK(opt.memory_limit_bytes >= 0 && std::isfinite(opt.memory_limit_bytes),
@@ -245,8 +267,8 @@ Setup check_options(const cost::CostModel& cm, const PlannerOptions& opt) {
              opt.micro_batch);
     su.mbs_cands = {opt.micro_batch};
   }
-  su.graphpipe = opt.planner == "graphpipe";
-  su.piper = opt.planner == "piper";
+  su.graphpipe = find_planner_kind(opt.planner) == PlannerKind::graphpipe;
+  su.piper = find_planner_kind(opt.planner) == PlannerKind::piper;
   return su;
 }
 

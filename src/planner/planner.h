@@ -1,7 +1,10 @@
 // Strategy search: GraphPipe's series-parallel DP (the paper's partitioner, section 5) and the
 // PipeDream and Piper baselines, all over the same cost model (cost::stage_cost) and plan type.
 #pragma once
+#include <array>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cost/cost_model.h"
@@ -59,7 +62,27 @@ struct PlanReport {
 plan::Plan run_planner(const cost::CostModel& cm, const PlannerOptions& opt);
 PlanReport run_planner_report(const cost::CostModel& cm, const PlannerOptions& opt);
 
+/// The planners (issue 39 item 3): one table read by --help, by check_options and by dispatch.
+enum class PlannerKind { graphpipe, pipedream, piper };
+struct PlannerKindInfo {
+  PlannerKind kind;
+  const char* name;  // as in plan files ("planner") and on the command line
+  const char* help;  // one line
+};
+inline constexpr std::array<PlannerKindInfo, 3> kPlannerKinds = {{
+    {PlannerKind::graphpipe, "graphpipe",
+     "GraphPipe: a DAG of stages by the series-parallel DP (with its best chain as a candidate)"},
+    {PlannerKind::pipedream, "pipedream", "PipeDream's planner: a chain of stages (sequential pipeline)"},
+    {PlannerKind::piper, "piper", "Piper's DP over downsets of a coarsened graph: a chain of stages"},
+}};
+/// The planner named `name`, or nullopt.
+std::optional<PlannerKind> find_planner_kind(std::string_view name);
+/// Every planner's name, in the table's order.
 std::vector<std::string> planner_names();
+/// The names joined by `sep`: "graphpipe, pipedream, piper".
+std::string planner_kind_names(std::string_view sep);
+/// An option's help text: "<what>: graphpipe | pipedream | piper" and one line per planner.
+std::string planner_kind_help(std::string_view what);
 
 /// The instance msr-fiddle/piper's algo.cpp reads (its README's input format) for one micro-batch
 /// size (opt.micro_batch, required): the coarse graph that `plan --planner piper --micro-batch M

@@ -2,6 +2,8 @@
 // in its schedule's order (1F1B, GPipe, zero-bubble).
 #include "planner/timeline.h"
 
+#include "plan/schedule_kind.h"
+
 #include <algorithm>
 #include <deque>
 #include <numeric>
@@ -191,7 +193,7 @@ namespace {
 
 // Each stage's passes over `mini_batch` samples under the plan's schedule.
 std::vector<std::vector<Pass>> plan_passes(const plan::Plan& p, int mini_batch) {
-  if (p.schedule == "1f1b") {
+  if (plan::find_schedule_kind(p.schedule) == plan::ScheduleKind::one_f_one_b) {
     std::vector<std::vector<Pass>> out;
     for (const plan::Stage& s : p.stages)
       out.push_back(one_f_one_b_passes(mini_batch / s.micro_batch_size, s.in_flight));
@@ -213,7 +215,8 @@ double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, cons
   GP_ASSERT(c.fwd_s.size() == p.stages.size() && c.bwd_s.size() == p.stages.size() &&
                 c.tail_s.size() == p.stages.size() && c.out_bytes_per_sample.size() == p.stages.size(),
             "timeline: costs for {} stages, plan has {}", c.fwd_s.size(), p.stages.size());
-  GP_ASSERT(p.schedule != "zb" || (c.bwd_input_s.size() == p.stages.size() && c.bwd_weight_s.size() == p.stages.size()),
+  GP_ASSERT(plan::find_schedule_kind(p.schedule) != plan::ScheduleKind::zb ||
+                (c.bwd_input_s.size() == p.stages.size() && c.bwd_weight_s.size() == p.stages.size()),
             "timeline: zb needs B and W times for {} stages", p.stages.size());
   // Past a few hundred micro-batches the pipeline is in its periodic regime: each further sample
   // adds the same time (the schedule's steady state), so two shorter runs give the slope and the

@@ -322,7 +322,7 @@ TEST(Planner, JoinOpsShareABranchesLastStage) {
 // V100), with the micro-batch searched: PipeDream's chain needs all 8 devices in series at one
 // sample per micro-batch; GraphPipe runs the two branches side by side, at most half as deep, and
 // spends the memory that saves on 4 samples per micro-batch. (At hidden 1024 both planners choose
-// pure data parallelism; docs/results.md, "Case-study depth".)
+// pure data parallelism; docs/results-history.md, "Case-study depth".)
 TEST(Planner, ShallowerPipelineAndLargerMicroBatchAtTheMemoryLimit) {
   ir::Graph g = importers::load_graph("mmt:branches=2,layers=4,hidden=4096");
   cost::CostModel cm(g, cost::load_cluster("summit", 8));

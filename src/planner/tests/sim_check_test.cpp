@@ -91,7 +91,7 @@ void expect_preset_agrees(const char* model, const std::vector<std::string>& pla
 // the returned plan is the winner's, and the winner simulates no slower than the other kind's best
 // (SP wins ties within the search's 0.1% tolerance). Before, the planner ranked by the estimate
 // alone: dlrm on 32 devices returned a per-stage-size plan predicted 0.8% faster than the one-size
-// plan that simulated 4.4% faster (docs/results.md, "Per-stage micro-batch sizes").
+// plan that simulated 4.4% faster (docs/results-history.md, "Per-stage micro-batch sizes").
 TEST(SimCheck, PrintedRankingIsTheSimulators) {
   for (const char* model : {"dlrm", "candle-uno", "mmt"}) {
     ir::Graph g = importers::load_graph(model);
@@ -156,7 +156,7 @@ TEST(SimCheck, PresetMmtPredictionWithinFivePercent) { expect_preset_agrees("mmt
 // is within [kLo, kHi] x the prediction. The estimate used to place a non-source stage's last
 // backward at the sources' end minus the backwards between them: GraphPipe's dlrm plan here (7
 // one-device sources, an 8-device sink at micro-batch 512) simulated at 0.825x its prediction, the
-// fixed sizes at 0.855-0.868x (docs/results.md, issue 22); the 1F1B recurrence runs the schedule.
+// fixed sizes at 0.855-0.868x (docs/results-history.md, issue 22); the 1F1B recurrence runs the schedule.
 TEST(SimCheck, WeakScalingThirtyTwoDevicesPredictionWithinFivePercent) {
   for (const char* model : {"dlrm", "candle-uno"}) {
     ir::Graph g = importers::load_graph(model);
