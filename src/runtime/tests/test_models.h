@@ -56,8 +56,8 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
     feats.push_back(b.op("gap2", OpKind::global_avgpool, {cl}));
     // Swin's shifted window attention on a map that the window does not divide (padded 6 -> 8).
     std::string map = b.input("map", {6, 6, 8});
-    std::string wa =
-        b.op("win_attn", OpKind::window_attention, {map}, {{"heads", 2}, {"window", {4, 4}}, {"shift", {2, 2}}});
+    std::string wa = b.op("win_attn", OpKind::window_attention, {map},
+                          {{"heads", 2}, {"window", {4, 4}}, {"shift", {2, 2}}});
     feats.push_back(b.op("win_flat", OpKind::flatten, {b.op("win_mean", OpKind::mean, {wa}, {{"axis", 1}})}));
   }
   std::string cat2 = b.op("features", OpKind::concat, feats, {{"axis", 1}});
