@@ -161,8 +161,8 @@ std::string shortlist_note(const Shortlist& sl, const std::string& kind) {
 // candidates, each shortlist's predicted and simulated times, Piper's coarse graph.
 void explain_search(PlanReport& rep, const PlannerOptions& opt, int chosen_mbs, bool sp_won,
                     const Shortlist (&shortlist)[2]) {
-  const std::optional<PlannerKind> kind = find_planner_kind(opt.planner);
-  const bool graphpipe = kind == PlannerKind::graphpipe, piper = kind == PlannerKind::piper;
+  const std::optional<PlannerKind> planner = find_planner_kind(opt.planner);
+  const bool graphpipe = planner == PlannerKind::graphpipe, piper = planner == PlannerKind::piper;
   std::string alt;
   for (const auto& c : rep.per_micro_batch) {
     std::string cut;
