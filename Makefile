@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 GP := $(BUILD)/graphpipe
 
-.PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python zb-sim
+.PHONY: all deps configure build cli test demo bench paper soak multihost fidelity vs-torch clean test-asan test-tsan fuzz python zb-sim zb-plan zb-measure
 .PHONY: format format-check tidy tidy-all ci
 
 all: build
@@ -54,6 +54,17 @@ fidelity: cli
 # devices, mini-batch 128); writes the table to $(BUILD)/zb-sim.md (docs/results.md, "Zero bubble").
 zb-sim: cli
 	@scripts/zb_sim_table.sh $(BUILD) > $(BUILD)/zb-sim.md && cat $(BUILD)/zb-sim.md
+
+# Plans made for zb vs plans made for 1f1b (mmt, dlrm, candle-uno at 8 and 32 summit devices, at 16 GB
+# and under a small-memory bound), each simulated under its own schedule; about 1 min
+# (docs/results.md, "Zero-bubble plans").
+zb-plan: cli
+	@scripts/zb_plan_table.sh $(BUILD) > $(BUILD)/zb-plan.md && cat $(BUILD)/zb-plan.md
+
+# Measured step time of 1f1b vs zb on this machine: one 2-stage plan trained with both schedules
+# interleaved (docs/results.md, "Zero bubble in the runtime").
+zb-measure: cli
+	@scripts/zb_measure.sh $(BUILD)
 
 # graphpipe train vs torch.distributed.pipelining on the same models, weights and data (2 CPU
 # processes): losses must agree; median step times side by side in $(BUILD)/vs-torch.json (docs/vs-torch.md).
