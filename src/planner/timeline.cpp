@@ -108,7 +108,7 @@ class Recurrence {
     std::vector<int> woke;
     while (s.pc < s.passes->size()) {
       const Pass ps = (*s.passes)[s.pc];
-      const int mb = ps.mb;
+      const int mb = ps.micro_batch;
       if (ps.kind == ActionKind::backward_weight) {
         s.free += c_.bwd_weight_s[k];
         ++s.pc;
@@ -170,25 +170,6 @@ std::vector<std::vector<Pass>> schedule_passes(const schedule::Schedule& s) {
   return out;
 }
 
-std::vector<Pass> one_f_one_b_passes(int micro, int in_flight) {
-  // `warm` forwards, then one backward and one forward while forwards remain, then the remaining
-  // backwards (schedule::build_schedule).
-  const int warm = std::clamp(in_flight, 1, micro);
-  std::vector<Pass> out;
-  out.reserve(2 * static_cast<size_t>(micro));
-  for (int k = 0; k < warm; ++k) out.push_back({ActionKind::forward, k});
-  for (int k = 0; k < micro; ++k) {
-    out.push_back({ActionKind::backward, k});
-    if (warm + k < micro) out.push_back({ActionKind::forward, warm + k});
-  }
-  return out;
-}
-
-double timeline_run_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c,
-                      const std::vector<std::vector<Pass>>& passes) {
-  return Recurrence(p, cm, c, p.mini_batch_size, passes).run();
-}
-
 namespace {
 
 // Each stage's passes over `mini_batch` samples under the plan's schedule.
@@ -196,7 +177,7 @@ std::vector<std::vector<Pass>> plan_passes(const plan::Plan& p, int mini_batch) 
   if (plan::find_schedule_kind(p.schedule) == plan::ScheduleKind::one_f_one_b) {
     std::vector<std::vector<Pass>> out;
     for (const plan::Stage& s : p.stages)
-      out.push_back(one_f_one_b_passes(mini_batch / s.micro_batch_size, s.in_flight));
+      out.push_back(schedule::one_f_one_b_order(mini_batch / s.micro_batch_size, s.in_flight));
     return out;
   }
   if (mini_batch == p.mini_batch_size) return schedule_passes(plan_schedule(p));

@@ -22,13 +22,7 @@ struct TimelineCosts {
   std::vector<std::vector<double>> out_bytes_per_sample;
 };
 
-/// One compute pass of a stage: forward, backward, or the zero-bubble backward_input /
-/// backward_weight, of one of the stage's own micro-batches.
-struct Pass {
-  schedule::ActionKind kind = schedule::ActionKind::forward;
-  int mb = 0;
-  bool operator==(const Pass&) const = default;
-};
+using schedule::Pass;
 
 /// The schedule the plan records (p.schedule), built for it: zero-bubble from the stages' pass
 /// times (fwd_s, bwd_input_s, bwd_weight_s). What the planner's estimate times and what its
@@ -37,10 +31,6 @@ schedule::Schedule plan_schedule(const plan::Plan& p);
 
 /// Per stage, the compute passes of `s` in list order (its transfers, all-reduce and step left out).
 std::vector<std::vector<Pass>> schedule_passes(const schedule::Schedule& s);
-
-/// The 1F1B pass order of one stage with `micro` micro-batches and `in_flight` warm-up forwards
-/// (schedule::build_schedule's "1f1b" compute order, without building the schedule).
-std::vector<Pass> one_f_one_b_passes(int micro, int in_flight);
 
 /// One iteration of `p` (placed: devices, micro-batch sizes and in-flight counts set) under the
 /// schedule the plan records (p.schedule; for "zb" built from the stages' fwd_s / bwd_input_s /
@@ -55,14 +45,9 @@ std::vector<Pass> one_f_one_b_passes(int micro, int in_flight);
 /// node network interfaces are not shared (no contention) and all replicas of a stage are taken
 /// to run in step. O(sum over stages of micro-batches x edges); beyond 1,024 micro-batches of the
 /// smallest size, runs of 256 and 512 are extrapolated linearly (the schedule's periodic steady
-/// state). 1F1B's order comes from one_f_one_b_passes (no schedule is built); the others' from
+/// state). 1F1B's order comes from schedule::one_f_one_b_order (no schedule is built); the others' from
 /// schedule::build_schedule.
 double timeline_iteration_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c);
-
-/// The same recurrence over given pass lists (index = stage id) for the whole mini-batch (no
-/// extrapolation).
-double timeline_run_s(const plan::Plan& p, const cost::CostModel& cm, const TimelineCosts& c,
-                      const std::vector<std::vector<Pass>>& passes);
 
 /// A lower bound on timeline_iteration_s: each stage runs all its passes one after another, then
 /// its tail, so the iteration takes at least max over stages of (mini-batch / its size) x (fwd +

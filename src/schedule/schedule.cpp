@@ -94,9 +94,16 @@ class StageBuilder {
     out_.push_back({ActionKind::forward, k, -1, 0, 0});
     for (int v : st_.outputs_to) transfers(ActionKind::send_act, v, k, peer_mbs(v), false);
   }
-  void backward(int k) { backward_pass(ActionKind::backward, k); }
-  void backward_input(int k) { backward_pass(ActionKind::backward_input, k); }
-  void backward_weight(int k) { out_.push_back({ActionKind::backward_weight, k, -1, 0, 0}); }
+  // B or BI: the output gradients arrive before it, the input gradients leave right after it; a W
+  // moves nothing.
+  void pass(const Pass& ps) {
+    const int k = ps.micro_batch;
+    if (ps.kind == ActionKind::forward) return forward(k);
+    if (ps.kind == ActionKind::backward_weight) return out_.push_back({ps.kind, k, -1, 0, 0});
+    for (int v : st_.outputs_to) transfers(ActionKind::recv_grad, v, k, peer_mbs(v), false);
+    out_.push_back({ps.kind, k, -1, 0, 0});
+    for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
+  }
   void finish() {
     if (st_.devices.size() > 1) out_.push_back({ActionKind::allreduce, -1, -1, 0, 0});
     out_.push_back({ActionKind::optimizer_step, -1, -1, 0, 0});
@@ -104,12 +111,6 @@ class StageBuilder {
   std::vector<Action> take() { return std::move(out_); }
 
  private:
-  // B or BI: the output gradients arrive before it, the input gradients leave right after it.
-  void backward_pass(ActionKind kind, int k) {
-    for (int v : st_.outputs_to) transfers(ActionKind::recv_grad, v, k, peer_mbs(v), false);
-    out_.push_back({kind, k, -1, 0, 0});
-    for (int u : st_.inputs_from) transfers(ActionKind::send_grad, u, k, peer_mbs(u), true);
-  }
   int peer_mbs(int peer) const {
     GP_CHECK(peer >= 0 && peer < static_cast<int>(p_.stages.size()), "stage {}: edge to unknown stage {}", st_.id,
              peer);
@@ -126,6 +127,14 @@ class StageBuilder {
   const plan::Stage& st_;
   std::vector<Action> out_;
 };
+
+// GPipe: every forward, then every backward.
+std::vector<Pass> gpipe_order(int micro) {
+  std::vector<Pass> out;
+  for (int k = 0; k < micro; ++k) out.push_back({ActionKind::forward, k});
+  for (int k = 0; k < micro; ++k) out.push_back({ActionKind::backward, k});
+  return out;
+}
 
 }  // namespace
 
@@ -144,44 +153,36 @@ Schedule build_schedule(const plan::Plan& p, const std::string& kind_name, const
   Schedule s;
   s.kind = kind_name;
   s.mini_batch_size = p.mini_batch_size;
+  // Each stage's compute passes in order; the builder adds their transfers.
+  std::vector<std::vector<Pass>> orders;
   if (*kind == plan::ScheduleKind::zb) {
-    for (const std::vector<Pass>& passes : zero_bubble_order(p, times)) {
-      const plan::Stage& st = p.stages[s.stages.size()];
-      StageBuilder b(p, st);
-      for (const Pass& ps : passes) {
-        switch (ps.kind) {
-          case ActionKind::forward: b.forward(ps.micro_batch); break;
-          case ActionKind::backward_input: b.backward_input(ps.micro_batch); break;
-          default: b.backward_weight(ps.micro_batch); break;
-        }
-      }
-      b.finish();
-      s.stages.push_back({st.id, b.take()});
+    orders = zero_bubble_order(p, times);
+  } else {
+    for (const plan::Stage& st : p.stages) {
+      const int n = num_micro_batches(st, p.mini_batch_size);
+      orders.push_back(*kind == plan::ScheduleKind::gpipe ? gpipe_order(n) : one_f_one_b_order(n, st.in_flight));
     }
-    check_schedule(s, p, fmt::format("{} schedule of the plan", kind_name));
-    return s;
   }
-  for (size_t i = 0; i < p.stages.size(); ++i) {
-    const plan::Stage& st = p.stages[i];
-    int n = num_micro_batches(st, p.mini_batch_size);
+  for (const plan::Stage& st : p.stages) {
     StageBuilder b(p, st);
-    if (*kind == plan::ScheduleKind::gpipe) {
-      for (int k = 0; k < n; ++k) b.forward(k);
-      for (int k = 0; k < n; ++k) b.backward(k);
-    } else {
-      // 1F1B: warm up with in_flight forwards, then one backward + one forward, then drain.
-      int warm = std::clamp(st.in_flight, 1, n);
-      for (int k = 0; k < warm; ++k) b.forward(k);
-      for (int k = 0; k < n; ++k) {
-        b.backward(k);
-        if (warm + k < n) b.forward(warm + k);
-      }
-    }
+    for (const Pass& ps : orders[static_cast<size_t>(st.id)]) b.pass(ps);
     b.finish();
     s.stages.push_back({st.id, b.take()});
   }
   check_schedule(s, p, fmt::format("{} schedule of the plan", kind_name));
   return s;
+}
+
+std::vector<Pass> one_f_one_b_order(int micro, int in_flight) {
+  const int warm = std::clamp(in_flight, 1, micro);
+  std::vector<Pass> out;
+  out.reserve(2 * static_cast<size_t>(micro));
+  for (int k = 0; k < warm; ++k) out.push_back({ActionKind::forward, k});
+  for (int k = 0; k < micro; ++k) {
+    out.push_back({ActionKind::backward, k});
+    if (warm + k < micro) out.push_back({ActionKind::forward, warm + k});
+  }
+  return out;
 }
 
 std::vector<int> peak_in_flight(const Schedule& s) {

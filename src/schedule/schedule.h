@@ -55,6 +55,19 @@ struct Schedule {
   bool operator==(const Schedule&) const = default;
 };
 
+/// One compute pass of a stage: forward, backward, or the zero-bubble backward_input /
+/// backward_weight, of one of the stage's own micro-batches.
+struct Pass {
+  ActionKind kind = ActionKind::forward;
+  int micro_batch = 0;
+  bool operator==(const Pass&) const = default;
+};
+
+/// The 1F1B compute order of a stage with `micro` micro-batches: min(in_flight, micro) (at least 1)
+/// warm-up forwards, then one backward and one forward while forwards remain, then the remaining
+/// backwards. build_schedule's "1f1b" lists; the planner's estimate runs it without a schedule.
+std::vector<Pass> one_f_one_b_order(int micro, int in_flight);
+
 /// Per stage (index = stage id), one replica, one micro-batch of the stage's own size: the pass
 /// times the zb builder orders passes by.
 struct PassTimes {

@@ -8,12 +8,7 @@
 
 namespace gp::schedule {
 
-struct Pass {
-  ActionKind kind = ActionKind::forward;  // forward | backward_input | backward_weight
-  int micro_batch = 0;
-};
-
-/// Per stage (index = stage id), its passes in the order it runs them. UserError when the times do
+/// Per stage (index = stage id), its passes (forward, backward_input, backward_weight) in the order it runs them. UserError when the times do
 /// not fit the plan or a stage cannot finish (its in_flight is below what its successors need).
 std::vector<std::vector<Pass>> zero_bubble_order(const plan::Plan& p, const PassTimes& times);
 

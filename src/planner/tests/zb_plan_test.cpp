@@ -110,7 +110,7 @@ TEST(ZbPlan, RankedByTheZbSimulationAndNoSlowerThanOneFOneB) {
 }
 
 // 1F1B plans are as before: no schedule field in the file, no pass times; and the 1F1B estimate
-// (one_f_one_b_passes, no schedule built) is exactly the general recurrence over the passes of
+// (schedule::one_f_one_b_order, no schedule built) is exactly the general recurrence over the passes of
 // schedule::build_schedule(p, "1f1b").
 TEST(ZbPlan, OneFOneBIsTheGeneralRecurrencesSpecialCase) {
   for (const Case& c : kCases) {
@@ -124,7 +124,7 @@ TEST(ZbPlan, OneFOneBIsTheGeneralRecurrencesSpecialCase) {
     const auto passes = detail::schedule_passes(s);
     ASSERT_EQ(passes.size(), p.stages.size());
     for (const plan::Stage& st : p.stages)
-      EXPECT_EQ(passes[st.id], detail::one_f_one_b_passes(p.mini_batch_size / st.micro_batch_size, st.in_flight))
+      EXPECT_EQ(passes[st.id], schedule::one_f_one_b_order(p.mini_batch_size / st.micro_batch_size, st.in_flight))
           << c.spec << " stage " << st.id;
   }
 }
