@@ -7,17 +7,9 @@
 namespace gp::schedule {
 namespace {
 
+using gp::testing::check_error;
 using gp::testing::make_chain;
 using gp::testing::make_plan;
-
-std::string check_error(const Schedule& s, const plan::Plan& p) {
-  try {
-    check_schedule(s, p);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 void swap_actions(Schedule& s, int stage, size_t i, size_t j) {
   std::swap(s.stages[stage].actions[i], s.stages[stage].actions[j]);

@@ -1,10 +1,13 @@
-// Hand-built plans for schedule and simulator tests: stages listed in a topological order.
+// Hand-built plans for schedule and simulator tests (stages listed in a topological order), and
+// check_schedule's message as a string.
 #pragma once
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "plan/plan.h"
+#include "schedule/schedule.h"
+#include "support/error.h"
 
 namespace gp::testing {
 
@@ -56,6 +59,16 @@ inline plan::Plan make_chain(int n, int mini_batch, int mbs) {
     if (i + 1 < n) specs[i].outputs_to = {i + 1};
   }
   return make_plan(mini_batch, specs);
+}
+
+/// check_schedule's error message for `s` against `p`, or "(no error)".
+inline std::string check_error(const schedule::Schedule& s, const plan::Plan& p) {
+  try {
+    schedule::check_schedule(s, p);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace gp::testing

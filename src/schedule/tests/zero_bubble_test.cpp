@@ -11,6 +11,7 @@
 namespace gp::schedule {
 namespace {
 
+using gp::testing::check_error;
 using gp::testing::make_chain;
 using gp::testing::make_plan;
 
@@ -22,15 +23,6 @@ std::string passes_str(const StageSchedule& s) {
     out += (out.empty() ? "" : " ") + to_string(a);
   }
   return out;
-}
-
-std::string check_error(const Schedule& s, const plan::Plan& p) {
-  try {
-    check_schedule(s, p);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // The plan shapes the schedule tests make: chains, branches and joins, a skip edge, replicas,
