@@ -96,7 +96,7 @@ PreparedRun prepare_run(const TrainOptions& opt, bool check_data_values) {
            opt.threads);
   GP_CHECK(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive finite number, found {}", opt.lr);
   plan::Plan p = plan::load_plan(opt.plan_path);
-  const std::string kind = !opt.schedule.empty() ? opt.schedule : !p.schedule.empty() ? p.schedule : "1f1b";
+  const std::string kind = opt.schedule.empty() ? p.schedule : opt.schedule;  // default: the plan's own
   PreparedRun run = prepare_run(std::move(p), kind, opt.model_spec);
   if (opt.seeded_weights) run.weights.clear();
   RunData d = open_run_data(opt, run.graph, check_data_values);
