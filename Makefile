@@ -133,9 +133,7 @@ tidy-all: configure
 	@scripts/tidy.sh $(BUILD) all
 
 ci:
-	$(MAKE) format-check
-	$(MAKE) test WERROR=ON
-	$(MAKE) tidy
+	@.ci/run
 
 clean:
 	rm -rf $(BUILD)
