@@ -530,9 +530,10 @@ int64_t resume_generation(const CheckpointSaver& s) {
       std::vector<std::string> stale = stale_entries(s.dir);
       if (!stale.empty())
         std::fprintf(stderr,
-                     "graphpipe: warning: %s holds %zu entries left by an interrupted save (%s); the next checkpoint "
-                     "save removes them\n",
-                     s.dir.c_str(), stale.size(), fmt::format("{}", fmt::join(stale, ", ")).c_str());
+                     "graphpipe: warning: %s holds %zu %s left by an interrupted save (%s); this run removes %s "
+                     "once every rank has resumed\n",
+                     s.dir.c_str(), stale.size(), stale.size() == 1 ? "entry" : "entries",
+                     fmt::format("{}", fmt::join(stale, ", ")).c_str(), stale.size() == 1 ? "it" : "them");
     } catch (const UserError& e) {
       error = e.what();
     }
@@ -566,12 +567,18 @@ int64_t resume_generation(const CheckpointSaver& s) {
       steps = gen->steps_done;
     }
   }
-  if (!s.world) return steps;
+  if (!s.world) {
+    if (s.cleans) remove_stale(s.dir);  // what interrupted saves left (older generations included)
+    return steps;
+  }
   std::vector<double> r = reduce(*s.world, {s.module ? double(steps) : -1e18, s.module ? -double(steps) : -1e18},
                                  detail::Reduce::max);
   if (r[0] != -r[1])
     throw RuntimeFailure(
         fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})", s.dir, -r[1], r[0]));
+  // Everyone loaded the published generation and nobody saves yet: what interrupted saves left
+  // (older generations included) can go now, even when no step remains to save.
+  if (s.cleans) remove_stale(s.dir);
   return static_cast<int64_t>(r[0]);
 }
 

@@ -11,8 +11,8 @@
 // then (every rank, after all voted that their file is durable) renames latest.json.<token>.tmp
 // over latest.json, and only after everyone published removes the older generations. A crash at
 // any instant therefore leaves latest.json naming a generation whose every file is complete;
-// folders of interrupted saves and temporaries are "stale": named on --resume, removed by the next
-// save. A directory of the layout before generations (D/stage<S>-rank<R>.pt, D/single.pt, no
+// folders of interrupted saves, older generations a crash kept and temporaries are "stale": named
+// on --resume and removed once every rank has loaded (and by every save). A directory of the layout before generations (D/stage<S>-rank<R>.pt, D/single.pt, no
 // latest.json) still resumes; the first save replaces it by a generation.
 #pragma once
 #include <torch/torch.h>

@@ -100,7 +100,7 @@ TEST_F(Checkpoints, RandomKillsAlwaysResumeWithTheLossesOfAnUninterruptedRun) {
 }
 
 // A file of another run (another --seed) copied into the generation is refused naming the file and
-// the field; interrupted saves' leftovers are named on --resume and removed by the next save.
+// the field; interrupted saves' leftovers are named on --resume and removed once it has loaded.
 TEST_F(Checkpoints, AFileOfAnotherRunIsRefusedAndLeftoversAreNamedThenRemoved) {
   std::string plan = write_plan("two.json", make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}));
   std::string common = "train --plan " + plan + " --timeout 10";
@@ -128,6 +128,17 @@ TEST_F(Checkpoints, AFileOfAnotherRunIsRefusedAndLeftoversAreNamedThenRemoved) {
       << resumed.err;
   EXPECT_FALSE(fs::exists(dir_ / "b" / "step-00000003-deadbeef"));
   EXPECT_FALSE(fs::exists(dir_ / "b" / "latest.json.0badf00d-r1.tmp"));
+  EXPECT_TRUE(stale_entries((dir_ / "b").string()).empty());
+  EXPECT_EQ(published_generation((dir_ / "b").string())->steps_done, 3);
+
+  // A crash after publishing step 3 but before removing step 2 leaves an older generation; a resume
+  // with no step left to run (so no save) still removes it.
+  fs::create_directories(dir_ / "b" / "step-00000002-deadbeef");
+  std::ofstream(dir_ / "b" / "step-00000002-deadbeef" / "stage0-rank0.pt") << "older";
+  Proc done = graphpipe(common + " --checkpoint-dir b --seed 5 --resume --steps 3");
+  ASSERT_EQ(done.code, 0) << done.err;
+  EXPECT_NE(done.err.find("holds 1 entry left by an interrupted save (step-00000002-deadbeef)"), std::string::npos)
+      << done.err;
   EXPECT_TRUE(stale_entries((dir_ / "b").string()).empty());
   EXPECT_EQ(published_generation((dir_ / "b").string())->steps_done, 3);
 }
