@@ -149,7 +149,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;
-  c.inter = c.intra;  // one node: never used
+  c.inter = c.intra;          // one node: never used
+  c.gloo_collectives = true;  // the runtime trains on CPUs with c10d Gloo
   return c;
 }
 
@@ -252,6 +253,7 @@ Json cluster_to_json(const Cluster& c) {
             {"inter", link_to_json(c.inter)},
             {"node_injection_Bps", c.node_injection_Bps},
             {"mixed_precision", c.mixed_precision}};
+  if (c.gloo_collectives) j["collectives"] = "gloo";  // written only when not the default (nccl)
   return j;
 }
 
@@ -296,6 +298,12 @@ Cluster cluster_from_json(const JsonAt& j) {
   else c.inter = c.intra;
   c.node_injection_Bps = j.has("node_injection_Bps") ? non_negative(j.at("node_injection_Bps")) : 0;
   c.mixed_precision = j.has("mixed_precision") ? j.at("mixed_precision").boolean() : false;
+  if (j.has("collectives")) {
+    const std::string coll = j.at("collectives").str();
+    if (coll != "nccl" && coll != "gloo")
+      j.at("collectives").fail(fmt::format("expected \"nccl\" or \"gloo\", found \"{}\"", coll));
+    c.gloo_collectives = coll == "gloo";
+  }
   return c;
 }
 

@@ -24,8 +24,21 @@ int table_row(int64_t b) {
   return std::countr_zero(static_cast<uint64_t>(b));
 }
 
-double ring_time(int d, double bytes, double bw, double latency) {
-  return 2.0 * (d - 1) / d * bytes / bw + 2.0 * (d - 1) * latency;
+/// A ring all-reduce of `bytes` over `d` devices, links of bandwidth `bw` and one-way latency `latency`.
+/// NCCL: 2 (d-1) steps (reduce-scatter, then all-gather), one latency each. Gloo (gloo/allreduce.cc,
+/// what c10d's ProcessGroupGloo runs for CPU tensors): the buffer is cut into segments of at most
+/// 1 MiB, at least two per rank and a multiple of d; each phase passes (d-1) x segments-per-rank of
+/// them along the ring, two in flight, and a segment leaves only once its receiver's notice that it
+/// posted the receive arrived (Gloo's TCP transport sends only to an announced receive), so each
+/// segment step costs the notice and the data, one latency per step with two in flight. The bytes
+/// cross each link as in NCCL's ring.
+double ring_time(int d, double bytes, double bw, double latency, bool gloo) {
+  const double transfer = 2.0 * (d - 1) / d * bytes / bw;
+  if (!gloo) return transfer + 2.0 * (d - 1) * latency;
+  constexpr double kGlooMaxSegmentBytes = 1 << 20;  // gloo::detail::AllreduceOptionsImpl::kMaxSegmentSize
+  const double segments = std::max(std::ceil(bytes / kGlooMaxSegmentBytes), 2.0 * d);
+  const double per_rank = std::ceil(segments / d);
+  return transfer + 2.0 * (d - 1) * per_rank * latency;
 }
 
 }  // namespace
@@ -122,6 +135,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt, std::shared_p
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
     allreduce_intra_ = {profile_->allreduce->bandwidth_Bps / over, profile_->allreduce->latency_s / 2 * over};
+    allreduce_fitted_ = true;
   }
 
   Tables& t = *tables_;
@@ -334,19 +348,21 @@ double CostModel::allreduce_time(const std::vector<int>& devices, double bytes) 
   for (int m : per_node) {
     if (m > 0) ++nodes, k = std::min(k, m);
   }
-  if (nodes == 1) return ring_time(d, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
-  return ring_time(d, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s);
+  if (nodes == 1) return ring_time(d, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s, gloo_intra());
+  return ring_time(d, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s,
+                   cluster_.gloo_collectives);
 }
 
 double CostModel::allreduce_time(int degree, bool same_node, double bytes) const {
   if (degree <= 1 || bytes <= 0) return 0;
   int dpn = cluster_.devices_per_node;
   if ((same_node && degree <= dpn) || cluster_.num_nodes == 1)
-    return ring_time(degree, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s);
+    return ring_time(degree, bytes, allreduce_intra_.bandwidth_Bps, allreduce_intra_.latency_s, gloo_intra());
   // Unplaced: assume the replicas spread evenly over the fewest nodes that hold them (>= 2).
   int nodes = std::max(2, (degree + dpn - 1) / dpn);
   int k = std::max(1, degree / nodes);
-  return ring_time(degree, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s);
+  return ring_time(degree, bytes, cross_node_ring_bw(cluster_, allreduce_intra_, k), cluster_.inter.latency_s,
+                   cluster_.gloo_collectives);
 }
 
 namespace {

@@ -49,6 +49,11 @@ struct Cluster {
   /// Mixed precision: fp16 peak for compute, fp16 activations and messages, fp16 weights and
   /// gradients with fp32 master weights and optimizer state (docs/cost-model.md, "Memory").
   bool mixed_precision = false;
+  /// The all-reduce the runtime runs here: NCCL's ring (GPU presets, the default) or Gloo's
+  /// (`"collectives": "gloo"`; the cpu preset: the runtime trains on CPUs with c10d Gloo), which sends
+  /// a segment only to a receive its peer announced: a ring step costs two link latencies, not one
+  /// (docs/cost-model.md "Communication").
+  bool gloo_collectives = false;
 
   int num_devices() const { return devices > 0 ? devices : num_nodes * devices_per_node; }
   /// Devices of node n in use (devices_per_node except for a partial last node).
@@ -199,6 +204,9 @@ class CostModel {
   double optimizer_s_per_byte_ = 0;  // measured_optimizer_s_per_byte()
   double compute_stretch_ = 1;       // profiled compute: workers per core x the lockstep factor
   LinkSpec allreduce_intra_;         // per-step ring link inside a node (profile's all-reduce fit)
+  bool allreduce_fitted_ = false;    // allreduce_intra_ is a measured all-reduce fit (not a link's figures)
+  /// Gloo's ring inside a node: a measured fit already holds Gloo's latencies, priced as NCCL's form.
+  bool gloo_intra() const { return cluster_.gloo_collectives && !allreduce_fitted_; }
   Source link_source_ = Source::formula;
   struct Tables;
   std::unique_ptr<Tables> tables_;

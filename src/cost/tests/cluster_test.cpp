@@ -93,6 +93,11 @@ TEST(Cluster, CpuPresetIsThisMachine) {
   EXPECT_EQ(over.num_devices(), 4 * cores);
   EXPECT_DOUBLE_EQ(over.device.peak_flops_f32, c.device.peak_flops_f32 / 4);
   EXPECT_DOUBLE_EQ(over.device.memory_bytes, c.device.memory_bytes / 4);
+  // The runtime's all-reduce on CPUs is Gloo's, and the cluster says so (GPU presets: NCCL's).
+  EXPECT_TRUE(c.gloo_collectives);
+  EXPECT_EQ(cluster_to_json(c)["collectives"], "gloo");
+  EXPECT_FALSE(load_cluster("summit").gloo_collectives);
+  EXPECT_FALSE(cluster_to_json(load_cluster("summit")).contains("collectives"));
 }
 
 TEST(Cluster, UnknownSpecsAndBadDeviceCountsAreUserErrors) {
@@ -121,6 +126,12 @@ TEST(Cluster, JsonRoundTripAndFileDeviceSelection) {
 
   EXPECT_THAT(error_of([&] { load_cluster(path, 9); }),
               HasSubstr(path + ": --devices 9 exceeds the cluster's 8 devices"));
+  c.gloo_collectives = true;
+  Json gloo = cluster_to_json(c);
+  EXPECT_TRUE(cluster_from_json(gloo, "gloo.json").gloo_collectives);
+  gloo["collectives"] = "mpi";
+  EXPECT_THAT(error_of([&] { cluster_from_json(gloo, "gloo.json"); }),
+              HasSubstr("gloo.json: collectives: expected \"nccl\" or \"gloo\", found \"mpi\""));
   std::remove(path.c_str());
 
   // Presets serialise too (with their partial last node).

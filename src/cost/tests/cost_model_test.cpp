@@ -192,6 +192,28 @@ TEST(Comm, RingAllReduceIntraAndInterNode) {
   expect_close(cm.allreduce_time(8, false, n), 1.75 * n / 2e10 + 14 * 1e-4);
 }
 
+// Gloo's ring (the cpu preset, "collectives": "gloo"): segments of at most 1 MiB, at least 2 per rank, a
+// multiple of the ranks; two link latencies per ring step of a pair of segments (the receiver's notice
+// and the data), the bytes as in NCCL's ring.
+TEST(Comm, GlooRingPaysTheNoticeOfEverySegment) {
+  ir::Graph g = chain_model();
+  Cluster c = made_up_cluster();
+  c.gloo_collectives = true;
+  CostModel cm(g, c);
+  // Small: 2 segments per rank, 2 (d-1) x 2 latencies; d = 4 in one node, latency 1e-5.
+  expect_close(cm.allreduce_time({0, 1, 2, 3}, 1e3), 1.5 * 1e3 / 1e11 + 12 * 1e-5);
+  // Two nodes, one member each: 4 latencies of the inter link.
+  expect_close(cm.allreduce_time({0, 4}, 1e3), 1e3 / 1e10 + 4 * 1e-4);
+  // 10 MiB over 2 ranks: 10 segments, 5 per rank, 2 x 5 latencies.
+  const double n = 10.0 * (1 << 20);
+  expect_close(cm.allreduce_time({0, 4}, n), n / 1e10 + 10 * 1e-4);
+  // 10 MiB over 4 ranks: 10 segments rounded up to 12, 3 per rank, 2 x 3 x 3 latencies.
+  expect_close(cm.allreduce_time({0, 1, 2, 3}, n), 1.5 * n / 1e11 + 18 * 1e-5);
+  // The same cluster with NCCL's collectives: one latency per ring step.
+  CostModel nccl(g, made_up_cluster());
+  expect_close(nccl.allreduce_time({0, 4}, n), n / 1e10 + 2 * 1e-4);
+}
+
 TEST(StageCost, MiddleOfAChainWithDataParallelism) {
   ir::Graph g = chain_model();
   CostModel cm(g, made_up_cluster(), Optimizer::adam);
