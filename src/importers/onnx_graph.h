@@ -63,6 +63,18 @@ Net load_net(const std::string& path, bool keep_values = false);
 /// Opsets 18-21 rewritten to their opset-17 form (onnx_opset.cpp); net.opset becomes 17.
 void normalize_opset(onnx::ModelProto& model, Net& net);
 
+/// Reads every initializer's external data (a file next to the model) into the initializer.
+void inline_external_data(const std::string& path, onnx::ModelProto& model);
+
+/// A file from torch.onnx.export's dynamo exporter: the parameters its optimizer dropped, merged or
+/// folded into transposed copies made explicit again from the nodes' metadata, or a UserError naming
+/// what cannot be (onnx_dynamo.cpp). Other files are left as they are.
+void recover_dynamo_export(onnx::ModelProto& model, Net& net);
+
+/// Reshape [B, h, S, d] -> [B*h, S, d], Transpose (0, 2, 1), Reshape -> [B, h, d, S] (how torch 2.x's
+/// exporter writes k.transpose(-2, -1) of a 4-d k) becomes the one Transpose (0, 1, 3, 2) it is.
+void merge_reshaped_transposes(Net& net);
+
 /// Fills net.transposed_copy_of and net.export_names from the parsed file (onnx_shared.cpp).
 void read_provenance(const onnx::ModelProto& model, Net& net);
 

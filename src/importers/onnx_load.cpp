@@ -563,16 +563,6 @@ onnx::ModelProto parse_model(const std::string& path, Net& net) {
   for (const auto& os : model.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") net.opset = static_cast<int>(os.version());
   GP_CHECK(net.opset > 0, "{}: corrupt or truncated ONNX file (no opset_import for the default domain)", path);
-  // torch 2.x's default exporter (dynamo=True) writes opset 18+ and tags its nodes with metadata
-  // "pkg.torch.onnx.*" (a NodeProto field newer than this libonnx: found in the bytes).
-  const bool dynamo = bytes.find("pkg.torch.onnx.") != std::string::npos;
-  GP_CHECK(!dynamo,
-           "{}: this file comes from torch.onnx.export's dynamo exporter (torch 2.x's default, dynamo=True, opset {}), "
-           "whose graph optimizer drops all-zero biases and merges equal initializers without a trace, so the file "
-           "cannot say which parameters the module trains; export with dynamo=False, "
-           "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (opset 7 to 21), or with "
-           "graphpipe.export from Python (docs/onnx.md, \"Default exports and ties\")",
-           path, net.opset);
   GP_CHECK(net.opset >= 7 && net.opset <= 21, "{}: opset {} is not supported (supported: 7 to 21)", path, net.opset);
   // Every operator we read produces at least one output; a node without one (a corrupt file, found by
   // fuzz/fuzz_onnx) would otherwise be indexed at output(0) further down.
@@ -826,6 +816,8 @@ void infer_and_fold(onnx::ModelProto& model, Net& net) {
 Net load_net(const std::string& path, bool keep_values) {
   Net net;
   onnx::ModelProto model = parse_model(path, net);
+  inline_external_data(path, model);
+  recover_dynamo_export(model, net);
   normalize_opset(model, net);
   onnx::GraphProto& g = *model.mutable_graph();
   std::unordered_set<std::string> sources, initializers;
@@ -845,6 +837,7 @@ Net load_net(const std::string& path, bool keep_values) {
   mark_activations(net);
   check_windowed_nodes(g, net);
   infer_and_fold(model, net);
+  merge_reshaped_transposes(net);
   if (keep_values)  // the file's initializers (the folded ones added above are integer shape values)
     for (auto& init : *g.mutable_initializer())
       if (initializers.count(init.name())) net.values[init.name()].Swap(&init);

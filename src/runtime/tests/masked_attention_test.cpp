@@ -103,7 +103,7 @@ TEST(MaskedAttention, TinySwinTrainsOnTwoStagesLikeSingle) {
 // with momentum and Adam (losses within 1e-4), and on 2 stages like --single (within 1e-5).
 const std::filesystem::path kLm = std::filesystem::path(GP_SOURCE_DIR) / "tests/fixtures/torch2_lm";
 
-void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
+void trains_like_pytorch(const std::string& which, const plan::Plan& p, const std::string& model = "") {
   std::ifstream f(kLm / "reference.json");
   const Json all = Json::parse(f), ref = all.at(which);
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gp_torch2_lm_" + which);
@@ -113,7 +113,7 @@ void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
       TrainOptions o = testing::options(all.at("steps").get<int>(), optimizer,
                                         ref.at(optimizer).at("lr").get<double>());
       if (optimizer == "sgd") o.momentum = ref.at(optimizer).at("momentum").get<double>();
-      o.model_spec = (kLm / ref.at("model").get<std::string>()).string();
+      o.model_spec = (kLm / (model.empty() ? ref.at("model").get<std::string>() : model)).string();
       o.data_dir = (kLm / ref.at("train").get<std::string>()).string();
       return o;
     };
@@ -151,6 +151,23 @@ void trains_like_pytorch(const std::string& which, const plan::Plan& p) {
         which.c_str(), optimizer.c_str(), single.size(), worst, worst_pipe);
   }
   std::filesystem::remove_all(dir);
+}
+
+// The same modules exported with torch 2.x's default exporter (dynamo=True; make_reference.py): the
+// optimizer's merged LayerNorms, folded weight transposes and the LM head's folded copy of the tied
+// embedding are read back from the nodes' metadata: PyTorch's parameter counts, and the same training.
+TEST(MaskedAttention, DynamoExportsHavePyTorchsParametersAndTrainLikePyTorch) {
+  std::ifstream f(kLm / "reference.json");
+  const Json ref = Json::parse(f);
+  const std::string gpt2 = (kLm / "gpt2_dynamo.onnx").string(), bert = (kLm / "bert_dynamo.onnx").string();
+  ir::Graph g = importers::load_graph(gpt2);
+  EXPECT_EQ(g.total_params(), ref.at("gpt2").at("params").get<int64_t>());  // 7,520: the head tied to tok
+  EXPECT_EQ(g.model().shared_params.size(), 1u);
+  EXPECT_EQ(importers::load_graph(bert).total_params(), ref.at("bert").at("params").get<int64_t>());  // 5,731
+  trains_like_pytorch("gpt2", testing::make_plan(gpt2, 8, {{{"/tok/", "/blocks.0/"}, {0}, 4}, {{}, {1}, 4}}),
+                      "gpt2_dynamo.onnx");
+  trains_like_pytorch("bert", testing::make_plan(bert, 8, {{{"/tok/", "/ln/", "/layers.0/"}, {0}, 4}, {{}, {1}, 4}}),
+                      "bert_dynamo.onnx");
 }
 
 TEST(MaskedAttention, Gpt2TrainsLikePyTorchSingleAndOnTwoStages) {

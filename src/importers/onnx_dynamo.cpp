@@ -1,0 +1,493 @@
+// Files from torch.onnx.export's dynamo exporter (torch 2.x's default, dynamo=True, opset 18+).
+//
+// Its graph optimizer (onnxscript's rewriter and constant folding) changes which parameters the file
+// shows: it drops all-zero biases (RemoveOptionalBiasFromGemm / RemoveOptionalBiasFromConv), points
+// equal initializers at one without an Identity (two LayerNorms' all-ones weights), folds the
+// transposes of Linear weights on 3-d inputs into anonymous initializers ("val_N") and folds eval-mode
+// BatchNorm into the preceding Conv. What it keeps is each node's `pkg.torch.onnx.fx_node` metadata:
+// the torch.export node it came from, whose arguments name the module's parameters ("%p_a_0_bias"),
+// and the graph's value_info metadata mapping each kept parameter's placeholder to its name.
+//
+// This pass reads that metadata (a NodeProto / ValueInfoProto field newer than the system libonnx:
+// protobuf keeps it as an unknown field) and rewrites the graph into the form the TorchScript
+// exporter writes, which the rest of the importer reads: a dropped bias becomes a zero initializer
+// named as PyTorch names it; a merge becomes an Identity from the kept initializer to the merged
+// parameter's name (so --ties decides, as for TorchScript's default exports); a folded transposed
+// copy of a parameter the file no longer holds becomes that parameter (PyTorch's layout) read through
+// a Transpose; a folded transposed copy of a parameter the file does hold is recorded as a copy
+// (Net::transposed_copy_of: a tie, --ties auto). What it cannot recover is refused, naming it.
+#include <google/protobuf/unknown_field_set.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <unordered_map>
+
+#include "importers/onnx_mapper.h"
+#include "support/error.h"
+
+namespace gp::importers::onnx_detail {
+namespace {
+
+// Field numbers of metadata_props in onnx >= 1.16's NodeProto and ValueInfoProto.
+constexpr int kNodeMetadataField = 9;
+constexpr int kValueInfoMetadataField = 4;
+
+std::map<std::string, std::string> metadata_of(const google::protobuf::Message& m, int field) {
+  std::map<std::string, std::string> out;
+  const google::protobuf::UnknownFieldSet& uf = m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < uf.field_count(); ++i) {
+    const auto& f = uf.field(i);
+    if (f.number() != field || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    onnx::StringStringEntryProto e;
+    if (e.ParseFromString(f.length_delimited())) out[e.key()] = e.value();
+  }
+  return out;
+}
+
+// One node's view of the module: the parameter placeholders its fx node reads, the optimizer's rules.
+struct FxInfo {
+  std::vector<std::string> params;  // placeholders "p_..." in argument order
+  std::string rules;                // pkg.onnxscript.rewriter.rule_name
+  std::string scope;                // the module path the node ran in ("b.1"), empty at the top
+  bool scoped = false;              // the node has name_scopes (nodes the optimizer made have none)
+};
+
+FxInfo fx_info(const onnx::NodeProto& n) {
+  FxInfo fx;
+  const auto md = metadata_of(n, kNodeMetadataField);
+  if (auto it = md.find("pkg.onnxscript.rewriter.rule_name"); it != md.end()) fx.rules = it->second;
+  if (auto it = md.find("pkg.torch.onnx.fx_node"); it != md.end()) {
+    static const std::regex kPlaceholder(R"(%(p_[A-Za-z0-9_]+))");
+    const std::string& s = it->second;
+    const size_t args = s.find("args = ");
+    for (auto m = std::sregex_iterator(s.begin() + static_cast<std::ptrdiff_t>(args == std::string::npos ? 0 : args),
+                                       s.end(), kPlaceholder);
+         m != std::sregex_iterator(); ++m)
+      if (std::find(fx.params.begin(), fx.params.end(), (*m)[1].str()) == fx.params.end())
+        fx.params.push_back((*m)[1].str());
+  }
+  if (auto it = md.find("pkg.torch.onnx.name_scopes"); it != md.end()) {
+    // "['', 'b', 'b.1', 'layer_norm']": the module is the last scope before the op's own name.
+    static const std::regex kQuoted(R"('([^']*)')");
+    std::vector<std::string> scopes;
+    for (auto m = std::sregex_iterator(it->second.begin(), it->second.end(), kQuoted); m != std::sregex_iterator(); ++m)
+      scopes.push_back((*m)[1].str());
+    if (scopes.size() >= 2) fx.scope = scopes[scopes.size() - 2];
+    fx.scoped = true;
+  }
+  return fx;
+}
+
+// "blocks.0.attn" -> "/blocks.0/attn/": a numeric component (a ModuleList index) stays with its parent.
+std::string torchscript_path(const std::string& scope) {
+  std::string out = "/";
+  size_t start = 0;
+  while (start < scope.size()) {
+    size_t dot = scope.find('.', start);
+    if (dot == std::string::npos) dot = scope.size();
+    const std::string part = scope.substr(start, dot - start);
+    const bool index = !part.empty() &&
+                       std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (index && out.size() > 1) out.back() = '.';
+    out += part + "/";
+    start = dot + 1;
+  }
+  return out;
+}
+
+bool mentions_torch_exporter(const onnx::GraphProto& g) {
+  for (const auto& n : g.node())
+    for (const auto& [k, v] : metadata_of(n, kNodeMetadataField))
+      if (k.rfind("pkg.torch.onnx.", 0) == 0) return true;
+  return false;
+}
+
+std::vector<float> float_values(const std::string& path, const onnx::TensorProto& tp) {
+  GP_CHECK(tp.data_type() == onnx::TensorProto::FLOAT, "{}: initializer \"{}\" is not float32", path, tp.name());
+  int64_t n = 1;
+  for (int64_t d : tp.dims()) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  if (!tp.raw_data().empty()) {
+    GP_CHECK(tp.raw_data().size() == v.size() * sizeof(float), "{}: initializer \"{}\" has {} bytes, expected {}", path,
+             tp.name(), tp.raw_data().size(), v.size() * sizeof(float));
+    std::memcpy(v.data(), tp.raw_data().data(), tp.raw_data().size());
+  } else {
+    GP_CHECK(tp.float_data_size() == n, "{}: initializer \"{}\" has {} values, expected {}", path, tp.name(),
+             tp.float_data_size(), n);
+    std::copy(tp.float_data().begin(), tp.float_data().end(), v.begin());
+  }
+  return v;
+}
+
+onnx::TensorProto float_tensor(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  onnx::TensorProto tp;
+  tp.set_name(name);
+  tp.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) tp.add_dims(d);
+  tp.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  return tp;
+}
+
+std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  std::vector<float> t(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
+  return t;
+}
+
+std::string last_component(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+class Recovery {
+ public:
+  Recovery(onnx::ModelProto& model, Net& net) : g_(*model.mutable_graph()), net_(net) {}
+
+  void run() {
+    read_parameter_names();
+    for (const auto& init : g_.initializer()) inits_[init.name()] = &init;
+    refuse_folded_batchnorm();
+    std::vector<FxInfo> fx;
+    for (const auto& n : g_.node()) fx.push_back(fx_info(n));
+    for (int i = 0; i < g_.node_size(); ++i) recover_inputs(i, fx[static_cast<size_t>(i)]);
+    for (int i = 0; i < g_.node_size(); ++i) restore_dropped_bias(i, fx[static_cast<size_t>(i)]);
+    // Op names start as the TorchScript exporter's do, with the module path ("blocks.0.attn.c_attn" ->
+    // "/blocks.0/attn/c_attn/node_linear"), so plans and `model info` group a module's ops.
+    // A node the optimizer made (no name_scopes) takes the module of its first input's producer.
+    std::unordered_map<std::string, std::string> scope_of;
+    for (int i = 0; i < g_.node_size(); ++i) {
+      onnx::NodeProto& n = *g_.mutable_node(i);
+      FxInfo& f = fx[static_cast<size_t>(i)];
+      if (!f.scoped && n.input_size() > 0)
+        if (auto it = scope_of.find(n.input(0)); it != scope_of.end()) f.scope = it->second;
+      for (const auto& o : n.output()) scope_of[o] = f.scope;
+      if (!n.name().empty()) n.set_name(torchscript_path(f.scope) + n.name());
+    }
+    std::set<std::string> lost;
+    for (const auto& f : fx)
+      for (const auto& p : f.params)
+        if (!present(name_of(p, f.scope))) lost.insert(name_of(p, f.scope));
+    GP_CHECK(lost.empty(),
+             "{}: torch.onnx.export's dynamo exporter (dynamo=True) optimised away parameter(s) {} in a way the "
+             "importer cannot undo (the nodes' pkg.torch.onnx.fx_node metadata names them, but no initializer "
+             "holds them or a known transform of them); export with dynamo=False, "
+             "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (docs/onnx.md, \"Default "
+             "exports and ties\")",
+             net_.path, fmt::join(lost, ", "));
+    for (auto& n : added_nodes_) *g_.add_node() = std::move(n);
+    for (auto& t : added_inits_) *g_.add_initializer() = std::move(t);
+    sort_out_initializers();
+    warn();
+  }
+
+ private:
+  // value_info metadata: placeholder "p_a_0_weight" -> initializer "a.0.weight" (kind PARAMETER).
+  void read_parameter_names() {
+    for (const auto& vi : g_.value_info()) {
+      const auto md = metadata_of(vi, kValueInfoMetadataField);
+      auto kind = md.find("pkg.torch.export.graph_signature.InputSpec.kind");
+      auto orig = md.find("pkg.torch.onnx.original_node_name");
+      if (kind != md.end() && kind->second == "PARAMETER" && orig != md.end()) placeholder_[orig->second] = vi.name();
+    }
+  }
+
+  // The PyTorch name of a placeholder: from value_info when the file kept the parameter, else the
+  // node's module path ("b.1") and the placeholder's rest ("p_b_1_bias" -> "b.1.bias").
+  std::string name_of(const std::string& placeholder, const std::string& scope) const {
+    if (auto it = placeholder_.find(placeholder); it != placeholder_.end()) return it->second;
+    std::string mangled = scope;
+    std::replace(mangled.begin(), mangled.end(), '.', '_');
+    const std::string prefix = "p_" + mangled + "_";
+    if (!scope.empty() && placeholder.rfind(prefix, 0) == 0) return scope + "." + placeholder.substr(prefix.size());
+    return placeholder.substr(2);
+  }
+
+  bool present(const std::string& name) const { return inits_.count(name) || made_.count(name); }
+  bool is_parameter_name(const std::string& name) const {
+    for (const auto& [p, n] : placeholder_)
+      if (n == name) return true;
+    return false;
+  }
+
+  void refuse_folded_batchnorm() {
+    int fused = 0;
+    std::string first;
+    for (const auto& n : g_.node())
+      if (fx_info(n).rules.find("FuseBatchNormIntoConv") != std::string::npos) {
+        if (!fused++) first = node_label(n);
+      }
+    GP_CHECK(fused == 0,
+             "{}: torch.onnx.export's dynamo exporter (dynamo=True) folded batch normalization into {} "
+             "convolution(s) (FuseBatchNormIntoConv, e.g. {}): the file computes eval-mode convolutions and has "
+             "lost the BatchNorm layers' weight and bias, which PyTorch trains; export with dynamo=False, "
+             "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (docs/onnx.md, \"Default "
+             "exports and ties\")",
+             net_.path, fused, first);
+  }
+
+  // The parameters node i's fx node reads that the file does not hold (yet), in argument order.
+  std::vector<std::string> missing(const FxInfo& fx) const {
+    std::vector<std::string> out;
+    for (const auto& p : fx.params)
+      if (!present(name_of(p, fx.scope))) out.push_back(name_of(p, fx.scope));
+    return out;
+  }
+
+  // Prefers the missing parameter whose last name component ("weight", "bias") equals `like`'s.
+  static std::string pick(const std::vector<std::string>& candidates, const std::string& like) {
+    for (const auto& c : candidates)
+      if (last_component(c) == last_component(like)) return c;
+    return candidates.empty() ? std::string() : candidates.front();
+  }
+
+  void recover_inputs(int i, const FxInfo& fx) {
+    if (fx.params.empty()) return;
+    onnx::NodeProto& n = *g_.mutable_node(i);
+    std::set<std::string> reads;
+    for (const auto& p : fx.params) reads.insert(name_of(p, fx.scope));
+    for (int k = 0; k < n.input_size(); ++k) {
+      const std::string in = n.input(k);
+      auto it = inits_.find(in);
+      if (it == inits_.end() || reads.count(in) || it->second->data_type() != onnx::TensorProto::FLOAT) continue;
+      const std::vector<std::string> miss = missing(fx);
+      if (is_parameter_name(in)) {  // another module's parameter of equal value: a merge
+        const std::string p = pick(miss, in);
+        if (p.empty()) continue;
+        onnx::NodeProto id;
+        id.set_op_type("Identity");
+        id.set_name("dynamo_merge/" + p);
+        id.add_input(in);
+        id.add_output(p);
+        added_nodes_.push_back(id);
+        made_.insert(p);
+        n.set_input(k, p);
+      } else if (n.op_type() == "MatMul" && k == 1 && it->second->dims_size() == 2) {
+        recover_transposed(n, k, *it->second, fx, miss);
+      }
+    }
+  }
+
+  // MatMul(x, W^T) with W^T folded into an anonymous initializer: a copy of a parameter the file holds
+  // (a tie), or the only copy of one it lost (made again in PyTorch's layout, read through a Transpose).
+  void recover_transposed(onnx::NodeProto& n, int k, const onnx::TensorProto& copy, const FxInfo& fx,
+                          const std::vector<std::string>& miss) {
+    const int64_t rows = copy.dims(0), cols = copy.dims(1);
+    const std::vector<float> back = transposed(float_values(net_.path, copy), rows, cols);
+    for (const auto& p : fx.params) {
+      auto orig = inits_.find(name_of(p, fx.scope));
+      if (orig == inits_.end() || orig->second->dims_size() != 2 || orig->second->dims(0) != cols ||
+          orig->second->dims(1) != rows || orig->second->data_type() != onnx::TensorProto::FLOAT)
+        continue;
+      if (float_values(net_.path, *orig->second) == back) {
+        net_.transposed_copy_of[copy.name()] = orig->first;
+        return;
+      }
+    }
+    const std::string p = pick(miss, "weight");
+    if (p.empty()) return;
+    added_inits_.push_back(float_tensor(p, {cols, rows}, back));
+    onnx::NodeProto tr;
+    tr.set_op_type("Transpose");
+    tr.set_name("dynamo_unfold/" + p);
+    tr.add_input(p);
+    tr.add_output(p + "/transposed");
+    auto* perm = tr.add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnx::AttributeProto::INTS);
+    perm->add_ints(1);
+    perm->add_ints(0);
+    added_nodes_.push_back(tr);
+    made_.insert(p);
+    unfolded_.push_back(p);
+    n.set_input(k, p + "/transposed");
+  }
+
+  // Gemm / Conv whose zero bias the optimizer removed: the bias again, zero, under PyTorch's name.
+  void restore_dropped_bias(int i, const FxInfo& fx) {
+    onnx::NodeProto& n = *g_.mutable_node(i);
+    const bool gemm = n.op_type() == "Gemm" && fx.rules.find("RemoveOptionalBiasFromGemm") != std::string::npos;
+    const bool conv = (n.op_type() == "Conv" || n.op_type() == "ConvTranspose") &&
+                      fx.rules.find("RemoveOptionalBiasFromConv") != std::string::npos;
+    if ((!gemm && !conv) || n.input_size() != 2) return;
+    const std::vector<std::string> miss = missing(fx);
+    const std::string p = pick(miss, "bias");
+    auto w = inits_.find(n.input(1));
+    if (p.empty() || last_component(p) != "bias" || w == inits_.end() || w->second->dims_size() < 2) return;
+    int64_t out = w->second->dims(0);
+    if (gemm && attr_i(n, "transB", 0) == 0) out = w->second->dims(1);
+    if (n.op_type() == "ConvTranspose") out = w->second->dims(1) * attr_i(n, "group", 1);
+    added_inits_.push_back(float_tensor(p, {out}, std::vector<float>(static_cast<size_t>(out), 0.0F)));
+    made_.insert(p);
+    restored_.push_back(p);
+    n.add_input(p);
+  }
+
+  // After the rewrites: initializers no node reads any more (copies replaced above) are dropped; the
+  // optimizer's own values ("val_N": scalars, shapes, masks) become Constant nodes, as TorchScript
+  // writes them, so they are not parameters; a value named after an fx node that is no parameter
+  // (e.g. "embedding_1", a position table's lookup by constant indices) is a parameter computed from
+  // one and folded: kept as a parameter of its shape, and said.
+  void sort_out_initializers() {
+    std::set<std::string> read;
+    for (const auto& n : g_.node())
+      for (const auto& in : n.input()) read.insert(in);
+    std::vector<onnx::TensorProto> kept;
+    for (auto& t : *g_.mutable_initializer()) {
+      if (!read.count(t.name())) continue;
+      if (t.name().rfind("val_", 0) == 0 && !net_.transposed_copy_of.count(t.name())) {
+        onnx::NodeProto c;
+        c.set_op_type("Constant");
+        c.set_name("dynamo_constant/" + t.name());
+        c.add_output(t.name());
+        auto* a = c.add_attribute();
+        a->set_name("value");
+        a->set_type(onnx::AttributeProto::TENSOR);
+        a->mutable_t()->Swap(&t);
+        *g_.add_node() = std::move(c);
+        continue;
+      }
+      if (t.data_type() == onnx::TensorProto::FLOAT && !is_parameter_name(t.name()) && !made_.count(t.name()) &&
+          !net_.transposed_copy_of.count(t.name()))
+        folded_.push_back(fmt::format("{} [{}]", t.name(), fmt::join(t.dims(), ", ")));
+      kept.push_back(std::move(t));
+    }
+    g_.clear_initializer();
+    for (auto& t : kept) *g_.add_initializer() = std::move(t);
+  }
+
+  // Merges and tied copies are reported with the other ties (warn_ties); this says the rest.
+  void warn() const {
+    if (unfolded_.empty() && restored_.empty() && folded_.empty()) return;
+    std::string what;
+    if (!restored_.empty())
+      what += fmt::format(" zero biases its optimizer dropped are parameters again (zero): {}.",
+                          fmt::join(restored_, ", "));
+    if (!unfolded_.empty())
+      what += fmt::format(" Weights it stored transposed are read back as the parameters: {}.",
+                          fmt::join(unfolded_, ", "));
+    if (!folded_.empty())
+      what += fmt::format(
+          " Values it computed from parameters and folded, their source not named in the file, are trained as "
+          "parameters of their shape (exact when each is a whole parameter, e.g. a position table read at every "
+          "row): {}.",
+          fmt::join(folded_, ", "));
+    warn_once(net_.path, "dynamo",
+              "read with the dynamo exporter's pkg.torch.onnx.fx_node metadata (torch.onnx.export, dynamo=True):" +
+                  what + " (docs/onnx.md, \"Default exports and ties\")");
+  }
+
+  onnx::GraphProto& g_;
+  Net& net_;
+  std::map<std::string, std::string> placeholder_;
+  std::unordered_map<std::string, const onnx::TensorProto*> inits_;
+  std::set<std::string> made_;
+  std::vector<onnx::NodeProto> added_nodes_;
+  std::vector<onnx::TensorProto> added_inits_;
+  std::vector<std::string> unfolded_, restored_, folded_;
+};
+
+}  // namespace
+
+void merge_reshaped_transposes(Net& net) {
+  auto erase_one = [](std::vector<int>& v, int x) {
+    if (auto it = std::find(v.begin(), v.end(), x); it != v.end()) v.erase(it);
+  };
+  for (size_t i3 = 0; i3 < net.nodes.size(); ++i3) {
+    onnx::NodeProto& n3 = net.nodes[i3];
+    if (n3.op_type() != "Reshape" || net.folded[i3] || n3.input_size() != 2) continue;
+    const TensorInfo& b = net.at(n3.input(0));
+    if (b.producer < 0 || b.consumers.size() != 1) continue;
+    const auto i2 = static_cast<size_t>(b.producer);
+    const onnx::NodeProto& n2 = net.nodes[i2];
+    if (n2.op_type() != "Transpose" || attr_ints(n2, "perm") != std::vector<int64_t>{0, 2, 1}) continue;
+    const TensorInfo& a = net.at(n2.input(0));
+    if (a.producer < 0 || a.consumers.size() != 1 || net.nodes[static_cast<size_t>(a.producer)].op_type() != "Reshape")
+      continue;
+    const auto i1 = static_cast<size_t>(a.producer);
+    const std::string x = net.nodes[i1].input(0);
+    const auto& sx = net.at(x).shape;
+    const auto& sa = a.shape;
+    const auto& sy = net.at(n3.output(0)).shape;
+    if (!sx || !sa || !sy || sx->size() != 4) continue;
+    const std::vector<int64_t>& X = *sx;
+    if (*sa != std::vector<int64_t>{X[0] * X[1], X[2], X[3]} || *sy != std::vector<int64_t>{X[0], X[1], X[3], X[2]})
+      continue;
+    erase_one(net.t[n3.input(1)].consumers, static_cast<int>(i3));
+    erase_one(net.t[n3.input(0)].consumers, static_cast<int>(i3));
+    erase_one(net.t[x].consumers, static_cast<int>(i1));
+    net.t[x].consumers.push_back(static_cast<int>(i3));
+    n3.set_op_type("Transpose");
+    n3.clear_input();
+    n3.add_input(x);
+    n3.clear_attribute();
+    auto* perm = n3.add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnx::AttributeProto::INTS);
+    for (int64_t p : {0, 1, 3, 2}) perm->add_ints(p);
+    net.folded[i1] = net.folded[i2] = true;  // dead now: nothing reads their outputs
+  }
+}
+
+void inline_external_data(const std::string& path, onnx::ModelProto& model) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  for (auto& tp : *model.mutable_graph()->mutable_initializer()) {
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& e : tp.external_data()) {
+      if (e.key() == "location") location = e.value();
+      if (e.key() == "offset" || e.key() == "length") {
+        int64_t v = -1;
+        const auto [end, ec] = std::from_chars(e.value().data(), e.value().data() + e.value().size(), v);
+        GP_CHECK(ec == std::errc() && end == e.value().data() + e.value().size() && v >= 0,
+                 "{}: initializer \"{}\": external data {} \"{}\" is not a byte count", path, tp.name(), e.key(),
+                 e.value());
+        (e.key() == "offset" ? offset : length) = v;
+      }
+    }
+    GP_CHECK(!location.empty() && location[0] != '/' && location.find("..") == std::string::npos,
+             "{}: initializer \"{}\" names external data \"{}\": expected a file name next to the model", path,
+             tp.name(), location);
+    int64_t n = 1;
+    for (int64_t d : tp.dims()) {
+      GP_CHECK(d >= 0 && (d == 0 || n <= ir::kMaxExtent / d), "{}: corrupt ONNX file (initializer \"{}\" dims)", path,
+               tp.name());
+      n *= d;
+    }
+    const int64_t bytes = n *
+                          (tp.data_type() == onnx::TensorProto::DOUBLE || tp.data_type() == onnx::TensorProto::INT64 ? 8
+                           : tp.data_type() == onnx::TensorProto::FLOAT || tp.data_type() == onnx::TensorProto::INT32
+                               ? 4
+                               : 1);
+    if (length < 0) length = bytes;
+    std::ifstream f(dir + location, std::ios::binary);
+    GP_CHECK(f.good(), "{}: initializer \"{}\" is stored in external data file \"{}\", which cannot be read", path,
+             tp.name(), dir + location);
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<int64_t>(f.tellg());
+    GP_CHECK(offset >= 0 && length == bytes && offset + length <= size,
+             "{}: initializer \"{}\": external data \"{}\" offset {} length {} does not fit the file ({} bytes) or "
+             "the tensor ({} bytes)",
+             path, tp.name(), location, offset, length, size, bytes);
+    std::string raw(static_cast<size_t>(length), '\0');
+    f.seekg(offset);
+    f.read(raw.data(), length);
+    tp.set_raw_data(std::move(raw));
+    tp.clear_external_data();
+    tp.set_data_location(onnx::TensorProto::DEFAULT);
+  }
+}
+
+void recover_dynamo_export(onnx::ModelProto& model, Net& net) {
+  if (!mentions_torch_exporter(model.graph())) return;
+  Recovery(model, net).run();
+}
+
+}  // namespace gp::importers::onnx_detail
