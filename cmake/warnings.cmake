@@ -12,8 +12,8 @@ endif()
 # bug (GCC bugs 105329 and 105651). Which lines warn depends on inlining (-O2 vs -O3, unrelated
 # edits), and the pattern is everywhere in tests, so -Wrestrict is off on GCC 12 only; other
 # compilers keep it. (Two lines that drew GCC 12's -Warray-bounds / -Wstringop-overflow /
-# -Wstringop-overread on the same memcpy were rewritten instead: runtime/worker.cpp,
-# runtime/link_bench.cpp. If such a warning shows up elsewhere, prefer that over another -Wno-.)
+# -Wstringop-overread on the same memcpy were rewritten instead: runtime/launch/worker.cpp,
+# runtime/launch/link_bench.cpp. If such a warning shows up elsewhere, prefer that over another -Wno-.)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
    AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
   target_compile_options(gp_warnings INTERFACE -Wno-restrict)

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "runtime/checkpoint_tool.h"
+#include "runtime/launch/checkpoint_tool.h"
 
 namespace gp::cli {
 namespace {

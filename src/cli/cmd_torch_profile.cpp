@@ -12,8 +12,8 @@
 #include "cost/profile.h"
 #include "importers/resolve.h"
 #include "profiler/profiler.h"
-#include "runtime/link_bench.h"
-#include "runtime/train.h"
+#include "runtime/launch/link_bench.h"
+#include "runtime/base/train.h"
 #include "support/error.h"
 #include "support/memory.h"
 

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "runtime/launcher.h"
-#include "runtime/train.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/base/train.h"
 #include "support/error.h"
 
 namespace gp::cli {

@@ -8,7 +8,7 @@
 #include "cli/command.h"
 #include "support/error.h"
 #if GP_WITH_TORCH
-#include "runtime/build_info.h"
+#include "runtime/exec/build_info.h"
 #endif
 
 namespace gp::cli {

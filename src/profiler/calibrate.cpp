@@ -12,7 +12,7 @@
 
 #include "cost/cost_model.h"
 #include "profiler/profiler.h"
-#include "runtime/op_timing.h"
+#include "runtime/exec/op_timing.h"
 #include "support/error.h"
 
 namespace gp::profiler {

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "cost/cost_model.h"
-#include "runtime/link_bench.h"
-#include "runtime/op_timing.h"
+#include "runtime/launch/link_bench.h"
+#include "runtime/exec/op_timing.h"
 #include "support/error.h"
 
 namespace gp::profiler {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/detail/divergence.h"
-#include "runtime/detail/optim.h"
+#include "runtime/exec/divergence.h"
+#include "runtime/exec/optim.h"
 #include "support/error.h"
 
 namespace gp::runtime {
@@ -258,7 +258,7 @@ void StageRunner::backward(int mb) {
 }
 
 /// BI: the input gradients only, what the parameters' gradients need kept in ms.split for
-/// backward_weight (detail/split_backward.h).
+/// backward_weight (exec/split_backward.h).
 void StageRunner::backward_input(int mb) {
   auto& ms = mbs_[mb];
   std::vector<torch::Tensor> ts, gs;

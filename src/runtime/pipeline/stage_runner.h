@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/detail/comm.h"
-#include "runtime/detail/data_feed.h"
-#include "runtime/detail/executor.h"
-#include "runtime/detail/pipeline.h"
-#include "runtime/detail/split_backward.h"
+#include "runtime/comm/comm.h"
+#include "runtime/data/data_feed.h"
+#include "runtime/exec/executor.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/exec/split_backward.h"
 #include "schedule/schedule.h"
 
 namespace gp::runtime {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <regex>
 
-#include "runtime/detail/checkpoint_set.h"
+#include "runtime/checkpoint/checkpoint_set.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"

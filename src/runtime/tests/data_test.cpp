@@ -16,11 +16,11 @@
 #include <sstream>
 #include <tuple>
 
-#include "runtime/dataset.h"
-#include "runtime/detail/data_feed.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/data_feed.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 #include "support/error.h"
 #include "support/json.h"
 

@@ -7,7 +7,7 @@
 #include <future>
 #include <thread>
 
-#include "runtime/detail/comm.h"
+#include "runtime/comm/comm.h"
 
 namespace gp::runtime::detail {
 namespace {

@@ -9,8 +9,8 @@
 #include <map>
 #include <set>
 
-#include "runtime/detail/comm.h"
-#include "runtime/detail/pipeline.h"
+#include "runtime/comm/comm.h"
+#include "runtime/pipeline/pipeline.h"
 #include "runtime/tests/dist_plans.h"
 #include "support/json.h"
 

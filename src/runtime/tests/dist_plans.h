@@ -16,9 +16,9 @@
 
 #include "importers/resolve.h"
 #include "plan/plan.h"
-#include "runtime/detail/executor.h"
-#include "runtime/detail/optim.h"
-#include "runtime/detail/pipeline.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/optim.h"
+#include "runtime/pipeline/pipeline.h"
 
 namespace gp::runtime::testing {
 

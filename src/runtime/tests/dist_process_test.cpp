@@ -17,7 +17,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
-#include "runtime/detail/checkpoint_set.h"
+#include "runtime/checkpoint/checkpoint_set.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"

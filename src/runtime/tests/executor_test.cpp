@@ -1,7 +1,7 @@
 // Determinism and partition independence of StageModule and the synthetic data.
 #include <gtest/gtest.h>
 
-#include "runtime/detail/executor.h"
+#include "runtime/exec/executor.h"
 #include "runtime/tests/test_models.h"
 
 namespace gp::runtime {

@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/detail/data_feed.h"
+#include "runtime/data/data_feed.h"
 #include "runtime/tests/dist_plans.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 #include "support/json.h"
 
 namespace gp::runtime {

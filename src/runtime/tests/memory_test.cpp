@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "runtime/detail/memory_meter.h"
+#include "runtime/exec/memory_meter.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
 

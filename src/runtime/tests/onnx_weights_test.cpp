@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "importers/resolve.h"
-#include "runtime/detail/executor.h"
-#include "runtime/train.h"
+#include "runtime/exec/executor.h"
+#include "runtime/base/train.h"
 #include "support/error.h"
 #include "support/json.h"
 

@@ -12,12 +12,12 @@
 #include <sstream>
 
 #include "importers/model_json.h"
-#include "runtime/detail/checkpoint_set.h"
-#include "runtime/detail/divergence.h"
-#include "runtime/detail/optim.h"
+#include "runtime/checkpoint/checkpoint_set.h"
+#include "runtime/exec/divergence.h"
+#include "runtime/exec/optim.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/test_models.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 
 namespace gp::runtime {
 namespace {

@@ -6,10 +6,10 @@
 #include <fstream>
 
 #include "importers/model_json.h"
-#include "runtime/detail/checkpoint_set.h"
-#include "runtime/detail/optim.h"
+#include "runtime/checkpoint/checkpoint_set.h"
+#include "runtime/exec/optim.h"
 #include "runtime/tests/test_models.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 
 namespace gp::runtime {
 namespace {

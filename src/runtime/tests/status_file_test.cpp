@@ -1,5 +1,5 @@
-// The worker status file: what a worker writes, the launcher reads back (detail/status_file.h).
-#include "runtime/detail/status_file.h"
+// The worker status file: what a worker writes, the launcher reads back (launch/status_file.h).
+#include "runtime/launch/status_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 #include "plan/plan.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 #include "support/json.h"
 
 namespace gp::runtime {

@@ -15,10 +15,10 @@
 
 #include "cost/cost_model.h"
 #include "planner/planner.h"
-#include "runtime/detail/data_feed.h"
+#include "runtime/data/data_feed.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
-#include "runtime/train.h"
+#include "runtime/base/train.h"
 #include "support/json.h"
 
 namespace gp::runtime {

@@ -1,4 +1,4 @@
-// Zero-bubble in the runtime (issue 33): the split backward (detail/split_backward.h) gives one
+// Zero-bubble in the runtime (issue 33): the split backward (exec/split_backward.h) gives one
 // micro-batch's gradients exactly, B+W run the GEMMs of one full backward and no more, and
 // `--schedule zb` trains like --single (chain, branches with a replicated stage, tied parameters).
 #include <ATen/record_function.h>
@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/detail/executor.h"
-#include "runtime/detail/pipeline.h"
-#include "runtime/detail/split_backward.h"
+#include "runtime/exec/executor.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/exec/split_backward.h"
 #include "runtime/tests/dist_plans.h"
 
 namespace gp::runtime {

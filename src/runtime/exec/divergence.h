@@ -1,0 +1,36 @@
+// Divergence checks: a non-finite loss or parameter gradient stops training with a message naming
+// the step, the stage and the op (unless --allow-nonfinite). Cheap on the normal path: the loss is
+// a number the step reads anyway, and the gradients cost one sum per parameter and one sync; only a
+// failure pays for locating the op. Include only from runtime .cpp files (LibTorch).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "runtime/exec/executor.h"
+
+namespace gp::runtime {
+
+/// Where a check runs, for the message: the step and the stage (-1: `train --single`).
+struct StepPlace {
+  int64_t step = 0;
+  int stage = -1;
+};
+
+/// Throws RuntimeFailure when `loss` is nan or inf, naming the stage's loss op(s) with a non-finite
+/// value and the first non-finite value of the forward pass: a received input (another stage's op)
+/// or the output of this stage's first op (topological order) that produced one. `inputs` are the
+/// stage's external inputs and `outputs` what StageModule::forward returned.
+void check_loss_finite(double loss, const StageModule& m, const TensorMap& inputs, const TensorMap& outputs,
+                       StepPlace where);
+
+/// Throws RuntimeFailure when a parameter gradient of `m` holds nan or inf, naming the op and
+/// parameter and how many values are nan / inf. One fused test of per-parameter sums first; the
+/// per-parameter scan runs only when that test fails (a sum that overflows while every value is
+/// finite is not an error).
+void check_gradients_finite(const StageModule& m, StepPlace where);
+
+/// Sets one value of the first parameter's gradient that exists to NaN (GP_FAULT kind=nan).
+void poison_first_gradient(const StageModule& m);
+
+}  // namespace gp::runtime

@@ -1,0 +1,313 @@
+// StageModule (parameters + forward of a set of ops) and the synthetic, partition-independent data.
+#include <fmt/ranges.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "runtime/exec/executor.h"
+#include "support/error.h"
+
+namespace gp::runtime {
+
+int64_t index_range(const ir::Graph& g, int input_index) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  int64_t range = 0;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k] != input.name) continue;
+      int64_t r = 0;
+      if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0)
+        r = op.attrs.value("rows", int64_t{0});
+      if (op.kind == ir::OpKind::attention && k == 1) r = 2;  // a padding mask: 0 / 1
+      if (op.kind == ir::OpKind::cross_entropy && k == 1) {
+        OpId logits = g.find(op.inputs[0]);
+        const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
+        r = s.at(1);  // classes: dim 1 of [B, C] or per-position [B, C, d1, ...] logits
+      }
+      if (r > 0) range = range == 0 ? r : std::min(range, r);
+    }
+  }
+  GP_CHECK(range > 0,
+           "{}: i64 input \"{}\" is not read as embedding indices or cross_entropy labels, so the "
+           "runtime cannot tell the range of its synthetic values",
+           g.name(), input.name);
+  return range;
+}
+
+namespace {
+
+/// The loss op reading graph input `name` as its target (input 1), or nullptr.
+const ir::Op* target_of(const ir::Graph& g, const std::string& name) {
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    if ((op.kind == ir::OpKind::cross_entropy || op.kind == ir::OpKind::mse_loss) && op.inputs.size() == 2 &&
+        op.inputs[1] == name)
+      return &op;
+  }
+  return nullptr;
+}
+
+/// The attention op reading graph input `name` as its padding mask (input 1), or nullptr.
+const ir::Op* mask_reader(const ir::Graph& g, const std::string& name) {
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    if (op.kind == ir::OpKind::attention && op.inputs.size() == 2 && op.inputs[1] == name) return &op;
+  }
+  return nullptr;
+}
+
+/// Padding masks [count, seq]: sample i keeps its first L keys (L uniform in [1, seq]; 1 = kept,
+/// as attrs.mask "keep" reads it, 0 = kept for "ignore"), so no row has every key masked.
+torch::Tensor random_padding_masks(const ir::Input& input, const ir::Op& reader, int64_t sample_begin, int64_t count,
+                                   uint64_t seed, int64_t step) {
+  const int64_t seq = input.shape.at(1);
+  const bool keep = reader.attrs.value("mask", std::string("keep")) == "keep";
+  uint64_t base = stable_hash({"mask", input.name}, seed);
+  torch::Tensor m = torch::zeros({count, seq}, torch::kLong);
+  for (int64_t i = 0; i < count; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {sample_begin + i, step}));
+    const int64_t len = 1 + torch::randint(0, seq, {1}, gen, torch::kLong).item<int64_t>();
+    m[i].narrow(0, 0, len).fill_(1);
+  }
+  if (!keep) m = 1 - m;
+  return input.dtype == ir::DType::i64 ? m : m.to(torch::kFloat32);
+}
+
+/// Pure random samples of one input: normal(0, 1) or uniform integers in [0, range).
+torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_begin, int64_t count, uint64_t seed,
+                          int64_t step) {
+  std::vector<int64_t> per_sample(input.shape.begin() + 1, input.shape.end());
+  bool is_index = input.dtype == ir::DType::i64;
+  uint64_t base = stable_hash({"input", input.name}, seed);
+  std::vector<torch::Tensor> rows;
+  rows.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {sample_begin + i, step}));
+    rows.push_back(is_index ? torch::randint(0, range, per_sample, gen, torch::kLong)
+                            : torch::randn(per_sample, gen, torch::kFloat32));
+  }
+  if (rows.empty()) {
+    std::vector<int64_t> shape{0};
+    shape.insert(shape.end(), per_sample.begin(), per_sample.end());
+    return torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
+  }
+  return torch::stack(rows);
+}
+
+constexpr int64_t kTeacherInputs = 256;   // feature values a target depends on
+constexpr int64_t kTeacherOutputs = 64;   // distinct values of an mse target, tiled to its size
+constexpr int64_t kTeacherTokenDim = 16;  // values per token in the summary of an index input
+
+}  // namespace
+
+int teacher_source(const ir::Graph& g) {
+  const auto& inputs = g.model().inputs;
+  for (bool want_index : {false, true})
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if ((inputs[i].dtype == ir::DType::i64) == want_index && !target_of(g, inputs[i].name) &&
+          !mask_reader(g, inputs[i].name))
+        return static_cast<int>(i);
+  return -1;
+}
+
+torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count, uint64_t seed,
+                              int64_t step) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  bool is_index = input.dtype == ir::DType::i64;
+  int64_t range = is_index ? index_range(g, input_index) : 0;
+  if (const ir::Op* reader = mask_reader(g, input.name))
+    return random_padding_masks(input, *reader, sample_begin, count, seed, step);
+  const ir::Op* loss = target_of(g, input.name);
+  int source = teacher_source(g);
+  if (!loss || source < 0) return random_rows(input, range, sample_begin, count, seed, step);
+
+  // A target: a fixed random function (the "teacher", depending on seed and the input's name) of
+  // the same samples' first feature input, so there is something to learn: the class with the
+  // largest teacher logit, or tanh of teacher outputs. The teacher reads a summary a typical
+  // model can represent: sequences are averaged over positions, images over space, and at most
+  // the first kTeacherInputs values are used.
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = synthetic_input(g, source, sample_begin, count, seed, step);
+  if (x.scalar_type() == torch::kLong) {  // token indices: the mean of a fixed random vector per token
+    const ir::Input& tokens = g.model().inputs.at(static_cast<size_t>(source));
+    auto tgen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"teacher-tokens", tokens.name}, seed));
+    torch::Tensor table = torch::randn({index_range(g, source), kTeacherTokenDim}, tgen, torch::kFloat32);
+    x = torch::embedding(table, x.reshape({count, -1})).mean(1);
+  }
+  if (x.dim() == 3) x = x.mean(1);       // [B, seq, hidden]: per-feature mean over the sequence
+  if (x.dim() == 4) x = x.mean({2, 3});  // [B, C, H, W]: per-channel mean
+  x = x.reshape({count, -1});
+  x = x.narrow(1, 0, std::min<int64_t>(x.size(1), kTeacherInputs));
+  int64_t per_sample = ir::per_sample_elems(input.shape);
+  // Per-position labels (segmentation): one class per position, up to kTeacherOutputs distinct
+  // positions, tiled like an mse target.
+  const int64_t positions = is_index ? std::min(per_sample, kTeacherOutputs) : 1;
+  int64_t outs = is_index ? range * positions : std::min(per_sample, kTeacherOutputs);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash({"teacher", input.name}, seed));
+  torch::Tensor w = torch::randn({x.size(1), outs}, gen, torch::kFloat32) / std::sqrt(static_cast<double>(x.size(1)));
+  torch::Tensor y = torch::matmul(x, w);  // [count, outs]
+  std::vector<int64_t> shape{count};
+  shape.insert(shape.end(), input.shape.begin() + 1, input.shape.end());
+  if (is_index && positions == 1) return y.argmax(1).to(torch::kLong).reshape(shape);
+  if (is_index) {
+    torch::Tensor cls = y.reshape({count, positions, range}).argmax(2).to(torch::kLong);  // [count, positions]
+    return cls.repeat({1, (per_sample + positions - 1) / positions})
+        .narrow(1, 0, per_sample)
+        .reshape(shape)
+        .contiguous();
+  }
+  return torch::tanh(y)
+      .repeat({1, (per_sample + outs - 1) / outs})
+      .narrow(1, 0, per_sample)
+      .reshape(shape)
+      .contiguous();
+}
+
+namespace {
+
+torch::Tensor initial_value(const ir::Graph& g, OpId id, const std::string& param, const std::vector<int64_t>& shape,
+                            uint64_t seed, const importers::ParamValues& initial) {
+  auto it = initial.find(g.op(id).name + "/" + param);
+  if (it == initial.end()) return init_parameter(g, id, param, shape, seed);
+  const importers::ParamValue& v = it->second;
+  GP_CHECK(v.shape == shape, "{}: the initial value of parameter \"{}/{}\" has shape [{}], the op needs [{}]", g.name(),
+           g.op(id).name, param, fmt::join(v.shape, ", "), fmt::join(shape, ", "));
+  GP_CHECK(static_cast<int64_t>(v.data.size()) == c10::multiply_integers(shape),
+           "{}: the initial value of parameter \"{}/{}\" has {} values for shape [{}]", g.name(), g.op(id).name, param,
+           v.data.size(), fmt::join(shape, ", "));
+  return torch::tensor(v.data, torch::kFloat32).reshape(shape);
+}
+
+}  // namespace
+
+void check_initial_values(const ir::Graph& g, const importers::ParamValues& initial) {
+  std::map<std::string, std::vector<int64_t>> known;
+  for (size_t i = 0; i < g.num_ops(); ++i)
+    for (const auto& [name, shape] : param_specs(g, OpId(static_cast<int32_t>(i))))
+      known.emplace(g.op(OpId(static_cast<int32_t>(i))).name + "/" + name, shape);
+  for (const ir::SharedParam& sp : g.model().shared_params)
+    for (const std::string& use : sp.uses) {
+      auto it = known.find(use);
+      GP_CHECK(it != known.end(), "{}: shared parameter \"{}\": \"{}\" is not a parameter of the model", g.name(),
+               sp.name, use);
+      GP_CHECK(it->second == sp.shape, "{}: shared parameter \"{}\" has shape {}, but \"{}\" is [{}]", g.name(),
+               sp.name, ir::shape_str(sp.shape), use, fmt::join(it->second, ", "));
+    }
+  for (const auto& [key, v] : initial)
+    GP_CHECK(known.count(key), "{}: initial value for \"{}\", which is not a parameter of the model", g.name(), key);
+}
+
+StageModule::StageModule(const ir::Graph& g, std::vector<OpId> ops, uint64_t seed,
+                         const importers::ParamValues& initial, torch::Device device)
+    : g_(&g), ops_(std::move(ops)), seed_(seed), device_(device) {
+  std::sort(ops_.begin(), ops_.end());  // OpIds are a topological order
+  ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
+  std::set<std::string> inside, external;
+  std::unordered_map<std::string, int> shared_index;  // "op/param" -> shared parameter
+  for (size_t k = 0; k < g.model().shared_params.size(); ++k)
+    for (const std::string& use : g.model().shared_params[k].uses) shared_index.emplace(use, static_cast<int>(k));
+  for (OpId id : ops_) {
+    GP_ASSERT(id.valid() && static_cast<size_t>(id.v) < g.num_ops(), "op id {} out of range", id.v);
+    inside.insert(g.op(id).name);
+  }
+  for (OpId id : ops_) {
+    const ir::Op& op = g.op(id);
+    for (const std::string& in : op.inputs)
+      if (!inside.count(in)) external.insert(in);
+    std::vector<torch::Tensor> ps;
+    std::vector<std::string> names;
+    for (auto& [name, shape] : param_specs(g, id)) {
+      ps.push_back(make_parameter(id, name, shape, initial, shared_index));
+      names.push_back(name);
+    }
+    params_.push_back(std::move(ps));
+    param_names_.push_back(std::move(names));
+  }
+  external_.assign(external.begin(), external.end());
+  for (const std::string& out : g.model().outputs)
+    if (inside.count(out)) losses_.push_back(out);
+}
+
+// A shared parameter is made once per stage, from its canonical use's initial value (the file's, or
+// seeded by the canonical op and parameter names), so every holder starts from the same tensor.
+torch::Tensor StageModule::make_parameter(OpId id, const std::string& name, const std::vector<int64_t>& shape,
+                                          const importers::ParamValues& initial,
+                                          const std::unordered_map<std::string, int>& shared_index) {
+  const std::string key = g_->op(id).name + "/" + name;
+  auto it = shared_index.find(key);
+  if (it == shared_index.end()) {
+    torch::Tensor t = initial_value(*g_, id, name, shape, seed_, initial).to(device_).requires_grad_(true);
+    named_.emplace_back(key, t);
+    return t;
+  }
+  const int k = it->second;
+  const ir::SharedParam& sp = g_->model().shared_params[static_cast<size_t>(k)];
+  GP_CHECK(shape == sp.shape, "{}: shared parameter \"{}\" has shape {}, but \"{}\" needs [{}]", g_->name(), sp.name,
+           ir::shape_str(sp.shape), key, fmt::join(shape, ", "));
+  for (auto& [idx, t] : shared_)
+    if (idx == k) return t;
+  const OpId canon = g_->shared_users(static_cast<size_t>(k)).front();
+  torch::Tensor t = initial_value(*g_, canon, ir::split_use(sp.uses.front()).second, shape, seed_, initial)
+                        .to(device_)
+                        .requires_grad_(true);
+  shared_.emplace_back(k, t);
+  named_.emplace_back(sp.uses.front(), t);
+  return t;
+}
+
+std::vector<torch::Tensor> StageModule::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [n, t] : named_) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageModule::named_parameters() const { return named_; }
+
+TensorMap StageModule::forward(const TensorMap& external, const MicroBatchInfo& info) const {
+  TensorMap out;
+  for (const std::string& name : external_) {
+    auto it = external.find(name);
+    if (it == external.end()) throw RuntimeFailure(fmt::format("stage forward: missing input tensor \"{}\"", name));
+    if (it->second.dim() > 0 && it->second.size(0) != info.count)
+      throw RuntimeFailure(fmt::format("stage forward: input \"{}\" has {} samples, micro-batch has {}", name,
+                                       it->second.size(0), info.count));
+  }
+  std::vector<torch::Tensor> inputs;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const ir::Op& op = g_->op(ops_[i]);
+    inputs.clear();
+    for (const std::string& in : op.inputs) {
+      auto it = out.find(in);
+      inputs.push_back(it != out.end() ? it->second : external.at(in));
+    }
+    out.emplace(op.name, run_op(*g_, ops_[i], inputs, params_[i], info, seed_));
+  }
+  return out;
+}
+
+torch::Tensor StageModule::scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info) const {
+  torch::Tensor total;
+  double scale = static_cast<double>(info.count) / static_cast<double>(info.mini_batch);
+  for (const std::string& l : losses_) {
+    torch::Tensor t = outputs.at(l) * scale;
+    total = total.defined() ? total + t : t;
+  }
+  return total;
+}
+
+TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info) {
+  TensorMap out;
+  const auto& inputs = m.graph().model().inputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name))
+      out.emplace(inputs[i].name,
+                  synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count, m.seed(), info.step)
+                      .to(m.device()));
+  return out;
+}
+
+}  // namespace gp::runtime

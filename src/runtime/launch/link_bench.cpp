@@ -1,0 +1,229 @@
+// `graphpipe profile --links`: two local processes (spawned like pipeline workers) measure
+// point-to-point ping-pong and 2-rank all-reduce over c10d Gloo for several message sizes.
+#include "runtime/launch/link_bench.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+
+#include "runtime/comm/comm.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/exec/op_timing.h"
+#include "support/error.h"
+#include "support/json.h"
+
+namespace gp::runtime {
+namespace {
+
+const char* kResultKey = "gp/links/result";
+
+// The median repeat: what a training step meets, and the prediction is of the median iteration.
+// The fastest repeat (kept until 2026-12-01) was the uncontended cost, 2-3x below the median for a
+// 3 MiB all-reduce on the 2-core VM (1.7 vs 5.2 ms): data-parallel plans were predicted that much
+// short on every step. A size slower than a larger one (a burst of other jobs) is capped by the
+// fit's caller (profiler::profile_links).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  GP_CHECK(v && *v, "link-worker: {} is not set (this subcommand is started by `graphpipe profile --links`)", name);
+  return std::atoi(v);
+}
+
+/// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times.
+LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
+  auto buf = torch::zeros({bytes / 4}, torch::kFloat32);
+  std::vector<double> rtt, ar;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    bool keep = i >= o.warmup;
+    int t = (*tag)++;
+    auto t0 = std::chrono::steady_clock::now();
+    if (c.rank() == 0) {
+      c.send(buf, 1, t).wait();
+      c.recv(buf, 1, t);
+    } else {
+      c.recv(buf, 0, t);
+      c.send(buf, 0, t).wait();
+    }
+    if (keep) rtt.push_back(seconds_since(t0));
+    std::vector<torch::Tensor> sync{torch::zeros({1})};  // start the all-reduce together
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    std::vector<torch::Tensor> v{buf};
+    t0 = std::chrono::steady_clock::now();
+    c.all_reduce(v, detail::Reduce::sum).wait();
+    if (keep) ar.push_back(seconds_since(t0));
+  }
+  return {bytes, median(rtt) / 2, median(ar), *std::min_element(rtt.begin(), rtt.end()) / 2,
+          *std::min_element(ar.begin(), ar.end())};
+}
+
+/// Both ranks run the same GEMMs (~10 ms a round on one core), each round started together (a
+/// 1-element all-reduce), and time their own rounds; rank 0 gets rank 1's times and returns the
+/// lockstep factor: mean over rounds of the slower rank's time / mean of all rounds' times. A
+/// data-parallel pair (or any two stages handing micro-batches to each other) waits for the slower
+/// core every step; on a VM whose cores slow down independently for seconds at a time (another
+/// tenant on the host core) that is slower than one core alone. Means, not medians: a long run pays
+/// every slow round in proportion, and the mean of the slower is never below the mean of all.
+/// Rank 1 returns 0.
+double lockstep_factor(detail::Communicator& c, int rounds, int* tag) {
+  torch::manual_seed(0);
+  auto a = torch::randn({256, 512}), b = torch::randn({512, 512}), out = torch::empty({256, 512});
+  std::vector<double> mine;
+  for (int i = 0; i < rounds + 2; ++i) {
+    std::vector<torch::Tensor> sync{torch::zeros({1})};
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < 4; ++k) torch::mm_out(out, a, b);
+    if (i >= 2) mine.push_back(seconds_since(t0));  // two rounds of warm-up
+  }
+  auto t = torch::tensor(mine, torch::kFloat64);
+  const int t_tag = (*tag)++;
+  if (c.rank() == 1) {
+    c.send(t, 0, t_tag).wait();
+    return 0;
+  }
+  auto theirs = torch::empty_like(t);
+  c.recv(theirs, 1, t_tag);
+  std::vector<double> slower, all = mine;
+  for (int i = 0; i < rounds; ++i) {
+    slower.push_back(std::max(mine[i], theirs[i].item<double>()));
+    all.push_back(theirs[i].item<double>());
+  }
+  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+  return mean(slower) / mean(all);
+}
+
+}  // namespace
+
+std::vector<std::string> link_worker_args(const LinkBenchOptions& o) {
+  std::string sizes;
+  for (int64_t s : o.sizes_bytes) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", s);
+  return {"--sizes",           sizes,
+          "--warmup",          std::to_string(o.warmup),
+          "--repeats",         std::to_string(o.repeats),
+          "--lockstep-rounds", std::to_string(o.lockstep_rounds),
+          "--timeout",         fmt::format("{}", o.timeout_s)};
+}
+
+int run_link_worker(const LinkBenchOptions& o) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the launcher
+  int rank = env_int("RANK"), port = env_int("MASTER_PORT");
+  set_torch_threads(1);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = false;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  detail::CommOptions co;
+  co.timeout = so.timeout;
+  auto comm = detail::make_gloo_communicator(store, rank, 2, co);
+  Json out = Json::array();
+  int tag = 0;
+  for (int64_t bytes : o.sizes_bytes) {
+    LinkSample s = measure(*comm, bytes, o, &tag);
+    if (rank == 0) {
+      std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
+                   s.p2p_s * 1e3, s.allreduce_s * 1e3);
+      out.push_back({s.bytes, s.p2p_s, s.allreduce_s, s.p2p_fastest_s, s.allreduce_fastest_s});
+    }
+  }
+  double lockstep = o.lockstep_rounds > 0 ? lockstep_factor(*comm, o.lockstep_rounds, &tag) : 0;
+  if (rank == 0) {
+    if (lockstep > 0)
+      std::fprintf(stderr,
+                   "[links] lockstep: %d rounds of GEMMs on both cores, the slower "
+                   "one's mean / one core's: %.3f\n",
+                   o.lockstep_rounds, lockstep);
+    std::string text = Json{{"sizes", out}, {"lockstep", lockstep}}.dump();
+    store->set(kResultKey, std::vector<uint8_t>(text.begin(), text.end()));
+  }
+  std::vector<torch::Tensor> done{torch::zeros({1})};
+  comm->all_reduce(done, detail::Reduce::sum).wait();
+  return 0;
+}
+
+LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress) {
+  GP_CHECK(!o.sizes_bytes.empty(), "--link-sizes: need at least one message size");
+  for (int64_t s : o.sizes_bytes)
+    GP_CHECK(s >= 4 && s % 4 == 0, "--link-sizes: {} is not a positive multiple of 4 bytes", s);
+  GP_CHECK(o.repeats >= 1 && o.warmup >= 0, "--repeats must be >= 1 and --warmup >= 0");
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / fmt::format("graphpipe-links-{}-{}", ::getpid(), store->getPort());
+  fs::create_directories(dir);
+  if (progress)
+    *progress << fmt::format(
+                     "[links] measuring p2p and all-reduce over c10d Gloo between 2 local processes, "
+                     "{} sizes\n",
+                     o.sizes_bytes.size())
+              << std::flush;
+  std::vector<std::string> args = {"link-worker"};
+  for (auto& a : link_worker_args(o)) args.push_back(a);
+  std::vector<int> pids = spawn_local_workers(args, 2, store->getPort(), dir.string());
+  // Wait for both; a failing or overdue worker takes the other down.
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000 * 2));
+  std::string failure;
+  int alive = 2;
+  while (alive > 0) {
+    int st = 0;
+    pid_t pid = ::waitpid(-pids[0], &st, WNOHANG);
+    if (pid > 0) {
+      --alive;
+      int rank = pid == pids[0] ? 0 : 1;
+      if (WIFSIGNALED(st)) failure = fmt::format("link worker {} was killed by signal {}", rank, WTERMSIG(st));
+      else if (WEXITSTATUS(st) != 0) failure = fmt::format("link worker {} exited with code {}", rank, WEXITSTATUS(st));
+      if (!failure.empty()) break;
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      failure = fmt::format("link workers did not finish within {} s", o.timeout_s * 2);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (alive > 0 && !failure.empty()) {
+    ::kill(-pids[0], SIGKILL);
+    while (::waitpid(-pids[0], nullptr, 0) > 0) {
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!failure.empty()) throw RuntimeFailure("profile --links: " + failure);
+  auto raw = store->get(kResultKey);
+  Json j = Json::parse(std::string(raw.begin(), raw.end()));
+  LinkBenchResult out;
+  for (const auto& e : j["sizes"])
+    out.samples.push_back(
+        {e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
+  GP_ASSERT(out.samples.size() == o.sizes_bytes.size(), "link bench returned {} of {} sizes", out.samples.size(),
+            o.sizes_bytes.size());
+  out.lockstep_factor = j["lockstep"].get<double>();
+  return out;
+}
+
+}  // namespace gp::runtime
