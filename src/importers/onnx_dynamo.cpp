@@ -201,6 +201,19 @@ class Recovery {
   // node's module path ("b.1") and the placeholder's rest ("p_b_1_bias" -> "b.1.bias").
   std::string name_of(const std::string& placeholder, const std::string& scope) const {
     if (auto it = placeholder_.find(placeholder); it != placeholder_.end()) return it->second;
+    // A sibling the file kept: "p_m_out_proj_weight" -> "m.out_proj.weight" names "p_m_out_proj_bias"
+    // "m.out_proj.bias".
+    const size_t cut = placeholder.rfind('_');
+    for (const auto& [p, name] : placeholder_) {
+      const size_t pc = p.rfind('_');
+      if (cut == std::string::npos || pc == std::string::npos || p.compare(0, pc, placeholder, 0, cut) != 0 ||
+          pc != cut)
+        continue;
+      const std::string leaf = p.substr(pc + 1);
+      if (name.size() > leaf.size() + 1 &&
+          name.compare(name.size() - leaf.size() - 1, std::string::npos, "." + leaf) == 0)
+        return name.substr(0, name.size() - leaf.size()) + placeholder.substr(cut + 1);
+    }
     std::string mangled = scope;
     std::replace(mangled.begin(), mangled.end(), '.', '_');
     const std::string prefix = "p_" + mangled + "_";

@@ -183,7 +183,7 @@ class DefaultExport : public TiedTest {
     for (const std::string optimizer : {"sgd", "adam"}) {
       TrainOptions s = reference_options(ref, optimizer, model, fixtures);
       s.single = true;
-      s.batch = 8;
+      s.batch = ref["batch"].get<int>();
       s.log_path = (dir_ / (what + "_" + optimizer + ".jsonl")).string();
       ASSERT_EQ(run_single(s), 0);
       const std::vector<double> single = log_losses(s.log_path);
@@ -258,6 +258,26 @@ TEST_F(DefaultExport, TheDynamoExportersFileHasPyTorchsParametersAndTrainsLikePy
   EXPECT_NE(keep.out.find("parameters   1,765"), std::string::npos) << keep.out;  // b.1's 64 as a's
   const plan::Plan p = testing::make_plan(kDynamoModel, 8, {{{"/a."}, {0}, 4}, {{}, {1}, 4}});
   trains_like_pytorch(ref, kDynamoModel, kDefaults, p, "dynamo export");
+}
+
+// A torchvision family the same way (tests/fixtures/dynamo_vit: VisionTransformer, 32x32, a random
+// head): the zero biases of the patch convolution and of the attention's out_proj are dropped, the
+// three LayerNorms merged, the projections' transposes folded; imported with PyTorch's 15,525
+// parameters, it trains like PyTorch --single and on 2 stages (micro-batch 2).
+TEST_F(DefaultExport, TheDynamoExportersVitHasPyTorchsParametersAndTrainsLikePyTorch) {
+  const fs::path dir = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_vit";
+  std::ifstream f(dir / "reference.json");
+  const Json ref = Json::parse(f);
+  const std::string model = (dir / "vit_dynamo.onnx").string();
+  EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());
+  const std::string layer = "/encoder/layers/encoder_layer_0/";
+  const plan::Plan p = testing::make_plan(model, ref["batch"].get<int>(),
+                                          {{{"/conv_proj/", "/node_Reshape", "/node_permute", "/node_cat",
+                                             "/encoder/node_", layer + "ln_1/", layer + "self_attention/"},
+                                            {0},
+                                            2},
+                                           {{}, {1}, 2}});
+  trains_like_pytorch(ref, model, dir, p, "dynamo vit");
 }
 
 // Batch normalization the dynamo exporter folded into the convolutions (eval mode's arithmetic, the
