@@ -78,7 +78,9 @@ class Engine {
       r.iteration_time_s = std::max(r.iteration_time_s, d.busy_until);
       r.busy_s[d.device] = d.busy;
       const StageTimes& t = c_.stages[d.stage];
-      r.peak_memory_bytes[d.device] = t.state_bytes + r.peak_in_flight[d.stage] * t.act_bytes_per_mb + t.other_bytes;
+      r.peak_memory_bytes[d.device] = t.state_bytes +
+                                      std::max(r.peak_in_flight[d.stage] * t.act_bytes_per_mb + t.other_bytes,
+                                               t.step_bytes);
     }
     double total = r.iteration_time_s * static_cast<double>(devs_.size()), busy = 0;
     for (double b : r.busy_s) busy += b;

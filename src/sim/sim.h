@@ -27,9 +27,14 @@ struct StageTimes {
                                 // of shared parameters' gradients over their holding stages)
   double state_bytes = 0;       // weights + gradients + optimizer state, per device
   double act_bytes_per_mb = 0;  // activations saved for backward per held micro-batch, per device
-  /// The rest of the peak, per device: transient buffers of one micro-batch and the gradients sent
-  /// upstream that a step holds (cost::stage_memory_parts).
+  /// The rest of the peak, per device, while micro-batches run: transient buffers of one
+  /// micro-batch and the gradients sent upstream that a step holds (cost::stage_memory_parts).
   double other_bytes = 0;
+  /// The rest of the peak at the end of the step, when no activations are held: the sent
+  /// gradients and the all-reduce / optimizer temporaries (StageCost::step_transient_bytes). A
+  /// device's peak is state_bytes + max(peak held x act_bytes_per_mb + other_bytes, step_bytes),
+  /// the planner's cost::stage_memory at the peak held count.
+  double step_bytes = 0;
   /// Per successor (in the stage's outputs_to order): bytes per sample sent on that edge. The
   /// gradient flowing back has the same size.
   std::vector<double> out_bytes_per_sample;

@@ -77,7 +77,9 @@ SimCosts sim_costs(const plan::Plan& p, const cost::CostModel& cm) {
     t.allreduce_s = dp > 1 ? sc.allreduce_s : 0;
     t.state_bytes = sc.state_bytes;
     t.act_bytes_per_mb = sc.act_bytes_per_mb;
-    t.other_bytes = cost::stage_memory(sc, 0) - sc.state_bytes;
+    const double sent = sc.micro_batches * sc.sent_grad_bytes_per_mb;
+    t.other_bytes = sent + sc.transient_bytes;
+    t.step_bytes = sent + sc.step_transient_bytes;
     t.optimizer_s = sc.optimizer_s + shared_s[st.id];
     t.out_bytes_per_sample = plan::out_bytes_per_sample(st, cut, cm);
     c.stages.push_back(std::move(t));

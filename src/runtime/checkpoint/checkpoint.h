@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stage_module.h"
 #include "support/json.h"
 
 namespace gp::runtime {

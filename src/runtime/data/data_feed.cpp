@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/exec/synthetic.h"
 #include "support/error.h"
 
 namespace gp::runtime {

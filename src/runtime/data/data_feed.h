@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/data/dataset.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stage_module.h"
 #include "runtime/base/train.h"
 #include "support/json.h"
 

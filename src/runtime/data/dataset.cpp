@@ -14,7 +14,7 @@
 #include <regex>
 #include <utility>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/synthetic.h"
 #include "support/error.h"
 
 namespace gp::runtime {

@@ -1,6 +1,6 @@
 // Real training data: `train --data DIR`, one NumPy .npy file per graph input (first dimension =
 // sample), memory-mapped read-only so datasets larger than RAM work. Torch-free; the runtime turns
-// the rows it gathers into tensors (exec/executor.h, external_inputs).
+// the rows it gathers into tensors (exec/stage_module.h, external_inputs).
 #pragma once
 #include <cstddef>
 #include <atomic>

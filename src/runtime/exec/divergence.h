@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stage_module.h"
 
 namespace gp::runtime {
 

@@ -12,7 +12,8 @@
 #include <torch/version.h>
 
 #include "runtime/exec/device.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stage_module.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/exec/optim.h"
 #include "support/error.h"
 

@@ -16,7 +16,7 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/data/data_feed.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stage_module.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/exec/split_backward.h"
 #include "schedule/schedule.h"

@@ -16,7 +16,7 @@
 
 #include "importers/resolve.h"
 #include "plan/plan.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/exec/optim.h"
 #include "runtime/pipeline/pipeline.h"
 

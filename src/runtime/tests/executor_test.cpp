@@ -1,7 +1,9 @@
 // Determinism and partition independence of StageModule and the synthetic data.
 #include <gtest/gtest.h>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/stable_hash.h"
+#include "runtime/exec/stage_module.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/tests/test_models.h"
 
 namespace gp::runtime {

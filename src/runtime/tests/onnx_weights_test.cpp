@@ -11,7 +11,8 @@
 #include <fstream>
 
 #include "importers/resolve.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/params.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/base/train.h"
 #include "support/error.h"
 #include "support/json.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/tests/test_models.h"
 
 namespace gp::runtime {

@@ -124,7 +124,7 @@ TEST_F(SingleTest, BadInputIsAUserError) {
   EXPECT_THROW(run_single(o), UserError);
 }
 
-// The synthetic targets are a function of the features (executor.h), so a small multi-branch
+// The synthetic targets are a function of the features (exec/synthetic.h), so a small multi-branch
 // model learns: the loss falls well below its start within a few dozen steps.
 TEST_F(SingleTest, SyntheticTargetsAreLearnable) {
   TrainOptions o = opts("learn", 40);

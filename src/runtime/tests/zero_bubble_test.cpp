@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/exec/executor.h"
+#include "runtime/exec/synthetic.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/exec/split_backward.h"
 #include "runtime/tests/dist_plans.h"
