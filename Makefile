@@ -51,7 +51,8 @@ fidelity: cli
 	@scripts/fidelity.sh $(BUILD)
 
 # Zero-bubble vs 1F1B simulated on the same plans (mmt, dlrm, candle-uno at 8 and 32 summit
-# devices, mini-batch 128); writes the table to $(BUILD)/zb-sim.md (docs/results.md, "Zero bubble").
+# devices, mini-batch 128 and at the memory limit); writes the tables to $(BUILD)/zb-sim.md
+# (docs/results.md, "Zero bubble"; under a minute).
 zb-sim: cli
 	@scripts/zb_sim_table.sh $(BUILD) > $(BUILD)/zb-sim.md && cat $(BUILD)/zb-sim.md
 

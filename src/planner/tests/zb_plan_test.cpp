@@ -149,6 +149,48 @@ TEST(ZbPlan, GpipePlansMatchTheGpipeSimulation) {
   }
 }
 
+// Why zb does not beat 1F1B on candle-uno's 1F1B plan at 32 summit devices, mini-batch 128
+// (docs/results.md, "Zero bubble: candle-uno at 32 devices is at its bound"): under any schedule a device ends no
+// earlier than its first pass starts plus its busy time (passes, all-reduce, optimizer step). 1F1B
+// reaches that bound on the join stage's device (busy without a gap from its first forward to its
+// optimizer step), and under zb that device starts its first forward at the same time (it waits for
+// the branches' first forwards, which are every branch's first pass under both schedules) with the
+// same busy time (B = BI + W). So no order of passes ends sooner, and the bubble (1 - busy / (time
+// x devices), busy the same for every schedule) cannot fall below 1F1B's. Both schedules pass the
+// deadlock checker (build_schedule runs it) and zb holds no more than 1F1B.
+TEST(ZbPlan, CandleUno32OneFOneBAlreadyAtTheJoinStagesBound) {
+  ir::Graph g = importers::load_graph("candle-uno");
+  cost::CostModel cm(g, cost::load_cluster("summit", 32));
+  const plan::Plan p = plan_for(cm, "1f1b", "graphpipe", 128).plan;
+  const schedule::Schedule f = schedule::build_schedule(p, "1f1b"), z = schedule::build_schedule(p, "zb");
+  const std::vector<int> held_f = schedule::peak_in_flight(f), held_z = schedule::peak_in_flight(z);
+  for (size_t k = 0; k < p.stages.size(); ++k) EXPECT_LE(held_z[k], held_f[k]) << "stage " << k;
+  const sim::SimResult rf = sim::simulate(p, f, cm), rz = sim::simulate(p, z, cm);
+  auto first_pass = [](const sim::SimResult& r, int device) {
+    for (const sim::Event& e : r.events)
+      if (e.device == device && e.track == 0 && e.kind == schedule::ActionKind::forward) return e.start_s;
+    ADD_FAILURE() << "device " << device << " runs no forward";
+    return 0.0;
+  };
+  // The device whose bound is largest under 1F1B: the join stage (7 branches into one stage).
+  int dev = -1;
+  double bound = 0;
+  for (const plan::Stage& st : p.stages) {
+    const int d = st.devices.front();
+    if (const double b = first_pass(rf, d) + rf.busy_s[d]; b > bound) dev = d, bound = b;
+  }
+  ASSERT_GE(dev, 0);
+  const plan::Stage& join = *std::find_if(p.stages.begin(), p.stages.end(), [&](const plan::Stage& st) {
+    return std::find(st.devices.begin(), st.devices.end(), dev) != st.devices.end();
+  });
+  EXPECT_EQ(join.inputs_from.size(), 7u);
+  EXPECT_NEAR(rf.iteration_time_s, bound, 1e-9 * bound);  // 1F1B ends at the bound
+  EXPECT_NEAR(first_pass(rz, dev), first_pass(rf, dev), 1e-12);
+  EXPECT_NEAR(rz.busy_s[dev], rf.busy_s[dev], 1e-12);
+  EXPECT_GE(rz.iteration_time_s, bound * (1 - 1e-12));
+  EXPECT_GE(rz.bubble_fraction, rf.bubble_fraction - 1e-9);
+}
+
 TEST(ZbPlan, UnknownScheduleIsRefused) {
   ir::Graph g = importers::load_graph(kCases[0].spec);
   cost::CostModel cm(g, cost::load_cluster("summit", 2));
