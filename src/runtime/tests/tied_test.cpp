@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "importers/resolve.h"
 #include "plan/plan.h"
+#include "runtime/exec/params.h"
+#include "runtime/exec/stage_module.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "runtime/base/train.h"
@@ -278,6 +281,62 @@ TEST_F(DefaultExport, TheDynamoExportersVitHasPyTorchsParametersAndTrainsLikePyT
                                             2},
                                            {{}, {1}, 2}});
   trains_like_pytorch(ref, model, dir, p, "dynamo vit");
+}
+
+// The forward check of the dynamo exports: the imported graph with the file's weights, on
+// reference_training.forward_input (float: sin(0.01 i + b); token ids: (7 i + 3 b) mod vocab; a mask
+// keeping j < S - 2 b), against PyTorch's output on the same input (reference.json "forward"), within
+// 1e-5 of the output's scale.
+torch::Tensor forward_input(int64_t batch, const ir::Shape& shape, const std::string& kind, int64_t vocab) {
+  std::vector<int64_t> sizes{batch};
+  sizes.insert(sizes.end(), shape.begin() + 1, shape.end());
+  int64_t n = 1;
+  for (size_t d = 1; d < sizes.size(); ++d) n *= sizes[d];
+  std::vector<torch::Tensor> rows;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (kind == "float")
+      rows.push_back(torch::sin(0.01 * torch::arange(n, torch::kFloat64) + static_cast<double>(b)).to(torch::kFloat32));
+    else if (kind == "ids") rows.push_back(torch::remainder(7 * torch::arange(n, torch::kLong) + 3 * b, vocab));
+    else rows.push_back((torch::arange(n, torch::kLong) < n - 2 * b).to(torch::kLong));
+  }
+  return torch::stack(rows).reshape(sizes);
+}
+
+/// `inputs`: per graph input (in order) its kind; the largest |difference| / the output's scale.
+double forward_error(const std::string& model, const Json& ref, const std::vector<std::string>& kinds,
+                     int64_t vocab = 0) {
+  importers::ParamValues w;
+  ir::Graph g = importers::load_graph(model, w);
+  check_initial_values(g, w);
+  std::vector<OpId> ops = g.op_ids();
+  std::erase_if(ops, [&](OpId id) { return ir::is_loss(g.op(id).kind); });
+  StageModule m(g, ops, 1, w);
+  const int64_t batch = ref.at("batch").get<int64_t>();
+  TensorMap feed;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const ir::Input& in = g.model().inputs.at(k);
+    feed.emplace(in.name, forward_input(batch, in.shape, kinds[k], vocab));
+  }
+  torch::NoGradGuard no_grad;
+  const std::string pred = g.op(g.find(g.model().outputs.at(0))).inputs.at(0);
+  torch::Tensor y = m.forward(feed, MicroBatchInfo{0, batch, batch, 0}).at(pred);
+  EXPECT_EQ(y.sizes().vec(), ref.at("shape").get<std::vector<int64_t>>()) << model;
+  torch::Tensor e = torch::tensor(ref.at("values").get<std::vector<float>>()).reshape(y.sizes());
+  const double err = (y - e).abs().max().item<double>() / e.abs().max().item<double>();
+  std::printf("[dynamo forward] %s: %lld outputs, max |y| %.4g, max error / scale %.3g\n", model.c_str(),
+              static_cast<long long>(y.numel()), e.abs().max().item<double>(), err);
+  return err;
+}
+
+TEST_F(DefaultExport, TheDynamoExportsForwardEqualsPyTorchs) {
+  const fs::path lm = fs::path(GP_SOURCE_DIR) / "tests/fixtures/torch2_lm";
+  const fs::path vit = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_vit";
+  std::ifstream lf(lm / "reference.json"), vf(vit / "reference.json");
+  const Json lms = Json::parse(lf), vits = Json::parse(vf);
+  EXPECT_LT(forward_error(kDynamoModel, defaults_reference().at("forward"), {"float"}), 1e-5);
+  EXPECT_LT(forward_error((lm / "gpt2_dynamo.onnx").string(), lms.at("gpt2").at("forward"), {"ids"}, 50), 1e-5);
+  EXPECT_LT(forward_error((lm / "bert_dynamo.onnx").string(), lms.at("bert").at("forward"), {"ids", "mask"}, 50), 1e-5);
+  EXPECT_LT(forward_error((vit / "vit_dynamo.onnx").string(), vits.at("forward"), {"float"}), 1e-5);
 }
 
 // Batch normalization the dynamo exporter folded into the convolutions (eval mode's arithmetic, the
