@@ -19,7 +19,7 @@
 #include "runtime/checkpoint/checkpoint_set.h"
 #include "runtime/comm/comm.h"
 #include "runtime/exec/device.h"
-#include "runtime/exec/executor.h"
+#include "runtime/exec/params.h"
 #include "runtime/exec/memory_meter.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/pipeline/stage_runner.h"
