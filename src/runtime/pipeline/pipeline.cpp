@@ -23,6 +23,7 @@
 #include "runtime/exec/memory_meter.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/pipeline/stage_runner.h"
+#include "runtime/pipeline/step_stats.h"
 #include "runtime/comm/net_address.h"
 #include "runtime/exec/op_timing.h"
 #include "schedule/trace.h"
@@ -189,14 +190,6 @@ std::vector<detail::MemorySample> samples_from_json(const Json& j) {
   return out;
 }
 
-/// The median step time, leaving out the first step (one-time costs) when there are others.
-double median_step_time(std::vector<double> t) {
-  if (t.size() > 1) t.erase(t.begin());
-  if (t.empty()) return 0;
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
-}
-
 /// This rank's measured peak with the cost model's prediction for its stage, shared through the
 /// store: rank 0 returns every rank's (by rank), the others their own.
 std::vector<RankMemory> gather_memory(const PreparedRun& run, const TrainOptions& opt, const WorkerIo& io,
@@ -259,94 +252,6 @@ void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step,
     }
   }
 }
-
-/// Per-step statistics, reduced over the world asynchronously and reported one step late, so no
-/// rank waits for the slowest one at a step boundary: losses and times go into the result; rank 0
-/// prints each step and appends it to --log.
-class StepStats {
- public:
-  StepStats(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io, WorkerResult& res)
-      : opt_(opt), run_(run), io_(io), res_(res) {
-    if (io.rank == 0 && !opt.log_path.empty()) {
-      log_.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
-      GP_CHECK(log_.good(), "--log: cannot open {} for writing", opt.log_path);
-    }
-  }
-  /// Starts reducing this step's figures and reports the previous step's. One all-reduce per step (a
-  /// sum and a max were two, each a few network latencies on Gloo's one collective thread): every rank
-  /// fills its own row of a world x 4 table, the sum gives every rank all rows, and the loss is summed
-  /// in rank order here, the times' maxima taken here.
-  void submit(Communicator& world, int64_t step, double loss, double t_start, double t_end, double data_s) {
-    Stats s{step, {torch::zeros({world.size(), 4}, torch::kFloat64)}, {}};
-    auto row = s.table[0][world.rank()];
-    row[0] = loss;
-    row[1] = t_end;
-    row[2] = -t_start;
-    row[3] = data_s;
-    s.pending = world.all_reduce(s.table, detail::Reduce::sum);
-    flush();
-    pending_ = std::make_unique<Stats>(std::move(s));
-  }
-  /// The median time from one step's end (its last rank's) to the next one's, the first step's left out:
-  /// the pace of training. Below the median step time (iteration_time_s) when the ranks start their steps
-  /// at different times: a stage that waits for its input starts its step (and its clock) early, and
-  /// a step's time, from its first rank's start to its last rank's end, counts that wait; the simulator's
-  /// iteration time is this pace. 0 with fewer than 3 steps.
-  double median_period() const {
-    std::vector<double> d;
-    for (size_t i = 1; i < ends_.size(); ++i) d.push_back(ends_[i] - ends_[i - 1]);
-    return d.empty() ? 0.0 : median_step_time(d);
-  }
-  /// Reports the step still in flight, if any.
-  void flush() {
-    if (pending_) report(*pending_);
-    pending_.reset();
-  }
-
- private:
-  struct Stats {
-    int64_t step;
-    std::vector<torch::Tensor> table;  // rank r's row: loss, end, -start, data seconds
-    Pending pending;
-  };
-  void report(Stats& s) {
-    s.pending.wait();
-    auto t = s.table[0].accessor<double, 2>();
-    double loss = 0, end = t[0][1], neg_start = t[0][2], data = t[0][3];
-    for (int64_t r = 0; r < t.size(0); ++r) {
-      loss += t[r][0];
-      end = std::max(end, t[r][1]);
-      neg_start = std::max(neg_start, t[r][2]);
-      data = std::max(data, t[r][3]);
-    }
-    double dt = end + neg_start;
-    ends_.push_back(end);
-    res_.step_losses.push_back(loss);
-    res_.step_times_s.push_back(dt);
-    res_.step_data_s.push_back(data);
-    StepReport rep{s.step, loss, dt, run_.data.get(), run_.plan.mini_batch_size, res_.step_data_s.back(), nullptr};
-    if (!res_.evals.empty() && res_.evals.back().first == s.step) rep.eval = &res_.evals.back().second;
-    if (io_.rank != 0) return;
-    if (io_.print && !opt_.json) {
-      std::printf("%s\n", step_text(rep).c_str());
-      if (rep.eval) std::printf("%s\n", eval_line(s.step, *rep.eval).c_str());
-      std::fflush(stdout);
-    }
-    if (log_.is_open()) {
-      log_ << step_json(rep).dump() << "\n";
-      log_.flush();
-      check_written(log_, "--log", opt_.log_path);
-    }
-  }
-
-  const TrainOptions& opt_;
-  const PreparedRun& run_;
-  const WorkerIo& io_;
-  WorkerResult& res_;
-  std::ofstream log_;
-  std::vector<double> ends_;        // each reported step's end (its last rank's clock)
-  std::unique_ptr<Stats> pending_;  // not std::optional: GCC 12 warned maybe-uninitialized on its move
-};
 
 /// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
 void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io,
@@ -421,7 +326,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
     std::printf("resumed from %s after %lld steps\n", opt.checkpoint_dir.c_str(), static_cast<long long>(first));
 
   WorkerResult res;
-  StepStats stats(opt, run, io, res);
+  StepStats stats(opt, run, io, res, *world, first);
   for (int64_t step = first; step < opt.steps; ++step) {
     bool trace = !opt.trace_path.empty() && step + 1 == opt.steps;
     double t_start = now_s(), loss = 0;
@@ -432,7 +337,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       const bool eval_next = run.eval_data && (step + 1) % opt.eval_every == 0;
       if (step + 1 < opt.steps && !eval_next) runner->post_next_step(step + 1);
     }
-    stats.submit(*world, step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
+    stats.submit(step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_generation(ckpt, step + 1);

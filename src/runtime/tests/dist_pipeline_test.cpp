@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <set>
@@ -58,6 +60,42 @@ TEST(DistPipeline, PairwiseChannelsInOrderEqualSingle) {
                     "gloo-pairs");
   expect_equivalent(make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}}), 3, "sgd", 0.05,
                     "gloo-pairs");
+}
+
+// Per-step statistics (pipeline/step_stats.h): over Gloo the other ranks send their rows to rank 0 and
+// get every step's figures in one all-reduce at the end; over gloo-pairs (messages in order, no tags) one
+// all-reduce per step. Either way every rank ends with rank 0's losses, step times and data times, bit
+// for bit, the two ways give the same losses, and rank 0's --log has each step once, in order.
+TEST(DistPipeline, StepStatisticsReachEveryRankAlike) {
+  const PreparedRun run = prepare_run(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{"m1."}, {1, 2}, 4}, {{}, {3}, 2}}),
+                                      "1f1b");
+  const int steps = 4;
+  std::map<std::string, std::vector<double>> losses;
+  for (std::string comm : {"gloo", "gloo-pairs"}) {
+    TrainOptions opt = options(steps, "sgd", 0.05);
+    opt.comm = comm;
+    opt.log_path = ::testing::TempDir() + "gp_step_stats_" + comm + ".jsonl";
+    auto results = run_threads(run, opt);
+    ASSERT_EQ(results[0].step_losses.size(), size_t(steps)) << comm;
+    for (size_t r = 1; r < results.size(); ++r) {
+      EXPECT_EQ(results[r].step_losses, results[0].step_losses) << comm << " rank " << r;
+      EXPECT_EQ(results[r].step_times_s, results[0].step_times_s) << comm << " rank " << r;
+      EXPECT_EQ(results[r].step_data_s, results[0].step_data_s) << comm << " rank " << r;
+    }
+    std::ifstream log(opt.log_path);
+    std::string line;
+    int k = 0;
+    for (; std::getline(log, line); ++k) {
+      ASSERT_LT(k, steps) << comm << ": " << line;
+      Json j = Json::parse(line);
+      EXPECT_EQ(j["step"].get<int>(), k) << comm;
+      EXPECT_EQ(j["loss"].get<double>(), results[0].step_losses[size_t(k)]) << comm << " step " << k;
+    }
+    EXPECT_EQ(k, steps) << comm;
+    std::remove(opt.log_path.c_str());
+    losses[comm] = results[0].step_losses;
+  }
+  EXPECT_EQ(losses["gloo"], losses["gloo-pairs"]);
 }
 
 TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {
