@@ -19,11 +19,11 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -57,26 +57,43 @@ struct FxInfo {
   bool scoped = false;              // the node has name_scopes (nodes the optimizer made have none)
 };
 
+// The placeholders "%p_..." an fx node's text reads from `from` on (a plain scan: std::regex recurses
+// per character and a long crafted string would overflow the stack).
+std::vector<std::string> placeholders(const std::string& s, size_t from) {
+  std::vector<std::string> out;
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t k = s.find("%p_", from); k != std::string::npos; k = s.find("%p_", k + 1)) {
+    size_t e = k + 1;
+    while (e < s.size() && word(s[e])) ++e;
+    std::string p = s.substr(k + 1, e - k - 1);
+    if (p.size() > 2 && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// The quoted strings of a Python list's text: "['', 'b', 'b.1']" -> "", "b", "b.1".
+std::vector<std::string> quoted(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t k = s.find('\''); k != std::string::npos;) {
+    const size_t e = s.find('\'', k + 1);
+    if (e == std::string::npos) break;
+    out.push_back(s.substr(k + 1, e - k - 1));
+    k = s.find('\'', e + 1);
+  }
+  return out;
+}
+
 FxInfo fx_info(const onnx::NodeProto& n) {
   FxInfo fx;
   const auto md = metadata_of(n, kNodeMetadataField);
   if (auto it = md.find("pkg.onnxscript.rewriter.rule_name"); it != md.end()) fx.rules = it->second;
   if (auto it = md.find("pkg.torch.onnx.fx_node"); it != md.end()) {
-    static const std::regex kPlaceholder(R"(%(p_[A-Za-z0-9_]+))");
-    const std::string& s = it->second;
-    const size_t args = s.find("args = ");
-    for (auto m = std::sregex_iterator(s.begin() + static_cast<std::ptrdiff_t>(args == std::string::npos ? 0 : args),
-                                       s.end(), kPlaceholder);
-         m != std::sregex_iterator(); ++m)
-      if (std::find(fx.params.begin(), fx.params.end(), (*m)[1].str()) == fx.params.end())
-        fx.params.push_back((*m)[1].str());
+    const size_t args = it->second.find("args = ");
+    fx.params = placeholders(it->second, args == std::string::npos ? 0 : args);
   }
   if (auto it = md.find("pkg.torch.onnx.name_scopes"); it != md.end()) {
     // "['', 'b', 'b.1', 'layer_norm']": the module is the last scope before the op's own name.
-    static const std::regex kQuoted(R"('([^']*)')");
-    std::vector<std::string> scopes;
-    for (auto m = std::sregex_iterator(it->second.begin(), it->second.end(), kQuoted); m != std::sregex_iterator(); ++m)
-      scopes.push_back((*m)[1].str());
+    const std::vector<std::string> scopes = quoted(it->second);
     if (scopes.size() >= 2) fx.scope = scopes[scopes.size() - 2];
     fx.scoped = true;
   }

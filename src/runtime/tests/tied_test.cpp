@@ -263,6 +263,21 @@ TEST_F(DefaultExport, TheDynamoExportersFileHasPyTorchsParametersAndTrainsLikePy
   trains_like_pytorch(ref, kDynamoModel, kDefaults, p, "dynamo export");
 }
 
+// The dynamo exporter writes the weights to "<file>.data" beside the model (external data): read
+// from there; without it, the error names the file it looked for.
+TEST_F(DefaultExport, ExternalDataIsReadBesideTheModelOrNamed) {
+  fs::copy_file(kDynamoModel, dir_ / "alone.onnx");
+  testing::Proc info = graphpipe("model info --model " + (dir_ / "alone.onnx").string());
+  EXPECT_EQ(info.code, 2) << info.err;
+  EXPECT_NE(info.err.find("is stored in external data file \"" + (dir_ / "two_tower_dynamo.onnx.data").string() +
+                          "\", which cannot be read"),
+            std::string::npos)
+      << info.err;
+  fs::copy_file(kDefaults / "two_tower_dynamo.onnx.data", dir_ / "two_tower_dynamo.onnx.data");
+  EXPECT_EQ(importers::load_graph((dir_ / "alone.onnx").string()).total_params(),
+            defaults_reference()["params"].get<int64_t>());
+}
+
 // A torchvision family the same way (tests/fixtures/dynamo_vit: VisionTransformer, 32x32, a random
 // head): the zero biases of the patch convolution and of the attention's out_proj are dropped, the
 // three LayerNorms merged, the projections' transposes folded; imported with PyTorch's 15,525
