@@ -6,7 +6,9 @@
 # launcher. Cases (docs/runtime.md "Several hosts"; figures in docs/results-history.md, issue 37):
 #   equal   2 and 3 hosts: the per-step losses equal `train --single` (1e-5 relative)
 #   delay   every host's incoming packets delayed D ms +- J ms: completes, losses equal, the measured trace's
-#           receive waits grow, and the slowdown is compared with `simulate` given that link latency
+#           receive waits grow, and the slowdown (over the pace through the emulator at 0 ms) is compared
+#           with `simulate` given that link latency (DELAY_MS, JITTER_MS; DELAY_PLAN=dp: one stage on
+#           both hosts, data parallelism, instead of one stage per host)
 #   loss    P% of every host's incoming packets dropped: completes, losses equal
 #   cut     one host's link taken down mid-run: every rank exits within --timeout (+ slack) naming
 #           the peer it lost; the link back up, --resume from the last checkpoint: the losses of the
@@ -135,6 +137,17 @@ impair() {
   fi
 }
 
+# unimpair HOST: the host's link back to clean (the qdisc or the NFQUEUE rule removed, the emulators stopped).
+unimpair() {
+  local h="${TAG}h$1"
+  if [ "$NETEM_KIND" = "tc netem" ]; then ip netns exec "$h" tc qdisc del dev eth0 root; return; fi
+  ip netns exec "$h" iptables -D INPUT -i eth0 -j NFQUEUE --queue-num "$((10 + $1))" || return 1
+  local p
+  for p in "${NFQ_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${NFQ_PIDS[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done
+  NFQ_PIDS=()
+}
+
 # ranks HOSTS ARGS...: start rank i in host i (background), pids in RPIDS; output in $T/r<i>.{out,err}.
 # WORLD (default HOSTS) and SKIP_RANK (a rank not to start) adjust the environment.
 RPIDS=()
@@ -253,12 +266,31 @@ EOF
 }
 sim_time() { "$GP" simulate --plan "$1" --cluster "$2" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['iteration_time_s'])"; }
 
+# dp_plan PLAN: PLAN rewritten as one stage of every op replicated on both hosts (data parallelism: the
+# step's only network traffic is the gradient all-reduce, a Gloo ring).
+dp_plan() {
+  python3 - "$1" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+st = dict(p["stages"][-1])
+st.update(id=0, devices=[0, 1], ops=[o for s in p["stages"] for o in s["ops"]], inputs_from=[], outputs_to=[], in_flight=1)
+p["stages"] = [st]
+json.dump(p, open(sys.argv[1], "w"), indent=1)
+EOF
+}
+
 case_delay() {
-  local d=${DELAY_MS:-20} j=${JITTER_MS:-5} steps=30
-  echo "== delay: 2 hosts, every host's incoming packets ${d} ms +- ${j} ms, $steps steps"
+  local d=${DELAY_MS:-20} j=${JITTER_MS:-5} steps=30 kind=${DELAY_PLAN:-pipeline}
+  echo "== delay: 2 hosts, every host's incoming packets ${d} ms +- ${j} ms, $steps steps, $kind plan"
   hosts 2 || { fail "making 2 hosts"; return; }
   plan_for 2 $steps || { fail "plan"; unhosts; return; }
+  [ "$kind" = dp ] && { dp_plan "$T/plan2.json" || { fail "dp plan"; unhosts; return; }; }
   run_ok 2 120 base --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 --trace "$T/base.trace.json" || { unhosts; return; }
+  # The same network through the emulator at 0 ms: what the emulator itself costs (NFQUEUE hands every
+  # packet to a Python process), which is no part of the link's latency.
+  impair 0 0 0 0 && impair 1 0 0 0 || { fail "impairing the links"; unhosts; return; }
+  run_ok 2 120 base0 --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 || { unhosts; return; }
+  unimpair 0 && unimpair 1 || { fail "restoring the links"; unhosts; return; }
   impair 0 "$d" "$j" 0 && impair 1 "$d" "$j" 0 || { fail "impairing the links"; unhosts; return; }
   run_ok 2 300 delay --plan "$T/plan2.json" --steps $steps "${COMMON[@]}" --timeout 20 --trace "$T/delay.trace.json" || { unhosts; return; }
   local r; r=$(compare "$T/delay.json" "$T/single2.json" 1e-5) && ok "delayed run completes: $r" || fail "delayed losses: $r"
@@ -270,24 +302,27 @@ case_delay() {
   # compared with the measured step_period_s (one step's end to the next's). The measured
   # iteration_time_s (a step's first start to its last end) also counts the time the last stage spends
   # waiting for its first input, having started its step early: printed, not compared.
-  python3 - "$T/base.json" "$T/delay.json" "$sb" "$sd" "$d" <<'EOF'
+  # The slowdown the delay causes is the delayed pace less the pace through the emulator at 0 ms (the
+  # simulator is told the delay, not the emulator's cost); the one against the clean network is printed.
+  python3 - "$T/base.json" "$T/base0.json" "$T/delay.json" "$sb" "$sd" "$d" <<'EOF'
 import json, sys
-b, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-sb, sd, d = map(float, sys.argv[3:])
+b, b0, m = (json.load(open(f)) for f in sys.argv[1:4])
+sb, sd, d = map(float, sys.argv[4:])
 wb, wd = b["iteration_time_s"], m["iteration_time_s"]
-mb, md = b["step_period_s"], m["step_period_s"]
-dm, ds = md - mb, sd - sb
+mb, m0, md = b["step_period_s"], b0["step_period_s"], m["step_period_s"]
+dm, ds = md - m0, sd - sb
 err = (ds - dm) / dm if dm > 0 else float("inf")
 print(f"  step time (first start to last end), measured: {wb * 1e3:.1f} ms clean, {wd * 1e3:.1f} ms delayed (+{(wd - wb) * 1e3:.1f} ms)")
-print(f"  pace (step end to step end), measured: {mb * 1e3:.1f} ms clean, {md * 1e3:.1f} ms delayed (+{dm * 1e3:.1f} ms, x{md / mb:.2f})")
+print(f"  pace (step end to step end), measured: {mb * 1e3:.1f} ms clean, {m0 * 1e3:.1f} ms through the emulator at 0 ms, "
+      f"{md * 1e3:.1f} ms delayed (+{dm * 1e3:.1f} ms over the emulator at 0 ms, +{(md - mb) * 1e3:.1f} ms over clean)")
 print(f"  iteration time, simulated with link latency + {d:g} ms: {sb * 1e3:.1f} ms, {sd * 1e3:.1f} ms (+{ds * 1e3:.1f} ms, x{sd / sb:.2f})")
-print(f"  predicted slowdown (added time per iteration) vs measured: {err * 100:+.1f}%")
+print(f"  predicted slowdown (added time per iteration) vs measured: {err * 100:+.1f}% "
+      f"(vs the clean network's pace: {((ds - (md - mb)) / (md - mb)) * 100:+.1f}%)")
 sys.exit(0 if abs(err) <= 0.2 else 3)
 EOF
-  # Reported, not a pass/fail check: the goal (within 20%) is not met on this runtime. Each transfer
-  # now costs one latency, as priced (receives posted ahead), but the ranks wait between steps for
-  # the previous step's statistics all-reduce, which the simulator does not price (docs/runtime.md
-  # "What a transfer costs", docs/results.md, issue 37). MH_STRICT_PREDICTION=1 makes a miss a failure.
+  # Reported, not a pass/fail check: on this shared 2-core machine the measured pace moves by several
+  # ms from run to run, so the error lands on either side of 20% at 20 ms (13-23%, docs/results.md,
+  # issue 37) and further at 5 ms. MH_STRICT_PREDICTION=1 makes a miss a failure.
   case $? in
     0) ok "predicted slowdown within 20% of the measured" ;;
     *) if [ "${MH_STRICT_PREDICTION:-0}" = 1 ]; then fail "predicted slowdown off by more than 20% (above)"
