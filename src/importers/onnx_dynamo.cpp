@@ -55,6 +55,7 @@ struct FxInfo {
   std::string rules;                // pkg.onnxscript.rewriter.rule_name
   std::string scope;                // the module path the node ran in ("b.1"), empty at the top
   bool scoped = false;              // the node has name_scopes (nodes the optimizer made have none)
+  std::string text;                 // the fx node itself
 };
 
 // The placeholders "%p_..." an fx node's text reads from `from` on (a plain scan: std::regex recurses
@@ -88,6 +89,7 @@ FxInfo fx_info(const onnx::NodeProto& n) {
   const auto md = metadata_of(n, kNodeMetadataField);
   if (auto it = md.find("pkg.onnxscript.rewriter.rule_name"); it != md.end()) fx.rules = it->second;
   if (auto it = md.find("pkg.torch.onnx.fx_node"); it != md.end()) {
+    fx.text = it->second;
     const size_t args = it->second.find("args = ");
     fx.params = placeholders(it->second, args == std::string::npos ? 0 : args);
   }
@@ -199,6 +201,8 @@ class Recovery {
              net_.path, fmt::join(lost, ", "));
     for (auto& n : added_nodes_) *g_.add_node() = std::move(n);
     for (auto& t : added_inits_) *g_.add_initializer() = std::move(t);
+    for (size_t i = 0; i < fx.size(); ++i) identity_as_strided(*g_.mutable_node(static_cast<int>(i)), fx[i]);
+    drop_dead_nodes();
     sort_out_initializers();
     warn();
   }
@@ -356,6 +360,73 @@ class Recovery {
     made_.insert(p);
     restored_.push_back(p);
     n.add_input(p);
+  }
+
+  // torch.export writes a view that keeps the layout (AdaptiveAvgPool2d(1)'s [B, C, 1, 1] as
+  // as_strided(x, [B, C, 1, 1], [C, 1, C, C])) as a flat Reshape + Gather of computed indices. When the
+  // sizes are x's shape (value_info), without offset, and every dim longer than 1 has its contiguous
+  // stride, the view is x: the node making the fx node's output becomes Identity(x).
+  void identity_as_strided(onnx::NodeProto& n, const FxInfo& fx) {
+    const std::string head = "call_function[target=torch.ops.aten.as_strided.default](args = (%";
+    const size_t at = fx.text.find(head);
+    const size_t colon = fx.text.find(" : ");
+    if (at == std::string::npos || colon == std::string::npos || fx.text[0] != '%' ||
+        n.output(0) != fx.text.substr(1, colon - 1))
+      return;
+    const std::string args = fx.text.substr(at + head.size());
+    const size_t comma = args.find(", [");
+    const size_t mid = args.find("], [", comma);
+    const size_t end = args.find("])", mid);
+    if (comma == std::string::npos || mid == std::string::npos || end == std::string::npos) return;
+    auto numbers = [](const std::string& list) {
+      std::vector<int64_t> out;
+      for (size_t k = 0; k <= list.size();) {
+        const size_t e = std::min(list.find(", ", k), list.size());
+        const std::string tok = list.substr(k, e - k);
+        int64_t v = -1;
+        if (tok.empty() || (tok[0] != '%' && std::from_chars(tok.data(), tok.data() + tok.size(), v).ec != std::errc()))
+          return std::vector<int64_t>{};
+        out.push_back(tok[0] == '%' ? -1 : v);  // -1: a symbolic size
+        k = e + 2;
+      }
+      return out;
+    };
+    const std::string x = args.substr(0, comma);
+    const std::vector<int64_t> sizes = numbers(args.substr(comma + 3, mid - comma - 3));
+    const std::vector<int64_t> strides = numbers(args.substr(mid + 4, end - mid - 4));
+    std::optional<std::vector<int64_t>> shape;
+    for (const auto& vi : g_.value_info())
+      if (vi.name() == x && vi.type().tensor_type().has_shape()) {
+        shape.emplace();
+        for (const auto& d : vi.type().tensor_type().shape().dim())
+          shape->push_back(d.has_dim_value() ? d.dim_value() : -1);
+      }
+    if (!shape || sizes.empty() || *shape != sizes || strides.size() != sizes.size()) return;
+    int64_t contiguous = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] != 1 && (contiguous < 0 || strides[d] != contiguous)) return;
+      contiguous = sizes[d] < 0 || contiguous < 0 ? -1 : contiguous * sizes[d];
+    }
+    n.set_op_type("Identity");
+    n.clear_input();
+    n.add_input(x);
+    n.clear_attribute();
+  }
+
+  // Nodes none of whose outputs is read any more (the index arithmetic of a view made Identity).
+  void drop_dead_nodes() {
+    for (bool dropped = true; dropped;) {
+      std::set<std::string> read;
+      for (const auto& o : g_.output()) read.insert(o.name());
+      for (const auto& n : g_.node())
+        for (const auto& in : n.input()) read.insert(in);
+      google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+      for (auto& n : *g_.mutable_node())
+        if (std::any_of(n.output().begin(), n.output().end(), [&](const std::string& o) { return read.count(o) > 0; }))
+          *kept.Add() = std::move(n);
+      dropped = kept.size() != g_.node_size();
+      g_.mutable_node()->Swap(&kept);
+    }
   }
 
   // After the rewrites: initializers no node reads any more (copies replaced above) are dropped; the
