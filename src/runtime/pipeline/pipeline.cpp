@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "importers/resolve.h"
 #include "plan/costs.h"
@@ -29,6 +30,7 @@
 #include "schedule/trace.h"
 #include "support/error.h"
 #include "support/json.h"
+#include "support/sha256.h"
 
 namespace gp::runtime {
 
@@ -253,6 +255,41 @@ void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step,
   }
 }
 
+/// Every rank must run the same plan, model and schedule: a rank that loaded another plan.json (a stale
+/// copy on one node) would exchange tensors of other shapes, and a message more than
+/// kPostedRecvSlackBytes longer than its posted receive makes Gloo abort the process. Before any
+/// connection each rank compares the sha256 of what it runs with rank 0's through the store and counts
+/// the ranks that differ; every rank then stops with the same line (UserError) when any did.
+void check_same_run(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io) {
+  if (io.world == 1) return;
+  const std::string mine = sha256_hex(plan::plan_to_json(run.plan).dump() + "\n" + opt.model_spec + "\n" +
+                                      opt.schedule);
+  c10d::Store& s = *io.store;
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");  // a restarted torchrun reuses its store
+  const std::string key = fmt::format("graphpipe/run/{}/", restart ? restart : "0");
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000));
+  if (io.rank == 0) store_set(s, key + "rank0", mine);
+  s.wait({key + "rank0"}, timeout);
+  const std::string first = store_get(s, key + "rank0");
+  s.add(key + "differing", first != mine ? 1 : 0);
+  if (s.add(key + "checked", 1) == io.world) store_set(s, key + "result", std::to_string(s.add(key + "differing", 0)));
+  s.wait({key + "result"}, timeout);
+  const int n = std::stoi(store_get(s, key + "result"));
+  if (n == 0) return;
+  // Rank 0 may host the store: it leaves once every rank has read the result (or the timeout passed).
+  s.add(key + "read", 1);
+  for (auto end = std::chrono::steady_clock::now() + timeout;
+       io.rank == 0 && s.add(key + "read", 0) < io.world && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string here = first != mine ? fmt::format("rank {}: sha256 {}, rank 0: {}", io.rank, mine.substr(0, 12),
+                                                       first.substr(0, 12))
+                                         : fmt::format("rank {} runs rank 0's", io.rank);
+  throw UserError(
+      fmt::format("{} of {} ranks run another plan, model or --schedule than rank 0 ({}): every rank must "
+                  "load the same plan file (copy {} to every node), --model and --schedule",
+                  n, io.world, here, opt.plan_path.empty() ? "it" : opt.plan_path));
+}
+
 /// --trace: every rank puts its events and memory samples in the store; rank 0 writes the trace.
 void write_trace(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io,
                  const std::vector<MeasuredEvent>& events, const detail::MemoryMeter* meter) {
@@ -303,6 +340,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   set_torch_threads(opt.threads);
   const torch::Device device = detail::select_device(opt.device, io.local_rank);
   detail::install_counting_allocator();  // before the stage's parameters exist
+  check_same_run(opt, run, io);
   const CommChoice comm = agree_on_comm(opt, io);
   if (io.rank == 0 && io.print && !opt.json && (opt.device != "cpu" || opt.comm != "auto"))
     std::printf("communication: %s (%s)\n", comm_name(comm.kind).c_str(), comm.why.c_str());

@@ -98,6 +98,38 @@ TEST(DistPipeline, StepStatisticsReachEveryRankAlike) {
   EXPECT_EQ(losses["gloo"], losses["gloo-pairs"]);
 }
 
+// Ranks that load different plans (a stale plan.json on one node) stop before connecting, every one of
+// them with the same one-line UserError naming how many differ, instead of exchanging tensors of other
+// shapes (a message more than 4 KiB too long makes Gloo abort the process).
+TEST(DistPipeline, RanksWithDifferentPlansStopBeforeConnecting) {
+  const PreparedRun a = prepare_run(make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}}), "1f1b");
+  const PreparedRun b = prepare_run(make_plan(kMmt, 8, {{{"m0."}, {0}, 2}, {{}, {1}, 2}}), "1f1b");
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const TrainOptions opt = options(2, "sgd", 0.05);
+  std::vector<std::future<std::string>> fs;
+  for (int r = 0; r < 2; ++r)
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      WorkerIo io;
+      io.rank = r;
+      io.world = 2;
+      io.store = store;
+      io.print = false;
+      try {
+        execute_worker(opt, r == 0 ? a : b, io);
+      } catch (const UserError& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    }));
+  const std::string e0 = fs[0].get(), e1 = fs[1].get();
+  EXPECT_NE(e0.find("1 of 2 ranks run another plan, model or --schedule than rank 0 (rank 0 runs rank 0's)"),
+            std::string::npos)
+      << e0;
+  EXPECT_NE(e1.find("1 of 2 ranks run another plan, model or --schedule than rank 0 (rank 1: sha256 "),
+            std::string::npos)
+      << e1;
+}
+
 TEST(DistPipeline, SkipEdgeBetweenNonAdjacentStages) {
   // l0's output feeds both l1.attn (s1) and the residual add l1.add1 (s2): a skip edge s0 -> s2.
   auto p = make_plan(kGpt, 8, {{{"l0."}, {0}, 4}, {{"l1.attn"}, {1, 2}, 4}, {{}, {3}, 2}});
