@@ -14,6 +14,8 @@
 #include "profiler/profiler.h"
 #include "runtime/launch/link_bench.h"
 #include "runtime/base/train.h"
+#include "runtime/exec/build_info.h"
+#include "runtime/exec/memory_report.h"
 #include "support/error.h"
 #include "support/memory.h"
 

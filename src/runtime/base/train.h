@@ -1,5 +1,5 @@
-// Public, torch-free entry points of the training runtime: `graphpipe train --single` (run_single,
-// one process, whole model) and `graphpipe train --plan` (run_pipeline / run_worker, see dist's files).
+// The options of `graphpipe train` (TrainOptions), read by every layer of the runtime. Torch-free.
+// The entry points that take them, run_single and run_pipeline, are in launch/launcher.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,25 +37,5 @@ struct TrainOptions {
   std::string device = "cpu";    // --device cpu|cuda: where parameters, optimizer state and activations live
   std::string comm = "auto";     // --comm auto|gloo|nccl|gloo-pairs (runtime/comm/comm_select.h)
 };
-
-/// UserError (exit 2) unless `kind` is "cpu", or "cuda" with CUDA available in this LibTorch build and
-/// on this machine ("--device cuda: CUDA is not available in this build or on this machine ...").
-void check_device_available(const std::string& kind);
-
-/// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held
-/// at once: parameters, gradients and optimizer state (Adam: 2 more copies, SGD: 1) plus each op's
-/// output and saved activations per sample. For the guard against absurd requests
-/// (gp::check_fits_in_memory), not for planning.
-double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops, double samples,
-                               const std::string& optimizer);
-
-/// The single-process reference: the whole model as one stage, one micro-batch = the mini-batch.
-/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError;
-/// a non-finite loss or gradient (unless allow_nonfinite) or a failed checkpoint save throws
-/// RuntimeFailure.
-int run_single(const TrainOptions& opt);
-
-/// Pipelined training of a plan: spawns (or, under a launcher, becomes) one worker per device.
-int run_pipeline(const TrainOptions& opt);
 
 }  // namespace gp::runtime

@@ -1,4 +1,5 @@
-// What this graphpipe was built with and what it sees (`graphpipe --version`). Torch-free.
+// What this graphpipe was built with and what it sees (`graphpipe --version`, --device checks).
+// Torch-free.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,5 +21,9 @@ BuildInfo build_info();
 
 /// The lines `graphpipe --version` prints after the graphpipe version.
 std::string describe(const BuildInfo& b);
+
+/// UserError (exit 2) unless `kind` is "cpu", or "cuda" with CUDA available in this LibTorch build and
+/// on this machine ("--device cuda: CUDA is not available in this build or on this machine ...").
+void check_device_available(const std::string& kind);
 
 }  // namespace gp::runtime

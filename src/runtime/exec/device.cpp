@@ -15,7 +15,7 @@
 #include <fstream>
 #include <set>
 
-#include "runtime/base/train.h"
+#include "runtime/exec/build_info.h"
 #include "support/error.h"
 
 namespace gp::runtime {

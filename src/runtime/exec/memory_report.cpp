@@ -5,7 +5,6 @@
 
 #include "cost/cost_model.h"
 #include "plan/plan.h"
-#include "runtime/base/train.h"
 #include "support/error.h"
 
 namespace gp::runtime {

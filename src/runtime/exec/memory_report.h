@@ -59,4 +59,11 @@ std::string memory_limit_failure(int rank, int stage, int64_t step, const std::s
 Json train_summary_json(const std::vector<double>& losses, double iteration_time_s, double predicted_time_s,
                         const std::vector<RankMemory>& ranks);
 
+/// Rough bytes a training process needs for `ops` of `g` with activations of `samples` samples held
+/// at once: parameters, gradients and optimizer state (Adam: 2 more copies, SGD: 1) plus each op's
+/// output and saved activations per sample. For the guard against absurd requests
+/// (gp::check_fits_in_memory), not for planning.
+double training_bytes_estimate(const ir::Graph& g, const std::vector<OpId>& ops, double samples,
+                               const std::string& optimizer);
+
 }  // namespace gp::runtime

@@ -22,6 +22,7 @@
 
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/comm/comm_select.h"
+#include "runtime/exec/build_info.h"
 #include "runtime/checkpoint/checkpoint_set.h"
 #include "runtime/exec/optim.h"
 #include "runtime/pipeline/pipeline.h"

@@ -1,6 +1,6 @@
-// Starting pipeline workers: under a cluster launcher (torchrun, mpirun, srun) a process is one
-// worker; otherwise run_pipeline (train.h) spawns one local worker process per device and
-// supervises them. Torch-free.
+// Starting training: run_single (one process, the whole model) and run_pipeline. Under a cluster
+// launcher (torchrun, mpirun, srun) a process is one worker; otherwise run_pipeline spawns one local
+// worker process per device and supervises them. Torch-free.
 #pragma once
 #include <optional>
 #include <string>
@@ -9,6 +9,15 @@
 #include "runtime/base/train.h"
 
 namespace gp::runtime {
+
+/// The single-process reference: the whole model as one stage, one micro-batch = the mini-batch.
+/// Prints "step K loss L time T s" per step; returns the exit code (0). Bad input throws UserError;
+/// a non-finite loss or gradient (unless allow_nonfinite) or a failed checkpoint save throws
+/// RuntimeFailure.
+int run_single(const TrainOptions& opt);
+
+/// Pipelined training of a plan: spawns (or, under a launcher, becomes) one worker per device.
+int run_pipeline(const TrainOptions& opt);
 
 /// This process's place as read from a launcher's environment.
 struct LaunchEnv {

@@ -17,6 +17,7 @@
 #include "runtime/exec/params.h"
 #include "runtime/exec/stage_module.h"
 #include "runtime/exec/memory_meter.h"
+#include "runtime/exec/memory_report.h"
 #include "runtime/exec/optim.h"
 #include "runtime/base/fault.h"
 #include "runtime/launch/launcher.h"

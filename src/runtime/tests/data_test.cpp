@@ -21,6 +21,7 @@
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "runtime/base/train.h"
+#include "runtime/launch/launcher.h"
 #include "support/error.h"
 #include "support/json.h"
 

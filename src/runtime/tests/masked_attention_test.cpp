@@ -15,6 +15,7 @@
 #include "runtime/data/data_feed.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/base/train.h"
+#include "runtime/launch/launcher.h"
 #include "support/json.h"
 
 namespace gp::runtime {

@@ -14,6 +14,7 @@
 #include "runtime/exec/params.h"
 #include "runtime/exec/synthetic.h"
 #include "runtime/base/train.h"
+#include "runtime/launch/launcher.h"
 #include "support/error.h"
 #include "support/json.h"
 

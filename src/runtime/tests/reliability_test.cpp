@@ -18,6 +18,7 @@
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/test_models.h"
 #include "runtime/base/train.h"
+#include "runtime/launch/launcher.h"
 
 namespace gp::runtime {
 namespace {

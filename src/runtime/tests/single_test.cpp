@@ -10,6 +10,7 @@
 #include "runtime/exec/optim.h"
 #include "runtime/tests/test_models.h"
 #include "runtime/base/train.h"
+#include "runtime/launch/launcher.h"
 
 namespace gp::runtime {
 namespace {
