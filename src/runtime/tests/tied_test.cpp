@@ -182,6 +182,9 @@ Json defaults_reference() {
 // run pipelined equals --single within 1e-5.
 class DefaultExport : public TiedTest {
  protected:
+  /// tests/fixtures/dynamo_vision's model `name`: parameters = PyTorch's, trains like PyTorch --single
+  /// and on 2 stages whose first holds the ops named with a prefix in `first`.
+  void vision_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first);
   void trains_like_pytorch(const Json& ref, const std::string& model, const fs::path& fixtures, const plan::Plan& p,
                            const std::string& what) {
     for (const std::string optimizer : {"sgd", "adam"}) {
@@ -279,24 +282,39 @@ TEST_F(DefaultExport, ExternalDataIsReadBesideTheModelOrNamed) {
             defaults_reference()["params"].get<int64_t>());
 }
 
-// A torchvision family the same way (tests/fixtures/dynamo_vit: VisionTransformer, 32x32, a random
-// head): the zero biases of the patch convolution and of the attention's out_proj are dropped, the
-// three LayerNorms merged, the projections' transposes folded; imported with PyTorch's 15,525
-// parameters, it trains like PyTorch --single and on 2 stages (micro-batch 2).
+// torchvision families the same way (tests/fixtures/dynamo_vision, 32x32 images, 5 classes):
+// VisionTransformer (a random head: the zero biases of the patch convolution and of the attention's
+// out_proj dropped, three LayerNorms merged, the projections' transposes folded) and ConvNeXt (zero
+// biases dropped, the blocks' Linear transposes folded, AdaptiveAvgPool2d(1)'s view written as
+// as_strided); imported with PyTorch's parameter counts, each trains like PyTorch --single and on 2
+// stages (micro-batch 2).
+const fs::path kVision = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_vision";
+
+/// reference.json's entry for `name` with the shared training settings.
+Json vision_reference(const std::string& name) {
+  std::ifstream f(kVision / "reference.json");
+  const Json all = Json::parse(f);
+  Json ref = all.at(name);
+  for (const char* k : {"steps", "train", "batch"}) ref[k] = all.at(k);
+  return ref;
+}
+
+void DefaultExport::vision_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first) {
+  const Json ref = vision_reference(name);
+  const std::string model = (kVision / ref["model"].get<std::string>()).string();
+  EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());  // 15,525; 16,181
+  const plan::Plan p = testing::make_plan(model, ref["batch"].get<int>(), {{first, {0}, 2}, {{}, {1}, 2}});
+  trains_like_pytorch(ref, model, kVision, p, "dynamo " + name);
+}
+
 TEST_F(DefaultExport, TheDynamoExportersVitHasPyTorchsParametersAndTrainsLikePyTorch) {
-  const fs::path dir = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_vit";
-  std::ifstream f(dir / "reference.json");
-  const Json ref = Json::parse(f);
-  const std::string model = (dir / "vit_dynamo.onnx").string();
-  EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());
   const std::string layer = "/encoder/layers/encoder_layer_0/";
-  const plan::Plan p = testing::make_plan(model, ref["batch"].get<int>(),
-                                          {{{"/conv_proj/", "/node_Reshape", "/node_permute", "/node_cat",
-                                             "/encoder/node_", layer + "ln_1/", layer + "self_attention/"},
-                                            {0},
-                                            2},
-                                           {{}, {1}, 2}});
-  trains_like_pytorch(ref, model, dir, p, "dynamo vit");
+  vision_trains_like_pytorch("vit", {"/conv_proj/", "/node_Reshape", "/node_permute", "/node_cat", "/encoder/node_",
+                                     layer + "ln_1/", layer + "self_attention/"});
+}
+
+TEST_F(DefaultExport, TheDynamoExportersConvNeXtHasPyTorchsParametersAndTrainsLikePyTorch) {
+  vision_trains_like_pytorch("convnext", {"/features.0.", "/features.1."});
 }
 
 // The forward check of the dynamo exports: the imported graph with the file's weights, on
@@ -346,13 +364,15 @@ double forward_error(const std::string& model, const Json& ref, const std::vecto
 
 TEST_F(DefaultExport, TheDynamoExportsForwardEqualsPyTorchs) {
   const fs::path lm = fs::path(GP_SOURCE_DIR) / "tests/fixtures/torch2_lm";
-  const fs::path vit = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_vit";
-  std::ifstream lf(lm / "reference.json"), vf(vit / "reference.json");
-  const Json lms = Json::parse(lf), vits = Json::parse(vf);
+  std::ifstream lf(lm / "reference.json");
+  const Json lms = Json::parse(lf);
   EXPECT_LT(forward_error(kDynamoModel, defaults_reference().at("forward"), {"float"}), 1e-5);
   EXPECT_LT(forward_error((lm / "gpt2_dynamo.onnx").string(), lms.at("gpt2").at("forward"), {"ids"}, 50), 1e-5);
   EXPECT_LT(forward_error((lm / "bert_dynamo.onnx").string(), lms.at("bert").at("forward"), {"ids", "mask"}, 50), 1e-5);
-  EXPECT_LT(forward_error((vit / "vit_dynamo.onnx").string(), vits.at("forward"), {"float"}), 1e-5);
+  for (const std::string name : {"vit", "convnext"}) {
+    const Json ref = vision_reference(name);
+    EXPECT_LT(forward_error((kVision / ref["model"].get<std::string>()).string(), ref["forward"], {"float"}), 1e-5);
+  }
 }
 
 // Batch normalization the dynamo exporter folded into the convolutions (eval mode's arithmetic, the
