@@ -52,8 +52,8 @@ void StepStats::submit(int64_t step, double loss, double t_start, double t_end, 
     return;
   }
   if (io_.rank != 0) {
-    sends_.push_back(world_.send(torch::tensor(std::vector<double>(row.begin(), row.end()), torch::kFloat64), 0,
-                                 stats_tag(step)));
+    sends_.push_back(
+        world_.send(torch::tensor(std::vector<double>(row.begin(), row.end()), torch::kFloat64), 0, stats_tag(step)));
     while (sends_.size() > 4) {  // long delivered: rank 0 posts each step's receives two steps ahead
       sends_.front().wait();
       sends_.pop_front();

@@ -73,12 +73,12 @@ class StepStats {
   detail::Communicator& world_;
   bool gather_;
   std::ofstream log_;
-  std::vector<double> ends_;                                  // each reported step's end (its last rank's clock)
-  std::map<int64_t, Row> own_;                                // rank 0: its rows of steps not yet reported
+  std::vector<double> ends_;                                   // each reported step's end (its last rank's clock)
+  std::map<int64_t, Row> own_;                                 // rank 0: its rows of steps not yet reported
   std::map<int64_t, std::vector<detail::PostedRecv>> posted_;  // rank 0: the rows of ranks 1.. by step
-  std::deque<detail::Pending> sends_;                         // ranks 1..: rows in flight to rank 0
-  int64_t unreported_ = -1;                                   // the step submitted and not yet reported
-  int64_t submitted_ = 0;                                     // steps submitted by this rank
+  std::deque<detail::Pending> sends_;                          // ranks 1..: rows in flight to rank 0
+  int64_t unreported_ = -1;                                    // the step submitted and not yet reported
+  int64_t submitted_ = 0;                                      // steps submitted by this rank
   std::unique_ptr<Reduced> reduced_;  // not std::optional: GCC 12 warned maybe-uninitialized on its move
 };
 
