@@ -354,7 +354,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   }
   world->connect(transfer_pairs(run.plan));
 
-  // Checkpoint generations (detail/checkpoint_set.h): every rank's file, then latest.json.
+  // Checkpoint generations (checkpoint/checkpoint_set.h): every rank's file, then latest.json.
   CheckpointSaver ckpt;
   if (!opt.checkpoint_dir.empty())
     ckpt = pipeline_saver(opt, run.plan, run.graph, io.rank, io.local_rank, role.stage,
