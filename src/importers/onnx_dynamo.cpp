@@ -588,6 +588,16 @@ void inline_external_data(const std::string& path, onnx::ModelProto& model) {
 
 void recover_dynamo_export(onnx::ModelProto& model, Net& net) {
   if (!mentions_torch_exporter(model.graph())) return;
+  // Without dynamic_shapes every dim is the example's, and the exporter writes that batch into the
+  // Reshapes' shapes: a batch other than the example's then contradicts them.
+  bool symbolic = false;
+  for (const auto& in : model.graph().input())
+    for (const auto& d : in.type().tensor_type().shape().dim()) symbolic = symbolic || !d.has_dim_value();
+  if (!symbolic)
+    net.inference_hint =
+        " (this dynamo export has a fixed batch: torch.onnx.export without dynamic_shapes writes the example's "
+        "batch into its Reshapes; export with dynamic_shapes giving each input's dim 0 a "
+        "torch.export.Dim(\"batch\"), docs/onnx.md \"torch 2.x's default exporter\")";
   Recovery(model, net).run();
 }
 

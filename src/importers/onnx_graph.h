@@ -51,6 +51,9 @@ struct Net {
   // PyTorch parameter name bound to it. Set only for such a file: then nothing is guessed.
   std::optional<std::map<std::string, std::vector<std::string>>> export_names;
 
+  // Said after a shape inference failure: how the file was likely made to fail (onnx_dynamo.cpp).
+  std::string inference_hint;
+
   const TensorInfo& at(const std::string& name) const;
   /// Concrete shape of a tensor; throws UserError naming the tensor when inference could not give one.
   const std::vector<int64_t>& shape(const std::string& name) const;

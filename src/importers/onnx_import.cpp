@@ -873,7 +873,13 @@ ir::Model map_net(const Net& net, std::vector<ParamSource>* sources, OnnxImportR
 }  // namespace onnx_detail
 
 ir::Model import_onnx(const std::string& path, OnnxImportReport* report) {
-  return onnx_detail::map_net(onnx_detail::load_net(path), nullptr, report);
+  const onnx_detail::Net net = onnx_detail::load_net(path);
+  try {
+    return onnx_detail::map_net(net, nullptr, report);
+  } catch (const UserError& e) {  // a fixed-batch dynamo export: say how such a file goes wrong
+    if (net.inference_hint.empty()) throw;
+    throw UserError(e.what() + net.inference_hint);
+  }
 }
 
 }  // namespace gp::importers

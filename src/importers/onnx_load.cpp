@@ -776,7 +776,8 @@ void infer_round(onnx::ModelProto& model, const std::vector<bool>& materialized,
     }
     if (!retried) {
       std::string msg = e.what();
-      throw UserError(fmt::format("{}: ONNX shape inference failed: {}", net.path, msg.substr(0, msg.find('\n'))));
+      throw UserError(fmt::format("{}: ONNX shape inference failed: {}{}", net.path, msg.substr(0, msg.find('\n')),
+                                  net.inference_hint));
     }
   }
   auto take = [&](const onnx::ValueInfoProto& v) {

@@ -267,6 +267,15 @@ TEST_F(DefaultExport, TheDynamoExportersFileHasPyTorchsParametersAndTrainsLikePy
   trains_like_pytorch(ref, kDynamoModel, kDefaults, p, "dynamo export");
 }
 
+// Exported without dynamic_shapes, a view over the batch holds the example's batch: refused, saying
+// that and what to pass.
+TEST_F(DefaultExport, AFixedBatchDynamoExportIsRefusedSayingSo) {
+  testing::Proc info = graphpipe("model info --model " + (kDefaults / "fixed_batch_dynamo.onnx").string());
+  EXPECT_EQ(info.code, 2) << info.err;
+  EXPECT_NE(info.err.find("this dynamo export has a fixed batch"), std::string::npos) << info.err;
+  EXPECT_NE(info.err.find("torch.export.Dim(\"batch\")"), std::string::npos) << info.err;
+}
+
 // The dynamo exporter writes the weights to "<file>.data" beside the model (external data): read
 // from there; without it, the error names the file it looked for.
 TEST_F(DefaultExport, ExternalDataIsReadBesideTheModelOrNamed) {
