@@ -29,7 +29,7 @@ using testing::kDir;
 using testing::load_proto;
 using testing::save_temp;
 
-/// The runtime's parameter names and shapes (runtime/detail/ops.cpp param_specs), written out again
+/// The runtime's parameter names and shapes (runtime/exec/params.cpp param_specs), written out again
 /// here without LibTorch for the kinds the importer produces.
 std::map<std::string, std::vector<int64_t>> ir_params(const ir::Graph& g) {
   std::map<std::string, std::vector<int64_t>> out;
