@@ -586,7 +586,7 @@ void SeqDp::collect(int s, int i, int d, int down, std::vector<StageChoice>* out
   GP_ASSERT(false, "bad memo entry");
 }
 
-int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
+SolveResult SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   ++stats_.solves;
   tmax_ = target_tps * (1 + 1e-12);
   range_ = {};
@@ -594,15 +594,15 @@ int SeqDp::solve(double target_tps, std::vector<StageChoice>* out) {
   work_.solve_start = stats_.evals;
   int v = go(st_.root, 0, n_, 0);
   if (work_.budget == 0) work_.max_solve_evals = std::max(work_.max_solve_evals, stats_.evals - work_.solve_start);
-  if (work_.aborted) return kNoPlan;
+  if (work_.aborted) return SolveResult::no_plan();
   // No stage or suffix was rejected for its time: the search failed on memory alone, and a larger
   // target (which only admits more stages) fails the same way.
-  if (v < 0 && range_.unbounded_above()) return kNeverFeasible;
-  if (v >= 0 && out) {
+  if (v < 0) return range_.unbounded_above() ? SolveResult::never_feasible() : SolveResult::no_plan();
+  if (out) {
     out->clear();
     collect(st_.root, 0, n_, 0, out);
   }
-  return v;
+  return SolveResult::plan(v);
 }
 
 }  // namespace gp::planner::detail

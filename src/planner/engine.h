@@ -29,16 +29,28 @@ struct StageChoice {
   int mbs = 0;       // its micro-batch size (0: the plan's, the size assemble() is given)
 };
 
-/// A solve's answer when no plan fits at any target (memory alone rules every plan out); a depth
-/// otherwise, or kNoPlan (infeasible at this target).
-inline constexpr int kNeverFeasible = -2;
+/// What one solve at a target found (minimise_target's contract).
+struct SolveResult {
+  enum class Kind : int8_t {
+    plan,            // a plan whose every stage TPS is <= the target: `depth` is its depth
+    no_plan,         // no plan at this target
+    never_feasible,  // no plan at any target: memory alone rules every plan out (the search stops)
+  };
+  Kind kind = Kind::no_plan;
+  int depth = 0;  // with a plan: its pipeline depth (in-flight units, see StageSizes); else 0
+  static SolveResult plan(int depth) { return {Kind::plan, depth}; }
+  static SolveResult no_plan() { return {Kind::no_plan, 0}; }
+  static SolveResult never_feasible() { return {Kind::never_feasible, 0}; }
+  bool found() const { return kind == Kind::plan; }
+  bool operator==(const SolveResult&) const = default;
+};
 
-/// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` returns the depth of
-/// a plan with every stage TPS <= T, kNoPlan, or kNeverFeasible (stop). `never_feasible`
+/// Binary search on the target TPS (the paper's outer loop): `solve(T, out)` finds a plan with
+/// every stage TPS <= T (filling `out`), none at T, or none at any target (stop). `never_feasible`
 /// (optional) is asked once, after the second failed target, whether no plan fits at any target;
 /// `on_plan` (optional) sees the plan of every feasible solve. Finds the smallest feasible target within relative
 /// tolerance `tol`; false when no plan fits memory (or none beats `upper` when upper > 0).
-bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve, int n, double tol,
+bool minimise_target(const std::function<SolveResult(double, std::vector<StageChoice>*)>& solve, int n, double tol,
                      double upper, double guess, double* best_tps, std::vector<StageChoice>* best,
                      const std::function<bool()>& never_feasible = {},
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan = {});
@@ -81,11 +93,11 @@ class SeqDp {
   SeqDp(const cost::CostModel& cm, const Structure& st, const StageSizes& sizes, int mini_batch, double memory_limit,
         int num_devices, bool same_node);
 
-  /// Min pipeline depth (in micro-batches) with every stage's TPS <= target, kNoPlan (-1) when
-  /// infeasible, kNeverFeasible (-2) when infeasible without any stage being rejected for its time
-  /// (memory alone: infeasible at every target): minimise_target's contract. On success `out` (if
-  /// given) receives the stages.
-  int solve(double target_tps, std::vector<StageChoice>* out);
+  /// The plan of min pipeline depth (in micro-batches) with every stage's TPS <= target; no_plan
+  /// when there is none; never_feasible when there is none without any stage being rejected for
+  /// its time (memory alone: infeasible at every target): minimise_target's contract. With a plan
+  /// `out` (if given) receives its stages.
+  SolveResult solve(double target_tps, std::vector<StageChoice>* out);
   /// What solve_within found.
   enum class Budgeted : int8_t {
     plan,           // a plan meets the target

@@ -30,13 +30,13 @@ StageSizes StageSizes::window(int largest, int spread) {
   return out;
 }
 
-bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>& solve_at, int n, double tol,
+bool minimise_target(const std::function<SolveResult(double, std::vector<StageChoice>*)>& solve_at, int n, double tol,
                      double upper, double guess, double* best_tps, std::vector<StageChoice>* best,
                      const std::function<bool()>& never_feasible,
                      const std::function<void(const std::vector<StageChoice>&)>& on_plan) {
   auto solve = [&](double t, std::vector<StageChoice>* out) {
-    const int r = solve_at(t, out);
-    if (r >= 0 && on_plan) on_plan(*out);
+    const SolveResult r = solve_at(t, out);
+    if (r.found() && on_plan) on_plan(*out);
     return r;
   };
   auto bottleneck = [](const std::vector<StageChoice>& p) {
@@ -55,12 +55,12 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
     constexpr double kStep = 1.25;
     bool probed = false;
     for (double t = guess / n; t <= guess * 4; t *= kStep) {
-      const int r = solve(t, &cur);
-      if (r >= 0) {
+      const SolveResult r = solve(t, &cur);
+      if (r.found()) {
         found = true;
         break;
       }
-      if (r == kNeverFeasible) return false;  // infeasible at every target
+      if (r.kind == SolveResult::Kind::never_feasible) return false;  // infeasible at every target
       lo = t;
       // Two targets failed: maybe no plan fits memory at all. A bounded probe can prove it (and
       // save the rest of the doubling); it never changes the search's trajectory otherwise.
@@ -70,16 +70,16 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
       }
     }
   }
-  if (!found && solve(std::numeric_limits<double>::infinity(), &cur) < 0) return false;
+  if (!found && !solve(std::numeric_limits<double>::infinity(), &cur).found()) return false;
   hi = bottleneck(cur);
   if (upper > 0 && hi >= upper) {
-    if (solve(upper * (1 - tol), &cur) < 0) return false;
+    if (!solve(upper * (1 - tol), &cur).found()) return false;
     hi = bottleneck(cur);
   }
   *best = cur;
   if (lo == 0) {
     lo = hi / (4.0 * n);
-    while (solve(lo, &cur) >= 0) {  // the guess was not a lower bound: move it down
+    while (solve(lo, &cur).found()) {  // the guess was not a lower bound: move it down
       *best = cur;
       hi = bottleneck(cur);
       lo = hi / (4.0 * n);
@@ -87,7 +87,7 @@ bool minimise_target(const std::function<int(double, std::vector<StageChoice>*)>
   }
   while (hi > lo * (1 + tol)) {
     double mid = std::sqrt(lo * hi);
-    if (solve(mid, &cur) >= 0) {
+    if (solve(mid, &cur).found()) {
       *best = cur;
       hi = bottleneck(cur);
     } else {
@@ -122,20 +122,20 @@ std::vector<std::vector<StageChoice>> SeqDp::solve_down(double tps, std::initial
 
 SeqDp::Budgeted SeqDp::solve_within(double target_tps, size_t budget) {
   work_.budget = budget;
-  const int v = solve(target_tps, nullptr);
+  const SolveResult v = solve(target_tps, nullptr);
   work_.budget = 0;
-  return work_.aborted ? Budgeted::out_of_budget : v >= 0 ? Budgeted::plan : Budgeted::no_plan;
+  return work_.aborted ? Budgeted::out_of_budget : v.found() ? Budgeted::plan : Budgeted::no_plan;
 }
 
 bool SeqDp::memory_probe() {
   // An infinite target with a work budget of 4x the largest solve so far: without the target's
   // pruning it can be far larger than a bounded solve when memory does not bind, so give up then.
   work_.budget = work_.probe_budget > 0 ? work_.probe_budget : std::max<size_t>(4 * work_.max_solve_evals, 100000);
-  const int v = solve(std::numeric_limits<double>::infinity(), nullptr);
+  const SolveResult v = solve(std::numeric_limits<double>::infinity(), nullptr);
   work_.budget = 0;
   ++stats_.probes;
   if (work_.aborted) ++stats_.probes_aborted;
-  return !work_.aborted && v < 0;
+  return !work_.aborted && !v.found();
 }
 
 namespace {
@@ -148,7 +148,7 @@ bool mixed_sizes(SeqDp& mixed, bool ok, double tol, double* tps,
     // The shallower plans first (solve_down: the answers at larger targets bound those at smaller
     // ones), then whether a smaller size lets some stage fit below the optimum.
     const auto plans = mixed.solve_down(*tps, {1.0, 1.01, 1.02, 1.05, 1.1, 1.2});
-    if (mixed.solve(*tps * (1 - 2 * tol), &st) < 0) {
+    if (!mixed.solve(*tps * (1 - 2 * tol), &st).found()) {
       for (const auto& p : plans)
         if (!p.empty()) on_plan(p);
       return true;

@@ -416,7 +416,7 @@ bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batc
   // F[k][d]: min depth of downset k on at most d devices (-1: none within the target).
   std::vector<int> F(ND * (N + 1));
   std::vector<std::pair<int, int>> choice(F.size());  // (split, plog)
-  auto solve = [&](double target, std::vector<StageChoice>* out) -> int {
+  auto solve = [&](double target, std::vector<StageChoice>* out) -> SolveResult {
     check_time();
     const float tmax = static_cast<float>(target * (1 + 1e-6));
     std::fill(F.begin(), F.begin() + N + 1, 0);
@@ -463,7 +463,7 @@ bool piper_solve(const cost::CostModel& cm, const PiperGraph& pg, int micro_batc
         d -= 1 << plog;
       }
     }
-    return v;
+    return v >= 0 ? SolveResult::plan(v) : SolveResult::no_plan();
   };
   return minimise_target(solve, N, tol, 0, 0, best_tps, best);
 }

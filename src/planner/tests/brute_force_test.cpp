@@ -339,8 +339,8 @@ TEST(BruteForce, MemoryProbeNeverChangesTheSearch) {
           std::vector<detail::StageChoice> s2;
           const bool ok2 = detail::minimise_target(
               [&](double t, std::vector<detail::StageChoice>* out) {
-                const int r = plain.solve(t, out);
-                return r < -1 ? -1 : r;  // no shortcuts at all
+                const detail::SolveResult r = plain.solve(t, out);
+                return r.found() ? r : detail::SolveResult::no_plan();  // no shortcuts at all
               },
               n, 1e-3, 0, guess, &t2, &s2);
           ASSERT_EQ(ok1, ok2);
@@ -393,16 +393,17 @@ TEST(BruteForce, MemoReuseAcrossTargetsChangesNoAnswer) {
             SCOPED_TRACE(fmt::format("seed {} n {} target {} sizes {}", seed, n, t, sizes.sizes.size()));
             detail::SeqDp fresh(cm, *st, sizes, mini, limit, n, true);
             std::vector<detail::StageChoice> a, b;
-            const int va = reuse.solve(t, &a), vb = fresh.solve(t, &b);
-            // -2 (no plan at any target) is a proof, and the reused memo may hold one the fresh
-            // solve has not made at this target: both are infeasible then.
-            ASSERT_EQ(std::max(va, -1), std::max(vb, -1));
-            if (vb == -2) {
-              EXPECT_EQ(va, -2);
+            const detail::SolveResult va = reuse.solve(t, &a), vb = fresh.solve(t, &b);
+            // never_feasible (no plan at any target) is a proof, and the reused memo may hold one
+            // the fresh solve has not made at this target: both are infeasible then.
+            ASSERT_EQ(va.found(), vb.found());
+            EXPECT_EQ(va.depth, vb.depth);
+            if (vb.kind == detail::SolveResult::Kind::never_feasible) {
+              EXPECT_EQ(va.kind, detail::SolveResult::Kind::never_feasible);
             }
             fresh_states += fresh.states_explored();
-            (vb >= 0 ? feasible : infeasible) += 1;
-            if (vb < 0) continue;
+            (vb.found() ? feasible : infeasible) += 1;
+            if (!vb.found()) continue;
             ASSERT_EQ(a.size(), b.size());
             for (size_t k = 0; k < a.size(); ++k) {
               EXPECT_EQ(a[k].ops, b[k].ops);
@@ -726,7 +727,7 @@ TEST(BruteForce, WorkBoundHoldsWhenTimePerSampleRisesWithTheBatch) {
     // A first solve just above the optimum (the binary search's first feasible target lay above
     // the faulty bound, and its plan happened to be the optimum): it must find a plan.
     detail::SeqDp fresh(cm, st, sizes, mini, limit, n, true);
-    EXPECT_GE(fresh.solve(want * 1.01, &plan), 0);
+    EXPECT_TRUE(fresh.solve(want * 1.01, &plan).found());
   }
 }
 

@@ -161,8 +161,8 @@ TEST(BruteForce, MirrorSequencesShareAnswersExactly) {
 }
 
 // The DP's named outcomes (issue 39: no -1/-2/-3 integers): solve_within says whether a plan was
-// found, none exists, or the budget ran out; solve() keeps minimise_target's contract (a depth,
-// kNoPlan at this target, kNeverFeasible at every target).
+// found, none exists, or the budget ran out; solve() keeps minimise_target's contract (a plan and
+// its depth, no plan at this target, none at any target).
 TEST(PlannerEngine, SolveOutcomesAreNamed) {
   const double inf = std::numeric_limits<double>::infinity();
   ir::Graph g = branchy_model(3);
@@ -172,13 +172,15 @@ TEST(PlannerEngine, SolveOutcomesAreNamed) {
   EXPECT_EQ(dp.solve_within(inf, 1), detail::SeqDp::Budgeted::out_of_budget);
   EXPECT_EQ(dp.solve_within(inf, 0), detail::SeqDp::Budgeted::plan);
   std::vector<detail::StageChoice> plan;
-  EXPECT_GE(dp.solve(inf, &plan), 0);
+  const detail::SolveResult found = dp.solve(inf, &plan);
+  EXPECT_EQ(found.kind, detail::SolveResult::Kind::plan);
+  EXPECT_GE(found.depth, 1);
   EXPECT_FALSE(plan.empty());
   // Below every stage's compute: rejected for time, so infeasible here only.
-  EXPECT_EQ(dp.solve(1e-15, nullptr), detail::kNoPlan);
+  EXPECT_EQ(dp.solve(1e-15, nullptr), detail::SolveResult::no_plan());
   // One byte per device: memory alone rules every plan out, at every target.
   detail::SeqDp tiny(cm, st, 8, 64, 1.0, 4, true);
-  EXPECT_EQ(tiny.solve(1.0, nullptr), detail::kNeverFeasible);
+  EXPECT_EQ(tiny.solve(1.0, nullptr), detail::SolveResult::never_feasible());
   EXPECT_EQ(tiny.solve_within(inf, 0), detail::SeqDp::Budgeted::no_plan);
 }
 
