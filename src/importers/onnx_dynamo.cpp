@@ -215,6 +215,8 @@ class Recovery {
       auto kind = md.find("pkg.torch.export.graph_signature.InputSpec.kind");
       auto orig = md.find("pkg.torch.onnx.original_node_name");
       if (kind != md.end() && kind->second == "PARAMETER" && orig != md.end()) placeholder_[orig->second] = vi.name();
+      if (kind != md.end() && (kind->second == "BUFFER" || kind->second == "CONSTANT_TENSOR"))
+        buffers_.insert(vi.name());
     }
   }
 
@@ -430,8 +432,8 @@ class Recovery {
   }
 
   // After the rewrites: initializers no node reads any more (copies replaced above) are dropped; the
-  // optimizer's own values ("val_N": scalars, shapes, masks) become Constant nodes, as TorchScript
-  // writes them, so they are not parameters; a value named after an fx node that is no parameter
+  // optimizer's own values ("val_N": scalars, shapes, masks) and the module's buffers (value_info
+  // kind BUFFER) become Constant nodes, as TorchScript writes them, so they are not parameters; a value named after an fx node that is no parameter
   // (e.g. "embedding_1", a position table's lookup by constant indices) is a parameter computed from
   // one and folded: kept as a parameter of its shape, and said.
   void sort_out_initializers() {
@@ -441,7 +443,9 @@ class Recovery {
     std::vector<onnx::TensorProto> kept;
     for (auto& t : *g_.mutable_initializer()) {
       if (!read.count(t.name())) continue;
-      if (t.name().rfind("val_", 0) == 0 && !net_.transposed_copy_of.count(t.name())) {
+      // The module's buffers (a BatchNorm's running statistics, a registered constant) are no
+      // parameters in PyTorch: constants too.
+      if ((t.name().rfind("val_", 0) == 0 || buffers_.count(t.name())) && !net_.transposed_copy_of.count(t.name())) {
         onnx::NodeProto c;
         c.set_op_type("Constant");
         c.set_name("dynamo_constant/" + t.name());
@@ -486,6 +490,7 @@ class Recovery {
   onnx::GraphProto& g_;
   Net& net_;
   std::map<std::string, std::string> placeholder_;
+  std::set<std::string> buffers_;  // initializers that are the module's buffers, not parameters
   std::unordered_map<std::string, const onnx::TensorProto*> inits_;
   std::set<std::string> made_;
   std::vector<onnx::NodeProto> added_nodes_;

@@ -276,6 +276,16 @@ TEST_F(DefaultExport, AFixedBatchDynamoExportIsRefusedSayingSo) {
   EXPECT_NE(info.err.find("torch.export.Dim(\"batch\")"), std::string::npos) << info.err;
 }
 
+// A registered buffer (value_info kind BUFFER) is a constant, as in PyTorch, never a trained
+// parameter (it was: 101 parameters where PyTorch trains 85). The IR has no add-a-constant op, so
+// this model is refused naming the buffer.
+TEST_F(DefaultExport, ADynamoExportsBufferIsAConstantNotAParameter) {
+  testing::Proc info = graphpipe("model info --model " + (kDefaults / "buffer_dynamo.onnx").string());
+  EXPECT_EQ(info.code, 2) << info.err;
+  EXPECT_NE(info.err.find("Add with a constant operand \"shift\""), std::string::npos) << info.err;
+  EXPECT_EQ(info.err.find("trained as parameters"), std::string::npos) << info.err;
+}
+
 // The dynamo exporter writes the weights to "<file>.data" beside the model (external data): read
 // from there; without it, the error names the file it looked for.
 TEST_F(DefaultExport, ExternalDataIsReadBesideTheModelOrNamed) {
