@@ -41,7 +41,12 @@ Json params_json(const importers::OnnxImportReport& r) {
   for (const auto& n : r.shared)
     shared.push_back(
         {{"initializer", n.initializer}, {"names", n.names}, {"kind", n.kind}, {"trained_as_one", n.trained_as_one}});
-  return {{"ties_mode", r.ties_mode}, {"shared", shared}, {"without_values", r.without_values}};
+  Json j = {{"ties_mode", r.ties_mode}, {"shared", shared}, {"without_values", r.without_values}};
+  if (r.dynamo)
+    j["dynamo"] = {{"restored_biases", r.dynamo->restored_biases},
+                   {"unfolded_weights", r.dynamo->unfolded_weights},
+                   {"folded_values", r.dynamo->folded_values}};
+  return j;
 }
 
 void print_params(const importers::OnnxImportReport& r) {
@@ -55,6 +60,14 @@ void print_params(const importers::OnnxImportReport& r) {
   if (!r.without_values.empty())
     std::printf("no values    %zu parameter input(s) (export_params=False): %s\n", r.without_values.size(),
                 fmt::format("{}", fmt::join(r.without_values, ", ")).c_str());
+  if (!r.dynamo) return;
+  auto line = [](const char* what, const std::vector<std::string>& v) {
+    if (!v.empty()) std::printf("  %-16s %s\n", what, fmt::format("{}", fmt::join(v, ", ")).c_str());
+  };
+  std::printf("dynamo       read from the exporter's metadata (torch.onnx.export, dynamo=True)\n");
+  line("restored bias", r.dynamo->restored_biases);
+  line("untransposed", r.dynamo->unfolded_weights);
+  line("folded value", r.dynamo->folded_values);
 }
 
 void run_info(const ModelArgs& a) {

@@ -205,6 +205,7 @@ class Recovery {
     drop_dead_nodes();
     sort_out_initializers();
     warn();
+    net_.dynamo = DynamoRecovery{restored_, unfolded_, folded_};
   }
 
  private:

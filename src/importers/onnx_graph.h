@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "importers/onnx_import.h"
 #include "ir/model.h"
 
 namespace gp::importers::onnx_detail {
@@ -50,6 +51,9 @@ struct Net {
   // The "graphpipe.export" metadata that graphpipe.export (python/) writes: initializer -> every
   // PyTorch parameter name bound to it. Set only for such a file: then nothing is guessed.
   std::optional<std::map<std::string, std::vector<std::string>>> export_names;
+
+  // A dynamo export's recovered parameters (onnx_dynamo.cpp), for `model info`; unset for other files.
+  std::optional<DynamoRecovery> dynamo;
 
   // Said after a shape inference failure: how the file was likely made to fail (onnx_dynamo.cpp).
   std::string inference_hint;

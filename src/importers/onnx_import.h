@@ -1,6 +1,7 @@
 // ONNX import: reads a model exported by torch.onnx.export (opsets 7-21; 18-21 read as 17, onnx_opset.cpp) into the IR, with a symbolic
 // batch dimension and a loss appended. Supported operators and the mapping are listed in docs/onnx.md.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@ struct OnnxSharedNote {
   bool trained_as_one = false;     // the decision
 };
 
+/// What the importer recovered from a torch 2.x dynamo export's metadata (docs/onnx.md, "Default
+/// exports and ties"): each entry a PyTorch parameter name (folded values: "name [shape]").
+struct DynamoRecovery {
+  std::vector<std::string> restored_biases;   // all-zero biases the optimizer dropped: zero parameters again
+  std::vector<std::string> unfolded_weights;  // weights it stored transposed, read back in PyTorch's layout
+  std::vector<std::string> folded_values;     // values computed from parameters, trained as parameters
+};
+
 /// What `import_onnx` decided about parameters: how ties were read (GRAPHPIPE_ONNX_TIES / --ties, or
 /// "exact" for a file graphpipe.export wrote), every shared initializer, and the parameters that
 /// arrive as graph inputs without values (export_params=False).
@@ -24,6 +33,7 @@ struct OnnxImportReport {
   std::string ties_mode;
   std::vector<OnnxSharedNote> shared;
   std::vector<std::string> without_values;
+  std::optional<DynamoRecovery> dynamo;  // set for a dynamo export
 };
 
 /// Imports `path`. Throws UserError naming the file for a missing, corrupt, truncated or cyclic model,

@@ -300,6 +300,7 @@ void tie_shared_params(const Net& net, const std::vector<ParamSource>& sources, 
     report->ties_mode = mode_name(mode);
     report->shared = std::move(notes);
     report->without_values = net.weight_inputs;
+    report->dynamo = net.dynamo;
   }
 }
 

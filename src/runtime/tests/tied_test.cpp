@@ -260,6 +260,11 @@ TEST_F(DefaultExport, TheDynamoExportersFileHasPyTorchsParametersAndTrainsLikePy
       << info.err;
   EXPECT_NE(info.out.find("merged           a.1.weight (b.1.weight): separate parameters"), std::string::npos)
       << info.out;
+  EXPECT_NE(info.out.find("  restored bias    a.0.bias, b.0.bias\n"), std::string::npos) << info.out;
+  testing::Proc json = graphpipe("model info --json --model " + kDynamoModel);
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(Json::parse(json.out)["onnx_parameters"]["dynamo"]["restored_biases"],
+            Json::array({"a.0.bias", "b.0.bias"}));
   testing::Proc keep = graphpipe("model info --ties keep --model " + kDynamoModel);
   ASSERT_EQ(keep.code, 0) << keep.err;
   EXPECT_NE(keep.out.find("parameters   1,765"), std::string::npos) << keep.out;  // b.1's 64 as a's
