@@ -567,19 +567,18 @@ int64_t resume_generation(const CheckpointSaver& s) {
       steps = gen->steps_done;
     }
   }
-  if (!s.world) {
-    if (s.cleans) remove_stale(s.dir);  // what interrupted saves left (older generations included)
-    return steps;
+  if (s.world) {
+    std::vector<double> r = reduce(*s.world, {s.module ? double(steps) : -1e18, s.module ? -double(steps) : -1e18},
+                                   detail::Reduce::max);
+    if (r[0] != -r[1])
+      throw RuntimeFailure(
+          fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})", s.dir, -r[1], r[0]));
+    steps = static_cast<int64_t>(r[0]);
   }
-  std::vector<double> r = reduce(*s.world, {s.module ? double(steps) : -1e18, s.module ? -double(steps) : -1e18},
-                                 detail::Reduce::max);
-  if (r[0] != -r[1])
-    throw RuntimeFailure(
-        fmt::format("--resume: checkpoints in {} stopped after different steps ({} .. {})", s.dir, -r[1], r[0]));
   // Everyone loaded the published generation and nobody saves yet: what interrupted saves left
   // (older generations included) can go now, even when no step remains to save.
   if (s.cleans) remove_stale(s.dir);
-  return static_cast<int64_t>(r[0]);
+  return steps;
 }
 
 }  // namespace gp::runtime
