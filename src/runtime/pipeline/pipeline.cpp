@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -375,7 +376,11 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
       const bool eval_next = run.eval_data && (step + 1) % opt.eval_every == 0;
       if (step + 1 < opt.steps && !eval_next) runner->post_next_step(step + 1);
     }
-    stats.submit(step, loss, t_start, now_s(), runner ? runner->data_seconds() : 0);
+    // A rank without a stage (a plan that leaves a device idle) has no step to time: its loop runs
+    // ahead of the others, and its start counted as the step's first made the step look 7x longer
+    // than its pace (issue 35). Its row never wins the earliest start or the latest end.
+    const double inf = std::numeric_limits<double>::infinity();
+    stats.submit(step, loss, runner ? t_start : inf, runner ? now_s() : -inf, runner ? runner->data_seconds() : 0);
     bool last = step + 1 == opt.steps;
     if (!opt.checkpoint_dir.empty() && (last || (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0)))
       save_generation(ckpt, step + 1);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -96,6 +97,25 @@ TEST(DistPipeline, StepStatisticsReachEveryRankAlike) {
     losses[comm] = results[0].step_losses;
   }
   EXPECT_EQ(losses["gloo"], losses["gloo-pairs"]);
+}
+
+// A plan that leaves a device idle (the planner may: one stage on device 0 of 2). The idle rank has no
+// step to time; its loop ran ahead of rank 0 by up to four steps and its start counted as the step's
+// first, so each step read as 3-7 of rank 0's (0.084 s against a pace of 0.012 s, issue 35). Rank 0's
+// steps are disjoint spans of the run: their times cannot add up to more than the run's wall time.
+TEST(DistPipeline, AnIdleDeviceDoesNotStretchTheMeasuredStep) {
+  const PreparedRun run = prepare_run(make_plan(kMmt, 8, {{{}, {0}, 8}}, /*num_devices=*/2), "1f1b");
+  const int steps = 8;
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = run_threads(run, options(steps, "sgd", 0.05));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(results[0].step_times_s.size(), size_t(steps));
+  double sum = 0;
+  for (double t : results[0].step_times_s) {
+    EXPECT_TRUE(std::isfinite(t) && t > 0) << t;
+    sum += t;
+  }
+  EXPECT_LE(sum, wall);
 }
 
 // Ranks that load different plans (a stale plan.json on one node) stop before connecting, every one of
