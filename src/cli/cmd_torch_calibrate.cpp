@@ -67,8 +67,13 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.gemm_flops / 1e9, k.gemm_n0_rows, k.mem_bandwidth_Bps / 1e9, k.kernel_overhead_s * 1e6);
   std::printf("  per call on top of it: linear %.1f us, attention %.1f us (attention at %.3f of the GEMM curve)\n",
               k.gemm_overhead_s * 1e6, k.attention_overhead_s * 1e6, k.attention_efficiency);
+  std::printf("  optimizer step per million parameters: SGD %.2f ms, Adam %.2f ms\n", k.sgd_step_s_per_param * 1e9,
+              k.adam_step_s_per_param * 1e9);
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
+  if (k.busy_link_bandwidth_Bps > 0)
+    std::printf("  the link while every core computes: %.1f us + %.2f GB/s (plans with a worker on every core)\n",
+                k.busy_link_latency_s * 1e6, k.busy_link_bandwidth_Bps / 1e9);
   if (!r.points.empty()) {
     std::printf("  %-36s %12s %12s %8s\n", "op (forward + backward)", "measured ms", "model ms", "ratio");
     for (const auto& p : r.points)

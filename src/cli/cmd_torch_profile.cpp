@@ -159,6 +159,7 @@ Registrar reg(70, [](CLI::App& root) {
   w->add_option("--repeats", lo->repeats);
   w->add_option("--lockstep-rounds", lo->lockstep_rounds);
   w->add_option("--timeout", lo->timeout_s);
+  w->add_option("--busy", lo->busy);
   w->callback([lo, sizes] {
     lo->sizes_bytes = profiler::parse_batches(*sizes, "--sizes");
     for (int64_t s : lo->sizes_bytes)

@@ -59,21 +59,25 @@ EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
 }
 
 Json calibration_to_json(const CpuCalibration& c) {
-  return {{"format", kFormat},
-          {"cpu_model", c.cpu_model},
-          {"cores", c.cores},
-          {"torch_version", c.torch_version},
-          {"measured_at", c.measured_at},
-          {"seconds", c.seconds},
-          {"gemm_flops", c.gemm_flops},
-          {"gemm_n0_rows", c.gemm_n0_rows},
-          {"attention_efficiency", c.attention_efficiency},
-          {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
-          {"kernel_overhead_s", c.kernel_overhead_s},
-          {"gemm_overhead_s", c.gemm_overhead_s},
-          {"attention_overhead_s", c.attention_overhead_s},
-          {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
-          {"lockstep", c.lockstep}};
+  Json j = {{"format", kFormat},
+            {"cpu_model", c.cpu_model},
+            {"cores", c.cores},
+            {"torch_version", c.torch_version},
+            {"measured_at", c.measured_at},
+            {"seconds", c.seconds},
+            {"gemm_flops", c.gemm_flops},
+            {"gemm_n0_rows", c.gemm_n0_rows},
+            {"attention_efficiency", c.attention_efficiency},
+            {"mem_bandwidth_Bps", c.mem_bandwidth_Bps},
+            {"kernel_overhead_s", c.kernel_overhead_s},
+            {"gemm_overhead_s", c.gemm_overhead_s},
+            {"attention_overhead_s", c.attention_overhead_s},
+            {"optimizer_step_s_per_param", {{"sgd", c.sgd_step_s_per_param}, {"adam", c.adam_step_s_per_param}}},
+            {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
+            {"lockstep", c.lockstep}};
+  if (c.busy_link_bandwidth_Bps > 0)
+    j["busy_link"] = {{"bandwidth_Bps", c.busy_link_bandwidth_Bps}, {"latency_s", c.busy_link_latency_s}};
+  return j;
 }
 
 CpuCalibration calibration_from_json(const Json& json, const std::string& file) {
@@ -99,11 +103,23 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   // Optional (calibrations before issue 35 have neither): 0 = no extra per-call cost.
   c.gemm_overhead_s = j.has("gemm_overhead_s") ? non_negative(j.at("gemm_overhead_s")) : 0;
   c.attention_overhead_s = j.has("attention_overhead_s") ? non_negative(j.at("attention_overhead_s")) : 0;
+  if (j.has("optimizer_step_s_per_param")) {  // caches written before it: the bandwidth estimate
+    JsonAt o = j.at("optimizer_step_s_per_param");
+    o.expect_object();
+    c.sgd_step_s_per_param = non_negative(o.at("sgd"));
+    c.adam_step_s_per_param = non_negative(o.at("adam"));
+  }
   JsonAt link = j.at("link");
   link.expect_object();
   c.link_bandwidth_Bps = positive(link.at("bandwidth_Bps"));
   c.link_latency_s = non_negative(link.at("latency_s"));
   c.lockstep = j.has("lockstep") ? positive(j.at("lockstep")) : 1;
+  if (j.has("busy_link")) {
+    JsonAt busy = j.at("busy_link");
+    busy.expect_object();
+    c.busy_link_bandwidth_Bps = positive(busy.at("bandwidth_Bps"));
+    c.busy_link_latency_s = non_negative(busy.at("latency_s"));
+  }
   return c;
 }
 

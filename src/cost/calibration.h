@@ -17,21 +17,25 @@ namespace gp::cost {
 /// One LibTorch thread's rates on this machine, in the cost model's own terms (the roofline of
 /// docs/cost-model.md reproduces the measured op times with them).
 struct CpuCalibration {
-  std::string cpu_model;            // /proc/cpuinfo "model name"
-  int cores = 0;                    // hardware threads seen by the process
-  std::string torch_version;        // LibTorch the figures were measured with
-  std::string measured_at;          // UTC date and time
-  double seconds = 0;               // how long the measurement took
-  double gemm_flops = 0;            // asymptotic fp32 GEMM rate of one thread (FLOP/s): the peak
-  double gemm_n0_rows = 0;          // rows per call at which a GEMM reaches half of it
-  double attention_efficiency = 1;  // attention ops reach this fraction of the GEMM curve
-  double mem_bandwidth_Bps = 0;     // effective bandwidth of memory-bound ops (add, gelu, layernorm)
-  double kernel_overhead_s = 0;     // per op call, forward or backward (dispatch + autograd)
-  double gemm_overhead_s = 0;       // a linear's call costs this much more (its extra kernels); 0: none fitted
-  double attention_overhead_s = 0;  // likewise an attention op's call
-  double link_bandwidth_Bps = 0;    // loopback p2p between two processes (c10d Gloo)
+  std::string cpu_model;             // /proc/cpuinfo "model name"
+  int cores = 0;                     // hardware threads seen by the process
+  std::string torch_version;         // LibTorch the figures were measured with
+  std::string measured_at;           // UTC date and time
+  double seconds = 0;                // how long the measurement took
+  double gemm_flops = 0;             // asymptotic fp32 GEMM rate of one thread (FLOP/s): the peak
+  double gemm_n0_rows = 0;           // rows per call at which a GEMM reaches half of it
+  double attention_efficiency = 1;   // attention ops reach this fraction of the GEMM curve
+  double mem_bandwidth_Bps = 0;      // effective bandwidth of memory-bound ops (add, gelu, layernorm)
+  double kernel_overhead_s = 0;      // per op call, forward or backward (dispatch + autograd)
+  double gemm_overhead_s = 0;        // a linear's call costs this much more (its extra kernels); 0: none fitted
+  double attention_overhead_s = 0;   // likewise an attention op's call
+  double sgd_step_s_per_param = 0;   // the runtime's optimizer step per parameter (SGD with momentum); 0: not measured
+  double adam_step_s_per_param = 0;  // likewise Adam
+  double link_bandwidth_Bps = 0;     // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
-  double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
+  double busy_link_bandwidth_Bps = 0;  // the same link while every core computes (a training step's
+  double busy_link_latency_s = 0;      // messages between busy workers); 0: not measured
+  double lockstep = 1;                 // two cores computing in lockstep: the slower's pace / one core's
   bool operator==(const CpuCalibration&) const = default;
 };
 

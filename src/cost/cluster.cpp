@@ -144,9 +144,16 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 k->mem_bandwidth_Bps * pace,
                 k->kernel_overhead_s / pace,
                 calibrated_efficiency(*k)};
+    c.device.sgd_step_s_per_param = k->sgd_step_s_per_param / pace;  // CPU time, as kernel_overhead_s
+    c.device.adam_step_s_per_param = k->adam_step_s_per_param / pace;
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
-    c.intra = {k->link_bandwidth_Bps * share, k->link_latency_s / share};
+    // With a worker on every core, a message waits for a core as well: the link measured with every
+    // core busy, where it was (issue 35).
+    const bool busy = workers >= cores && k->busy_link_bandwidth_Bps > 0;
+    const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
+    c.intra = busy ? LinkSpec{k->busy_link_bandwidth_Bps * share, k->busy_link_latency_s / share} : idle;
+    if (busy) c.collective_intra = idle;  // a data-parallel all-reduce runs while its workers wait
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;
   c.inter = c.intra;          // one node: never used
@@ -254,6 +261,10 @@ Json cluster_to_json(const Cluster& c) {
             {"node_injection_Bps", c.node_injection_Bps},
             {"mixed_precision", c.mixed_precision}};
   if (c.gloo_collectives) j["collectives"] = "gloo";  // written only when not the default (nccl)
+  if (c.collective_intra.bandwidth_Bps > 0) j["collective_intra"] = link_to_json(c.collective_intra);
+  if (c.device.sgd_step_s_per_param > 0 || c.device.adam_step_s_per_param > 0)  // measured: the calibrated cpu preset
+    j["device"]["optimizer_step_s_per_param"] = {{"sgd", c.device.sgd_step_s_per_param},
+                                                 {"adam", c.device.adam_step_s_per_param}};
   return j;
 }
 
@@ -292,10 +303,17 @@ Cluster cluster_from_json(const JsonAt& j) {
                             c.device.memory_reserve_bytes));
   }
   if (d.has("efficiency")) c.device.efficiency = efficiency_from_json(d.at("efficiency"));
+  if (d.has("optimizer_step_s_per_param")) {
+    JsonAt o = d.at("optimizer_step_s_per_param");
+    o.expect_object();
+    c.device.sgd_step_s_per_param = non_negative(o.at("sgd"));
+    c.device.adam_step_s_per_param = non_negative(o.at("adam"));
+  }
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.
   if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));
   else c.inter = c.intra;
+  if (j.has("collective_intra")) c.collective_intra = link_from_json(j.at("collective_intra"));
   c.node_injection_Bps = j.has("node_injection_Bps") ? non_negative(j.at("node_injection_Bps")) : 0;
   c.mixed_precision = j.has("mixed_precision") ? j.at("mixed_precision").boolean() : false;
   if (j.has("collectives")) {

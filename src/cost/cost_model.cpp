@@ -118,7 +118,7 @@ double lockstep_stretch(const Cluster& c, const Profile* p) {
 CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt, std::shared_ptr<const Profile> profile)
     : g_(&g), cluster_(std::move(c)), opt_(opt), profile_(std::move(profile)), tables_(std::make_unique<Tables>()) {
   intra_ = cluster_.intra;
-  allreduce_intra_ = cluster_.intra;
+  allreduce_intra_ = cluster_.collective_intra.bandwidth_Bps > 0 ? cluster_.collective_intra : cluster_.intra;
   const double over = cpu_oversubscription(cluster_);
   compute_stretch_ = over * lockstep_stretch(cluster_, profile_.get());
   if (profile_ && profile_->p2p) {
@@ -126,11 +126,16 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt, std::shared_p
     allreduce_intra_ = intra_;
     link_source_ = Source::measured;
   }
+  // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
+  const double bytes_per_param = 4.0 * (opt_ == Optimizer::adam ? 4 : 3);
   if (profile_ && profile_->optimizer.count(opt_ == Optimizer::adam ? "adam" : "sgd")) {
     const OptimizerStep& m = profile_->optimizer.at(opt_ == Optimizer::adam ? "adam" : "sgd");
-    // fp32 state per parameter as state_parts counts it: weights, gradients, 1 (SGD) or 2 (Adam) buffers.
-    const double bytes_per_param = 4.0 * (opt_ == Optimizer::adam ? 4 : 3);
     optimizer_s_per_byte_ = m.step_s / (static_cast<double>(m.params) * bytes_per_param) * compute_stretch_;
+  } else {
+    // The calibrated cpu preset's measured rate (its sharing of cores is already in the figure).
+    const DeviceSpec& d = cluster_.device;
+    optimizer_s_per_byte_ = (opt_ == Optimizer::adam ? d.adam_step_s_per_param : d.sgd_step_s_per_param) /
+                            bytes_per_param;
   }
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.

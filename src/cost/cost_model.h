@@ -27,6 +27,10 @@ struct DeviceSpec {
   /// kernels; on the cpu preset the worker process itself), library workspaces and allocator
   /// fragmentation. The planner fits plans into memory_bytes - memory_reserve_bytes.
   double memory_reserve_bytes = 0;
+  /// The optimizer step per parameter where it was measured (the calibrated cpu preset); 0: priced
+  /// as its state's bytes read and written at mem_bandwidth_Bps. A profile's measurement wins.
+  double sgd_step_s_per_param = 0;
+  double adam_step_s_per_param = 0;
 };
 
 struct LinkSpec {
@@ -43,7 +47,11 @@ struct Cluster {
   /// Devices in use; 0 means num_nodes * devices_per_node (all nodes full).
   int devices = 0;
   DeviceSpec device;
-  LinkSpec intra;                 // between devices of one node
+  LinkSpec intra;  // between devices of one node
+  /// The link a per-step collective inside a node meets where it differs from `intra` (bandwidth 0:
+  /// the same). The calibrated cpu preset: point-to-point messages of a pipelined step travel
+  /// between busy cores, a data-parallel all-reduce between idle ones.
+  LinkSpec collective_intra;
   LinkSpec inter;                 // between nodes
   double node_injection_Bps = 0;  // a node's network bandwidth shared by its devices (0 = none)
   /// Mixed precision: fp16 peak for compute, fp16 activations and messages, fp16 weights and

@@ -13,6 +13,7 @@
 #include "cost/cost_model.h"
 #include "profiler/profiler.h"
 #include "runtime/exec/op_timing.h"
+#include "runtime/launch/link_bench.h"
 #include "support/error.h"
 
 namespace gp::profiler {
@@ -103,14 +104,16 @@ void say(std::ostream* progress, const std::string& line) {
 }
 
 /// Linear layers of 64, 256 and 1024 features on [B, 4, h] (as in a transformer: a batch of
-/// sequences) at 4..256 rows, and on [B, h] at 1 row. Returns (rows, flops, seconds - 2 overheads)
+/// sequences) at 4..1024 rows, and on [B, h] at 1 row. Returns (rows, flops, seconds - 2 overheads)
 /// per timing for fit_gemm; the timings themselves go to `out`.
 std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const CalibrateOptions& o, std::ostream* progress,
                                                  std::vector<Timed>& out) {
   std::vector<std::array<double, 3>> pts;
   for (int64_t h : {64, 256, 1024}) {
     std::vector<Timed> ts = time_all(one_op("gemm", {h}, ir::OpKind::linear, h), {1}, o);
-    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64}, o)) ts.push_back(t);
+    // Up to 1024 rows: a transformer's projections at a micro-batch of 16-32 sequences run there, and
+    // the fit's peak from 256 rows at most was 10-12% below what they reach (issue 35).
+    for (Timed& t : time_all(one_op("gemm", {4, h}, ir::OpKind::linear, h), {1, 4, 16, 64, 256}, o)) ts.push_back(t);
     for (Timed& t : ts) {
       const ir::OpCosts& c = t.graph.costs(t.op);
       double rows = static_cast<double>(t.batch) * (t.graph.op(t.op).output_shape.size() == 3 ? 4 : 1);
@@ -119,7 +122,7 @@ std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const Calibr
       out.push_back(std::move(t));
     }
     if (!pts.empty())
-      say(progress, fmt::format("linear {}x{} at 1..256 rows: {:.1f} GFLOP/s at 256 rows", h, h,
+      say(progress, fmt::format("linear {}x{} at 1..1024 rows: {:.1f} GFLOP/s at 1024 rows", h, h,
                                 pts.back()[1] / pts.back()[2] / 1e9));
   }
   return pts;
@@ -228,7 +231,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   // 4 heads: the fraction of the GEMM curve it reaches.
   std::vector<Timed> att;
   for (auto [seq, hidden] : {std::pair<int64_t, int64_t>{32, 128}, {64, 256}})
-    for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16}, o))
+    for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16, 32}, o))
       att.push_back(std::move(t));
   // Two figures, the attention curve's emax and the op's fixed extra time per call, fitted in turn
   // (coordinate descent on the squared log error; each round can only lower it).
@@ -246,7 +249,25 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   say(progress, fmt::format("attention: {:.2f} of the GEMM curve, {:.1f} us more per call", k.attention_efficiency,
                             k.attention_overhead_s * 1e6));
 
-  // 5. The loopback link between two worker processes.
+  // 5. The runtime's optimizer steps (make_optimizer: SGD with momentum, Adam) over 1.05 M parameters in
+  // 32 tensors (sixteen 256 x 256 linears; a step pays per tensor too, and models hold many): per
+  // parameter. The bandwidth estimate (2 x the state's bytes
+  // at mem_bandwidth_Bps) was 3.7x short of a measured Adam step on this machine (issue 35).
+  {
+    ir::ModelBuilder b("optimizer");
+    std::string x = b.input("x", {256});
+    for (int i = 0; i < 16; ++i) x = b.linear(fmt::format("l{}", i), x, 256);
+    b.output(x);
+    ir::Graph g = ir::Graph::build(b.build(), "calibration");
+    std::vector<runtime::OptimizerTiming> steps = runtime::time_optimizers(
+        g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 9), /*cpu_clock=*/true, "cpu");
+    k.sgd_step_s_per_param = steps[0].step_s / static_cast<double>(steps[0].params);
+    k.adam_step_s_per_param = steps[1].step_s / static_cast<double>(steps[1].params);
+    say(progress, fmt::format("optimizer step per million parameters: SGD {:.2f} ms, Adam {:.2f} ms",
+                              k.sgd_step_s_per_param * 1e9, k.adam_step_s_per_param * 1e9));
+  }
+
+  // 6. The loopback link between two worker processes.
   if (o.links) {
     cost::Profile p;
     LinkOptions lo;
@@ -256,6 +277,22 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     k.link_latency_s = p.p2p->latency_s;
     k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
     k.lockstep = p.lockstep.value_or(1);
+    // Again with a thread computing beside each worker: inside a step every core runs a worker, and
+    // Gloo's threads wait for a core (one-way p2p on the 2-core VM: 0.15 ms idle, ~1-2 ms busy).
+    // The wait does not grow with the message: the busy link is the idle one's bandwidth with the
+    // mean extra time per message (each size's mean one-way time less its transfer) as its latency.
+    runtime::LinkBenchOptions bo;
+    bo.sizes_bytes = {4096, 65536, 262144, 1 << 20};
+    bo.repeats = 20;  // the mean of these per size
+    bo.lockstep_rounds = 0;
+    bo.busy = true;
+    double wait = 0;
+    for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples)
+      wait += std::max(0.0, s.p2p_s - static_cast<double>(s.bytes) / k.link_bandwidth_Bps);
+    k.busy_link_latency_s = std::max(k.link_latency_s, wait / static_cast<double>(bo.sizes_bytes.size()));
+    k.busy_link_bandwidth_Bps = k.link_bandwidth_Bps;
+    say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us)",
+                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6));
   }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -296,10 +333,10 @@ cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
   if (!refresh && !path.empty() && fs::exists(path, ec)) {
     try {
       Json j = read_json_file(path);
-      // A calibration from before the per-call GEMM/attention overheads (issue 35) measured less
-      // than the cost model now uses: measure again.
-      if (JsonAt(j, path).has("gemm_overhead_s")) return cost::calibration_from_json(j, path);
-      if (progress) *progress << "calibration cache predates the per-call GEMM/attention overheads: measuring again\n";
+      // A calibration from before the per-call GEMM/attention overheads and the optimizer's rate
+      // (issue 35) measured less than the cost model now uses: measure again.
+      if (JsonAt(j, path).has("optimizer_step_s_per_param")) return cost::calibration_from_json(j, path);
+      if (progress) *progress << "calibration cache predates the optimizer's measured rate: measuring again\n";
     } catch (const UserError& e) {
       if (progress) *progress << "calibration cache unreadable, measuring again: " << e.what() << "\n";
     }

@@ -228,3 +228,60 @@ TEST(Calibration, ProfiledComputeStretchesByTheLockstepFactorWithTwoOrMoreWorker
   CostModel summit(g, load_cluster("summit", 2), Optimizer::adam, prof);
   EXPECT_DOUBLE_EQ(summit.op_time(fc, 2).fwd_s, 2e-4);
 }
+
+// Issue 35: the optimizer's measured rate and the link between busy cores. The optimizer step is
+// priced per parameter as measured (not as its state's bytes at the memory bandwidth); with a worker
+// on every core, point-to-point messages use the busy link and a data-parallel all-reduce the idle
+// one; fewer workers than cores, or a calibration without the busy link, keep the idle link for both.
+TEST(Calibration, OptimizerRateAndTheBusyLink) {
+  CpuCalibration k = made_up();
+  k.sgd_step_s_per_param = 0.3e-9;
+  k.adam_step_s_per_param = 1.4e-9;
+  k.busy_link_bandwidth_Bps = 1.5e9;
+  k.busy_link_latency_s = 2e-3;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json old = calibration_to_json(k);  // caches written before the fields
+  old.erase("optimizer_step_s_per_param");
+  old.erase("busy_link");
+  CpuCalibration before = calibration_from_json(old, "k.json");
+  EXPECT_EQ(before.adam_step_s_per_param, 0);
+  EXPECT_EQ(before.busy_link_latency_s, 0);
+  Json bad = calibration_to_json(k);
+  bad["optimizer_step_s_per_param"]["adam"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: optimizer_step_s_per_param.adam: must be a non-negative number"));
+
+  ir::Graph g = relu_linear();
+  const int n = cores();  // a worker on every core
+  Cluster all = cpu_preset(n, &k);
+  EXPECT_DOUBLE_EQ(all.device.adam_step_s_per_param, 1.4e-9);
+  EXPECT_DOUBLE_EQ(all.intra.latency_s, 2e-3);
+  EXPECT_DOUBLE_EQ(all.collective_intra.latency_s, 60e-6);
+  CostModel cm(g, all, Optimizer::adam);
+  EXPECT_DOUBLE_EQ(cm.intra_link().latency_s, 2e-3);
+  // Adam's state is 16 bytes per parameter (weights, gradients, two moments).
+  EXPECT_DOUBLE_EQ(optimizer_step_time(cm, 16.0 * 1000), 1.4e-9 * 1000);
+  CostModel sgd(g, all, Optimizer::sgd);
+  EXPECT_DOUBLE_EQ(optimizer_step_time(sgd, 12.0 * 1000), 0.3e-9 * 1000);
+  // The all-reduce of 2 workers meets the idle link: the same time as without the busy figures.
+  CpuCalibration idle_only = k;
+  idle_only.busy_link_bandwidth_Bps = idle_only.busy_link_latency_s = 0;
+  CostModel idle(g, cpu_preset(n, &idle_only), Optimizer::adam);
+  EXPECT_DOUBLE_EQ(idle.intra_link().latency_s, 60e-6);
+  if (n >= 2) {
+    EXPECT_DOUBLE_EQ(cm.allreduce_time(2, true, 1e6), idle.allreduce_time(2, true, 1e6));
+  }
+  // Fewer workers than cores: the idle link.
+  if (n >= 2) {
+    EXPECT_DOUBLE_EQ(cpu_preset(1, &k).intra.latency_s, 60e-6);
+    EXPECT_EQ(cpu_preset(1, &k).collective_intra.bandwidth_Bps, 0);
+  }
+  // The plan's recorded cluster keeps both (and the optimizer's rates).
+  Cluster back = cluster_from_json(cluster_to_json(all), "c.json");
+  EXPECT_DOUBLE_EQ(back.collective_intra.latency_s, 60e-6);
+  EXPECT_DOUBLE_EQ(back.device.sgd_step_s_per_param, 0.3e-9);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(all));
+  // Without a measured rate the bandwidth estimate stays (GPU presets, old caches).
+  CostModel fixed(g, cpu_preset(n, &before), Optimizer::adam);
+  EXPECT_DOUBLE_EQ(optimizer_step_time(fixed, 16e3), 2 * 16e3 / fixed.cluster().device.mem_bandwidth_Bps);
+}

@@ -49,7 +49,45 @@ int env_int(const char* name) {
 }
 
 /// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times.
+double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
+
+/// LinkBenchOptions::busy: both ranks compute ~2 ms of GEMMs per round, in alternate rounds without
+/// and with a message of `bytes` each way (posted before computing, received after it), as two
+/// pipeline stages exchange micro-batches while both compute. The mean extra time of a round with
+/// the exchange is what one message costs a step in which every core computes: its threads wait for
+/// a core, and what they copy is taken from the computation.
+double exchange_while_computing(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
+  auto out = torch::zeros({bytes / 4}, torch::kFloat32), in = torch::zeros({bytes / 4}, torch::kFloat32);
+  auto a = torch::randn({128, 256}), b = torch::randn({256, 256}), prod = torch::empty({128, 256});
+  auto compute = [&] {
+    for (int k = 0; k < 12; ++k) torch::mm_out(prod, a, b);
+  };
+  const int peer = 1 - c.rank();
+  std::vector<double> with, without;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    const bool keep = i >= o.warmup;
+    std::vector<torch::Tensor> sync{torch::zeros({1})};  // start each round together
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    auto t0 = std::chrono::steady_clock::now();
+    compute();
+    if (keep) without.push_back(seconds_since(t0));
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    const int t = (*tag)++;
+    t0 = std::chrono::steady_clock::now();
+    auto sent = c.send(out, peer, t);
+    compute();
+    c.recv(in, peer, t);
+    sent.wait();
+    if (keep) with.push_back(seconds_since(t0));
+  }
+  return std::max(0.0, mean(with) - mean(without));
+}
+
 LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
+  if (o.busy) {  // the cost to a busy step only (p2p_s; all-reduce not measured)
+    const double s = exchange_while_computing(c, bytes, o, tag);
+    return {bytes, s, 0, s, 0};
+  }
   auto buf = torch::zeros({bytes / 4}, torch::kFloat32);
   std::vector<double> rtt, ar;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
@@ -107,7 +145,6 @@ double lockstep_factor(detail::Communicator& c, int rounds, int* tag) {
     slower.push_back(std::max(mine[i], theirs[i].item<double>()));
     all.push_back(theirs[i].item<double>());
   }
-  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
   return mean(slower) / mean(all);
 }
 
@@ -116,11 +153,18 @@ double lockstep_factor(detail::Communicator& c, int rounds, int* tag) {
 std::vector<std::string> link_worker_args(const LinkBenchOptions& o) {
   std::string sizes;
   for (int64_t s : o.sizes_bytes) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", s);
-  return {"--sizes",           sizes,
-          "--warmup",          std::to_string(o.warmup),
-          "--repeats",         std::to_string(o.repeats),
-          "--lockstep-rounds", std::to_string(o.lockstep_rounds),
-          "--timeout",         fmt::format("{}", o.timeout_s)};
+  return {"--sizes",
+          sizes,
+          "--warmup",
+          std::to_string(o.warmup),
+          "--repeats",
+          std::to_string(o.repeats),
+          "--lockstep-rounds",
+          std::to_string(o.lockstep_rounds),
+          "--timeout",
+          fmt::format("{}", o.timeout_s),
+          "--busy",
+          o.busy ? "1" : "0"};
 }
 
 int run_link_worker(const LinkBenchOptions& o) {
@@ -140,8 +184,12 @@ int run_link_worker(const LinkBenchOptions& o) {
   for (int64_t bytes : o.sizes_bytes) {
     LinkSample s = measure(*comm, bytes, o, &tag);
     if (rank == 0) {
-      std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
-                   s.p2p_s * 1e3, s.allreduce_s * 1e3);
+      if (o.busy)
+        std::fprintf(stderr, "[links] %lld bytes between computing cores: %.3f ms more per round\n",
+                     static_cast<long long>(bytes), s.p2p_s * 1e3);
+      else
+        std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
+                     s.p2p_s * 1e3, s.allreduce_s * 1e3);
       out.push_back({s.bytes, s.p2p_s, s.allreduce_s, s.p2p_fastest_s, s.allreduce_fastest_s});
     }
   }
