@@ -76,7 +76,9 @@ Json calibration_to_json(const CpuCalibration& c) {
             {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
             {"lockstep", c.lockstep}};
   if (c.busy_link_bandwidth_Bps > 0)
-    j["busy_link"] = {{"bandwidth_Bps", c.busy_link_bandwidth_Bps}, {"latency_s", c.busy_link_latency_s}};
+    j["busy_link"] = {{"bandwidth_Bps", c.busy_link_bandwidth_Bps},
+                      {"latency_s", c.busy_link_latency_s},
+                      {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
 }
 
@@ -119,6 +121,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     busy.expect_object();
     c.busy_link_bandwidth_Bps = positive(busy.at("bandwidth_Bps"));
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
+    c.busy_allreduce_latency_s = busy.has("allreduce_latency_s") ? non_negative(busy.at("allreduce_latency_s")) : 0;
   }
   return c;
 }

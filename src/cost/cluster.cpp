@@ -153,7 +153,12 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     const bool busy = workers >= cores && k->busy_link_bandwidth_Bps > 0;
     const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
     c.intra = busy ? LinkSpec{k->busy_link_bandwidth_Bps * share, k->busy_link_latency_s / share} : idle;
-    if (busy) c.collective_intra = idle;  // a data-parallel all-reduce runs while its workers wait
+    // The all-reduce at the end of a data-parallel step, measured right after both workers computed
+    // (its latency per ring step); the idle link where not measured.
+    if (busy)
+      c.collective_intra = k->busy_allreduce_latency_s > 0
+                               ? LinkSpec{k->link_bandwidth_Bps * share, k->busy_allreduce_latency_s / share}
+                               : idle;
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;
   c.inter = c.intra;          // one node: never used

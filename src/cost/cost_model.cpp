@@ -33,15 +33,18 @@ int table_row(int64_t b) {
 /// segment step costs the notice and the data, one latency per step with two in flight. The bytes
 /// cross each link as in NCCL's ring.
 double ring_time(int d, double bytes, double bw, double latency, bool gloo) {
-  const double transfer = 2.0 * (d - 1) / d * bytes / bw;
-  if (!gloo) return transfer + 2.0 * (d - 1) * latency;
-  constexpr double kGlooMaxSegmentBytes = 1 << 20;  // gloo::detail::AllreduceOptionsImpl::kMaxSegmentSize
-  const double segments = std::max(std::ceil(bytes / kGlooMaxSegmentBytes), 2.0 * d);
-  const double per_rank = std::ceil(segments / d);
-  return transfer + 2.0 * (d - 1) * per_rank * latency;
+  return 2.0 * (d - 1) / d * bytes / bw + ring_latencies(d, bytes, gloo) * latency;
 }
 
 }  // namespace
+
+double ring_latencies(int d, double bytes, bool gloo) {
+  if (!gloo) return 2.0 * (d - 1);
+  constexpr double kGlooMaxSegmentBytes = 1 << 20;  // gloo::detail::AllreduceOptionsImpl::kMaxSegmentSize
+  const double segments = std::max(std::ceil(bytes / kGlooMaxSegmentBytes), 2.0 * d);
+  const double per_rank = std::ceil(segments / d);
+  return 2.0 * (d - 1) * per_rank;
+}
 
 double compute_efficiency(OpKind k) { return EfficiencyTable{}.f32[static_cast<int>(work_class(k))].emax; }
 

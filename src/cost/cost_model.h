@@ -285,4 +285,8 @@ double stage_memory(const StageCost& s, int in_flight);
 /// every planner's stage costs use it.
 double optimizer_step_time(const CostModel& cm, double state_bytes);
 
+/// The link latencies a ring all-reduce of `bytes` over `d` ranks pays (NCCL: 2 (d - 1); Gloo splits
+/// the buffer into segments of at most 1 MiB, at least 2d, and pays one latency per segment step).
+double ring_latencies(int d, double bytes, bool gloo);
+
 }  // namespace gp::cost

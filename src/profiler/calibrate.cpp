@@ -286,13 +286,20 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     bo.repeats = 20;  // the mean of these per size
     bo.lockstep_rounds = 0;
     bo.busy = true;
-    double wait = 0;
-    for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples)
-      wait += std::max(0.0, s.p2p_s - static_cast<double>(s.bytes) / k.link_bandwidth_Bps);
-    k.busy_link_latency_s = std::max(k.link_latency_s, wait / static_cast<double>(bo.sizes_bytes.size()));
+    // The all-reduce likewise: its extra time less the transfer, per latency of the 2-rank Gloo ring.
+    double wait = 0, ring = 0;
+    for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples) {
+      const double bytes = static_cast<double>(s.bytes);
+      wait += std::max(0.0, s.p2p_s - bytes / k.link_bandwidth_Bps);
+      ring += std::max(0.0, s.allreduce_s - bytes / k.link_bandwidth_Bps) / cost::ring_latencies(2, bytes, true);
+    }
+    const double n = static_cast<double>(bo.sizes_bytes.size());
+    k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
     k.busy_link_bandwidth_Bps = k.link_bandwidth_Bps;
-    say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us)",
-                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6));
+    k.busy_allreduce_latency_s = ring / n;
+    say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us); "
+                              "an all-reduce after computing: {:.1f} us per ring step",
+                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6));
   }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

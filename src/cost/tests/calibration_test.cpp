@@ -271,6 +271,18 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   if (n >= 2) {
     EXPECT_DOUBLE_EQ(cm.allreduce_time(2, true, 1e6), idle.allreduce_time(2, true, 1e6));
   }
+  // Measured after computing, the all-reduce pays its own latency per ring step, at the idle bandwidth.
+  CpuCalibration after = k;
+  after.busy_allreduce_latency_s = 1e-3;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(after), "k.json"), after);
+  Cluster reduced = cpu_preset(n, &after);
+  EXPECT_DOUBLE_EQ(reduced.collective_intra.latency_s, 1e-3);
+  EXPECT_DOUBLE_EQ(reduced.collective_intra.bandwidth_Bps, 1.5e9);
+  if (n >= 2) {
+    CostModel r(g, reduced, Optimizer::adam);
+    EXPECT_DOUBLE_EQ(r.allreduce_time(2, true, 1e6), 1e6 / 1.5e9 + ring_latencies(2, 1e6, true) * 1e-3);
+    EXPECT_DOUBLE_EQ(ring_latencies(2, 1e6, true), 4);  // 2 x 2 segments of the 2-rank ring
+  }
   // Fewer workers than cores: the idle link.
   if (n >= 2) {
     EXPECT_DOUBLE_EQ(cpu_preset(1, &k).intra.latency_s, 60e-6);

@@ -51,19 +51,21 @@ int env_int(const char* name) {
 /// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times.
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
 
-/// LinkBenchOptions::busy: both ranks compute ~2 ms of GEMMs per round, in alternate rounds without
-/// and with a message of `bytes` each way (posted before computing, received after it), as two
-/// pipeline stages exchange micro-batches while both compute. The mean extra time of a round with
-/// the exchange is what one message costs a step in which every core computes: its threads wait for
-/// a core, and what they copy is taken from the computation.
-double exchange_while_computing(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
+/// LinkBenchOptions::busy: both ranks compute ~2 ms of GEMMs per round, in turn without communicating,
+/// with a message of `bytes` each way (posted before computing, received after it: two pipeline
+/// stages exchanging micro-batches while both compute), and followed by an all-reduce of `bytes` (the
+/// end of a data-parallel step). The mean extra time of a round with the message (first) and with
+/// the all-reduce (second) over the rounds without: what each costs a step in which every core
+/// computes (their threads wait for a core; what they copy is taken from the computation).
+std::pair<double, double> exchange_while_computing(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o,
+                                                   int* tag) {
   auto out = torch::zeros({bytes / 4}, torch::kFloat32), in = torch::zeros({bytes / 4}, torch::kFloat32);
   auto a = torch::randn({128, 256}), b = torch::randn({256, 256}), prod = torch::empty({128, 256});
   auto compute = [&] {
     for (int k = 0; k < 12; ++k) torch::mm_out(prod, a, b);
   };
   const int peer = 1 - c.rank();
-  std::vector<double> with, without;
+  std::vector<double> with, without, reduced;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
     const bool keep = i >= o.warmup;
     std::vector<torch::Tensor> sync{torch::zeros({1})};  // start each round together
@@ -79,14 +81,20 @@ double exchange_while_computing(detail::Communicator& c, int64_t bytes, const Li
     c.recv(in, peer, t);
     sent.wait();
     if (keep) with.push_back(seconds_since(t0));
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    t0 = std::chrono::steady_clock::now();
+    compute();
+    std::vector<torch::Tensor> v{out};
+    c.all_reduce(v, detail::Reduce::sum).wait();
+    if (keep) reduced.push_back(seconds_since(t0));
   }
-  return std::max(0.0, mean(with) - mean(without));
+  return {std::max(0.0, mean(with) - mean(without)), std::max(0.0, mean(reduced) - mean(without))};
 }
 
 LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
-  if (o.busy) {  // the cost to a busy step only (p2p_s; all-reduce not measured)
-    const double s = exchange_while_computing(c, bytes, o, tag);
-    return {bytes, s, 0, s, 0};
+  if (o.busy) {  // the costs to a busy step only
+    const auto [p2p, ar] = exchange_while_computing(c, bytes, o, tag);
+    return {bytes, p2p, ar, p2p, ar};
   }
   auto buf = torch::zeros({bytes / 4}, torch::kFloat32);
   std::vector<double> rtt, ar;
@@ -185,8 +193,9 @@ int run_link_worker(const LinkBenchOptions& o) {
     LinkSample s = measure(*comm, bytes, o, &tag);
     if (rank == 0) {
       if (o.busy)
-        std::fprintf(stderr, "[links] %lld bytes between computing cores: %.3f ms more per round\n",
-                     static_cast<long long>(bytes), s.p2p_s * 1e3);
+        std::fprintf(stderr,
+                     "[links] %lld bytes between computing cores: p2p %.3f ms, all-reduce %.3f ms more per round\n",
+                     static_cast<long long>(bytes), s.p2p_s * 1e3, s.allreduce_s * 1e3);
       else
         std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
                      s.p2p_s * 1e3, s.allreduce_s * 1e3);

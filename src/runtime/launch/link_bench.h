@@ -14,9 +14,10 @@ struct LinkBenchOptions {
   int repeats = 7;             // per size; the median is kept
   int lockstep_rounds = 1000;  // rounds of the lockstep measurement, ~10 ms each (0: skip it)
   double timeout_s = 60;       // a worker that does not answer within this fails the measurement
-  /// Instead of ping-pong and all-reduce: what a message costs a step in which both ranks compute
-  /// (their threads wait for a core): rounds of ~2 ms of GEMMs on both ranks, alternately without
-  /// and with a message each way; p2p_s is the mean extra time of a round with it.
+  /// Instead of ping-pong and all-reduce: what a message and an all-reduce cost a step in which both
+  /// ranks compute (their threads wait for a core): rounds of ~2 ms of GEMMs on both ranks, in turn
+  /// without communicating, with a message each way, and followed by an all-reduce; p2p_s and
+  /// allreduce_s are the mean extra times of a round with them.
   bool busy = false;
 };
 
