@@ -15,12 +15,17 @@
 // parameter's name (so --ties decides, as for TorchScript's default exports); a folded transposed
 // copy of a parameter the file no longer holds becomes that parameter (PyTorch's layout) read through
 // a Transpose; a folded transposed copy of a parameter the file does hold is recorded as a copy
-// (Net::transposed_copy_of: a tie, --ties auto). What it cannot recover is refused, naming it.
+// (Net::transposed_copy_of: a tie, --ties auto). What it cannot recover is refused, naming it: folded
+// BatchNorm above all, whose message names the call that keeps it (optimize=False). A file exported with
+// optimize=False keeps what the optimizer would have folded: computed zero biases of bias-free Convs
+// (dropped), CastLike of constants (read as the constant) and in-place dropout in training mode as
+// bernoulli random ops (read as Dropout).
 #include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -174,6 +179,9 @@ class Recovery {
     refuse_folded_batchnorm();
     std::vector<FxInfo> fx;
     for (const auto& n : g_.node()) fx.push_back(fx_info(n));
+    for (int i = 0; i < g_.node_size(); ++i) drop_computed_zero_bias(i, fx[static_cast<size_t>(i)]);
+    alias_castlike_constants();
+    rewrite_bernoulli_dropout(fx);
     for (int i = 0; i < g_.node_size(); ++i) recover_inputs(i, fx[static_cast<size_t>(i)]);
     for (int i = 0; i < g_.node_size(); ++i) restore_dropped_bias(i, fx[static_cast<size_t>(i)]);
     // Op names start as the TorchScript exporter's do, with the module path ("blocks.0.attn.c_attn" ->
@@ -252,20 +260,157 @@ class Recovery {
     return false;
   }
 
+  // The optimizer (optimize=True, the default) folds every BatchNorm into the Conv before it, whatever
+  // the module's mode: onnxscript writes aten._native_batch_norm_legit_functional (training mode) as
+  // an inference BatchNormalization too. With optimize=False the BatchNormalization nodes stay (the IR's
+  // batchnorm then uses the batch's statistics, as PyTorch's training does).
   void refuse_folded_batchnorm() {
     int fused = 0;
+    bool training = false;
     std::string first;
-    for (const auto& n : g_.node())
-      if (fx_info(n).rules.find("FuseBatchNormIntoConv") != std::string::npos) {
-        if (!fused++) first = node_label(n);
-      }
+    for (const auto& n : g_.node()) {
+      const FxInfo f = fx_info(n);
+      if (f.rules.find("FuseBatchNormIntoConv") == std::string::npos) continue;
+      if (!fused++) first = node_label(n);
+      training = training || f.text.find("aten._native_batch_norm_legit_functional") != std::string::npos;
+    }
     GP_CHECK(fused == 0,
              "{}: torch.onnx.export's dynamo exporter (dynamo=True) folded batch normalization into {} "
-             "convolution(s) (FuseBatchNormIntoConv, e.g. {}): the file computes eval-mode convolutions and has "
-             "lost the BatchNorm layers' weight and bias, which PyTorch trains; export with dynamo=False, "
-             "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (docs/onnx.md, \"Default "
-             "exports and ties\")",
-             net_.path, fused, first);
+             "convolution(s) (its optimizer's FuseBatchNormIntoConv, e.g. {}): the file computes eval-mode "
+             "convolutions and has lost the BatchNorm layers' weight and bias, which PyTorch trains. Export with "
+             "optimize=False, which keeps every BatchNormalization: torch.onnx.export(model, args, f, "
+             "dynamic_shapes=({{0: torch.export.Dim(\"batch\")}},), optimize=False). {}Or export with "
+             "dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False (docs/onnx.md, "
+             "\"torch 2.x's default exporter\")",
+             net_.path, fused, first,
+             training ? "The module was in training mode: model.train() does not help, the exporter writes "
+                        "BatchNorm in inference form and the optimizer folds it all the same. "
+                      : "Calling model.train() first does not help: the optimizer folds it all the same. ");
+  }
+
+  // optimize=False leaves a Conv (or Gemm) without bias reading a computed zero bias,
+  // Expand(CastLike(0, x), Shape(W)[0]): its fx node reads no bias parameter and the value is all
+  // zeros, so it is no bias, as the TorchScript exporter writes bias=False.
+  void drop_computed_zero_bias(int i, const FxInfo& fx) {
+    onnx::NodeProto& n = *g_.mutable_node(i);
+    if ((n.op_type() != "Conv" && n.op_type() != "ConvTranspose" && n.op_type() != "Gemm") || n.input_size() != 3 ||
+        n.input(2).empty() || inits_.count(n.input(2)))
+      return;
+    for (const auto& p : fx.params)
+      if (last_component(name_of(p, fx.scope)) == "bias") return;
+    const auto v = evaluate_constant(g_, n.input(2));
+    if (!v || v->values.empty() || std::any_of(v->values.begin(), v->values.end(), [](double x) { return x != 0; }))
+      return;
+    n.mutable_input()->RemoveLast();
+  }
+
+  // optimize=False also leaves CastLike(c, x) of a constant c to x's element type (Clip's bounds,
+  // the zero above): where c already has that type, the value is c (its users read c).
+  void alias_castlike_constants() {
+    std::unordered_map<std::string, int> type;
+    for (const auto& v : g_.input()) type[v.name()] = v.type().tensor_type().elem_type();
+    for (const auto& v : g_.value_info()) type[v.name()] = v.type().tensor_type().elem_type();
+    for (const auto& t : g_.initializer()) type[t.name()] = t.data_type();
+    std::set<std::string> outputs;
+    for (const auto& o : g_.output()) outputs.insert(o.name());
+    std::unordered_map<std::string, std::string> alias;
+    for (const auto& n : g_.node()) {
+      if (n.op_type() != "CastLike" || n.input_size() != 2 || n.output_size() != 1 || outputs.count(n.output(0)))
+        continue;
+      const auto c = evaluate_constant(g_, n.input(0));  // computed from constants only
+      auto to = type.find(n.input(1));
+      if (c && c->elem_type != 0 && to != type.end() && to->second == c->elem_type) alias[n.output(0)] = n.input(0);
+    }
+    if (alias.empty()) return;
+    for (auto& n : *g_.mutable_node())
+      for (int k = 0; k < n.input_size(); ++k)
+        if (auto it = alias.find(n.input(k)); it != alias.end()) n.set_input(k, it->second);
+  }
+
+  // torch.export decomposes an in-place dropout in training mode (nn.Dropout(p, inplace=True):
+  // torchvision's mobilenet_v3, efficientnet, mnasnet) into x * (bernoulli(empty_like(x), 1 - p) / (1 - p)),
+  // written as Expand / RandomUniformLike / Less / Div / Mul. The Mul becomes the Dropout(x, p) it is
+  // (training mode); the random nodes nothing reads any more are dropped.
+  void rewrite_bernoulli_dropout(const std::vector<FxInfo>& fx) {
+    std::unordered_map<std::string, int> producer;
+    std::unordered_map<std::string, std::string> fx_text;  // fx node name ("empty_like") -> its text
+    for (int i = 0; i < g_.node_size(); ++i) {
+      for (const auto& o : g_.node(i).output()) producer[o] = i;
+      const std::string& t = fx[static_cast<size_t>(i)].text;
+      if (const size_t colon = t.find(" : "); !t.empty() && t[0] == '%' && colon != std::string::npos)
+        fx_text[t.substr(1, colon - 1)] = t;
+    }
+    auto made_by = [&](const std::string& t) {
+      auto it = producer.find(t);
+      return it == producer.end() ? -1 : it->second;
+    };
+    // The arguments of an fx node's text: "...](args = (%a, 0.8), kwargs" -> "%a", "0.8".
+    auto args = [](const std::string& t) {
+      std::vector<std::string> out;
+      const size_t at = t.find("](args = (");
+      const size_t end = t.find("), kwargs", at);
+      if (at == std::string::npos || end == std::string::npos) return out;
+      const std::string list = t.substr(at + 10, end - at - 10);
+      for (size_t k = 0; k <= list.size();) {
+        const size_t e = std::min(list.find(", ", k), list.size());
+        std::string a = list.substr(k, e - k);
+        if (!a.empty() && a.back() == ',') a.pop_back();  // a 1-tuple: "(%x,)"
+        if (!a.empty()) out.push_back(std::move(a));
+        k = e + 2;
+      }
+      return out;
+    };
+    for (int i = 0; i < g_.node_size(); ++i) {
+      onnx::NodeProto& m = *g_.mutable_node(i);
+      if (m.op_type() != "Mul" || m.input_size() != 2) continue;
+      for (int side = 0; side < 2; ++side) {
+        const std::string x = m.input(side);
+        const int d = made_by(m.input(1 - side));
+        if (d < 0 || g_.node(d).op_type() != "Div" || g_.node(d).input_size() != 2) continue;
+        const int b = made_by(g_.node(d).input(0));
+        if (b < 0) continue;
+        const std::string& bt = fx[static_cast<size_t>(b)].text;
+        const std::vector<std::string> ba = args(bt);
+        if (bt.find("call_function[target=torch.ops.aten.bernoulli.p]") == std::string::npos || ba.size() != 2 ||
+            ba[0].empty() || ba[0][0] != '%')
+          continue;
+        auto like = fx_text.find(ba[0].substr(1));  // bernoulli(empty_like(x), keep): the mask has x's shape
+        if (like == fx_text.end() || like->second.find("torch.ops.aten.empty_like.default") == std::string::npos ||
+            args(like->second) != std::vector<std::string>{"%" + x})
+          continue;
+        double keep = -1;
+        const auto [ptr, ec] = std::from_chars(ba[1].data(), ba[1].data() + ba[1].size(), keep);
+        const auto divisor = evaluate_constant(g_, g_.node(d).input(1));
+        if (ec != std::errc() || ptr != ba[1].data() + ba[1].size() || keep <= 0 || keep > 1 || !divisor ||
+            divisor->values.size() != 1 || std::abs(divisor->values[0] - keep) > 1e-6)
+          continue;
+        const std::string base = "dynamo_dropout/" + m.output(0);
+        onnx::NodeProto ratio;
+        ratio.set_op_type("Constant");
+        ratio.set_name(base + "/ratio");
+        ratio.add_output(base + "/ratio");
+        auto* rv = ratio.add_attribute();
+        rv->set_name("value");
+        rv->set_type(onnx::AttributeProto::TENSOR);
+        *rv->mutable_t() = float_tensor(base + "/ratio", {}, {static_cast<float>(1.0 - keep)});
+        onnx::NodeProto train = ratio;
+        train.set_name(base + "/training_mode");
+        train.set_output(0, base + "/training_mode");
+        onnx::TensorProto& tv = *train.mutable_attribute(0)->mutable_t();
+        tv.set_name(base + "/training_mode");
+        tv.set_data_type(onnx::TensorProto::BOOL);
+        tv.set_raw_data(std::string(1, '\1'));
+        m.set_op_type("Dropout");
+        m.clear_input();
+        m.add_input(x);
+        m.add_input(base + "/ratio");
+        m.add_input(base + "/training_mode");
+        added_nodes_.push_back(std::move(ratio));
+        added_nodes_.push_back(std::move(train));
+        dropouts_.push_back(fmt::format("{} (p {:.6g})", m.output(0), 1.0 - keep));
+        break;
+      }
+    }
   }
 
   // The parameters node i's fx node reads that the file does not hold (yet), in argument order.
@@ -469,8 +614,13 @@ class Recovery {
 
   // Merges and tied copies are reported with the other ties (warn_ties); this says the rest.
   void warn() const {
-    if (unfolded_.empty() && restored_.empty() && folded_.empty()) return;
+    if (unfolded_.empty() && restored_.empty() && folded_.empty() && dropouts_.empty()) return;
     std::string what;
+    if (!dropouts_.empty())
+      what += fmt::format(
+          " in-place dropouts in training mode, written as x * bernoulli(1 - p) / (1 - p), are "
+          "dropout again: {}.",
+          fmt::join(dropouts_, ", "));
     if (!restored_.empty())
       what += fmt::format(" zero biases its optimizer dropped are parameters again (zero): {}.",
                           fmt::join(restored_, ", "));
@@ -496,7 +646,7 @@ class Recovery {
   std::set<std::string> made_;
   std::vector<onnx::NodeProto> added_nodes_;
   std::vector<onnx::TensorProto> added_inits_;
-  std::vector<std::string> unfolded_, restored_, folded_;
+  std::vector<std::string> unfolded_, restored_, folded_, dropouts_;
 };
 
 }  // namespace

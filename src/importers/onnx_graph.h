@@ -67,6 +67,16 @@ struct Net {
 /// Net::values holds every initializer and Constant value (for the weights).
 Net load_net(const std::string& path, bool keep_values = false);
 
+/// A tensor's value when it is computed from constants only (onnx_opset.cpp): initializers, Constant
+/// nodes, Shape of an initializer, Identity, Cast, CastLike, Reshape, Expand, Squeeze, Unsqueeze, Concat
+/// on the first axis; values as doubles, row-major. Nullopt for anything else or over 2^20 values.
+struct ConstantValue {
+  std::vector<int64_t> dims;
+  std::vector<double> values;
+  int elem_type = 0;  // onnx::TensorProto_DataType
+};
+std::optional<ConstantValue> evaluate_constant(const onnx::GraphProto& g, const std::string& name);
+
 /// Opsets 18-21 rewritten to their opset-17 form (onnx_opset.cpp); net.opset becomes 17.
 void normalize_opset(onnx::ModelProto& model, Net& net);
 

@@ -317,6 +317,43 @@ TEST(OnnxOpset, Opsets18To21ReadAsOpset17) {
   }
 }
 
+// torch 2.x's dynamo exporter with optimize=False writes mean's dims as Reshape(Constant, [-1]): axes
+// computed from constants only are evaluated; axes computed from the data stay refused (below).
+TEST(OnnxOpset, ReduceAxesComputedFromConstantsAreEvaluated) {
+  const std::string path = save_temp(opset_model(18,
+                                                 [](onnx::GraphProto& g) {
+                                                   onnx::NodeProto* c = g.add_node();
+                                                   c->set_op_type("Constant");
+                                                   c->add_output("axes_2d");
+                                                   auto* v = c->add_attribute();
+                                                   v->set_name("value");
+                                                   v->set_type(onnx::AttributeProto::TENSOR);
+                                                   v->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+                                                   v->mutable_t()->add_dims(1);
+                                                   v->mutable_t()->add_dims(1);
+                                                   v->mutable_t()->add_int64_data(-2);
+                                                   onnx::NodeProto* r = g.add_node();
+                                                   r->set_op_type("Reshape");
+                                                   r->set_name("/axes_flat");
+                                                   r->add_input("axes_2d");
+                                                   r->add_input("minus_one");
+                                                   r->add_output("axes_flat");
+                                                   onnx::TensorProto* m1 = g.add_initializer();
+                                                   m1->set_name("minus_one");
+                                                   m1->set_data_type(onnx::TensorProto::INT64);
+                                                   m1->add_dims(1);
+                                                   m1->add_int64_data(-1);
+                                                   g.mutable_node(1)->set_input(1, "axes_flat");
+                                                 }),
+                                     "opset_axes_computed");
+  ir::Graph g = load_graph(path);
+  std::map<std::string, int> kinds = testing::kind_counts(g.model());
+  EXPECT_EQ(kinds["mean"], 1);  // over dim -2 = 1, as the constant axes [1]
+  EXPECT_EQ(kinds["linear"], 1);
+  EXPECT_EQ(g.total_params(), 24);
+  EXPECT_EQ(g.model().outputs.size(), 1u);
+}
+
 TEST(OnnxOpset, WhatOpset17CannotSayIsRefusedNamingTheNode) {
   auto set_int = [](onnx::NodeProto& n, const char* name, int64_t v) {
     auto* a = n.add_attribute();

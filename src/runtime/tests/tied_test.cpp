@@ -185,6 +185,8 @@ class DefaultExport : public TiedTest {
   /// tests/fixtures/dynamo_vision's model `name`: parameters = PyTorch's, trains like PyTorch --single
   /// and on 2 stages whose first holds the ops named with a prefix in `first`.
   void vision_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first);
+  /// tests/fixtures/dynamo_bn's model `name` the same way, each stage one micro-batch of the mini-batch.
+  void batchnorm_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first);
   void trains_like_pytorch(const Json& ref, const std::string& model, const fs::path& fixtures, const plan::Plan& p,
                            const std::string& what) {
     for (const std::string optimizer : {"sgd", "adam"}) {
@@ -331,6 +333,33 @@ void DefaultExport::vision_trains_like_pytorch(const std::string& name, const st
   trains_like_pytorch(ref, model, kVision, p, "dynamo " + name);
 }
 
+// BatchNorm CNNs exported by the dynamo exporter with optimize=False (tests/fixtures/dynamo_bn; the
+// tests are below, after the refusal of the folded files).
+const fs::path kDynamoBn = fs::path(GP_SOURCE_DIR) / "tests/fixtures/dynamo_bn";
+
+Json dynamo_bn_reference(const std::string& name) {
+  std::ifstream f(kDynamoBn / "reference.json");
+  const Json all = Json::parse(f);
+  Json ref = all.at(name);
+  for (const char* k : {"steps", "train", "batch"}) ref[k] = all.at(k);
+  return ref;
+}
+
+void DefaultExport::batchnorm_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first) {
+  const Json ref = dynamo_bn_reference(name);
+  const std::string model = (kDynamoBn / ref["model"].get<std::string>()).string();
+  const ir::Graph g = importers::load_graph(model);
+  EXPECT_EQ(g.total_params(), ref["params"].get<int64_t>());
+  int batchnorms = 0;
+  for (OpId id : g.op_ids()) batchnorms += g.op(id).kind == ir::OpKind::batchnorm;
+  EXPECT_EQ(batchnorms, ref["batchnorms"].get<int>());
+  const int batch = ref["batch"].get<int>();
+  const plan::Plan p = testing::make_plan(model, batch, {{first, {0}, batch}, {{}, {1}, batch}});
+  ASSERT_FALSE(p.stages[0].ops.empty());
+  ASSERT_FALSE(p.stages[1].ops.empty());
+  trains_like_pytorch(ref, model, kDynamoBn, p, "dynamo " + name);
+}
+
 TEST_F(DefaultExport, TheDynamoExportersVitHasPyTorchsParametersAndTrainsLikePyTorch) {
   const std::string layer = "/encoder/layers/encoder_layer_0/";
   vision_trains_like_pytorch("vit", {"/conv_proj/", "/node_Reshape", "/node_permute", "/node_cat", "/encoder/node_",
@@ -400,16 +429,81 @@ TEST_F(DefaultExport, TheDynamoExportsForwardEqualsPyTorchs) {
 }
 
 // Batch normalization the dynamo exporter folded into the convolutions (eval mode's arithmetic, the
-// BatchNorm parameters gone) cannot be undone: refused, naming the rule and the flags that work.
+// BatchNorm parameters gone) cannot be undone: refused, naming the rule and the export calls that work
+// (optimize=False; dynamo=False with our flags). The optimizer folds a module in training mode
+// (defaults/conv_bn_dynamo) as in eval mode (dynamo_bn/conv_bn_eval_folded): the message says
+// model.train() does not help.
 TEST_F(DefaultExport, TheDynamoExportersFoldedBatchNormIsRefusedWithTheFlagsThatWork) {
-  const std::string model = (kDefaults / "conv_bn_dynamo.onnx").string();
+  for (const fs::path& model : {kDefaults / "conv_bn_dynamo.onnx", kDynamoBn / "conv_bn_eval_folded.onnx"}) {
+    testing::Proc info = graphpipe("model info --model " + model.string());
+    EXPECT_EQ(info.code, 2) << info.err;
+    EXPECT_NE(info.err.find(model.string() + ": torch.onnx.export's dynamo exporter (dynamo=True) folded batch "
+                                             "normalization into 1 convolution(s) (its optimizer's "
+                                             "FuseBatchNormIntoConv"),
+              std::string::npos)
+        << info.err;
+    EXPECT_NE(
+        info.err.find("Export with optimize=False, which keeps every BatchNormalization: torch.onnx.export(model, "
+                      "args, f, dynamic_shapes=({0: torch.export.Dim(\"batch\")},), optimize=False)"),
+        std::string::npos)
+        << info.err;
+    EXPECT_NE(info.err.find("dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False"),
+              std::string::npos)
+        << info.err;
+  }
+  testing::Proc train = graphpipe("model info --model " + (kDefaults / "conv_bn_dynamo.onnx").string());
+  EXPECT_NE(train.err.find("The module was in training mode: model.train() does not help"), std::string::npos)
+      << train.err;
+  testing::Proc eval = graphpipe("model info --model " + (kDynamoBn / "conv_bn_eval_folded.onnx").string());
+  EXPECT_NE(eval.err.find("Calling model.train() first does not help"), std::string::npos) << eval.err;
+}
+
+// The same families exported with optimize=False (tests/fixtures/dynamo_bn, 16x16 images, 5 classes):
+// every BatchNormalization stays, with its weight and bias; Conv bias=False is a computed zero bias
+// (Expand(CastLike(0, x), Shape(W)[0])), Clip's bounds CastLikes of constants, the global average
+// pool's axes Reshape(Constant). A tiny ResNet (BasicBlocks, a strided one with a 1x1 Conv + BN
+// downsample; exported in training mode) and a tiny MobileNetV2 (ReLU6, depthwise, inverted residuals;
+// exported after model.eval(), the same graph) import with PyTorch's parameter counts and one IR
+// batchnorm per BatchNorm2d, and train like the PyTorch module in training mode --single and on 2
+// stages. BatchNorm's statistics are the micro-batch's, so each stage runs one micro-batch of the
+// whole mini-batch (docs/onnx.md, "Batchnorm and the reference outputs").
+TEST_F(DefaultExport, TheDynamoExportersBatchNormResNetWithOptimizeFalseTrainsLikePyTorch) {
+  batchnorm_trains_like_pytorch("resnet", {"/stem", "/layer.0/"});
+}
+
+TEST_F(DefaultExport, TheDynamoExportersBatchNormMobileNetV2WithOptimizeFalseTrainsLikePyTorch) {
+  batchnorm_trains_like_pytorch("mobilenet", {"/features.0.", "/features.1/"});
+}
+
+// An in-place Dropout in training mode (the heads of torchvision's mobilenet_v3, efficientnet, mnasnet)
+// is written as x * bernoulli(empty_like(x), 1 - p) / (1 - p) (RandomUniformLike, Less, Div, Mul): read
+// back from the fx metadata as the dropout(p) it is, and said. Its training is random, so this
+// compares the structure, not losses.
+TEST_F(DefaultExport, TheDynamoExportersInPlaceDropoutIsReadBackAsDropout) {
+  const Json ref = dynamo_bn_reference("dropout");
+  const std::string model = (kDynamoBn / ref["model"].get<std::string>()).string();
+  const ir::Graph g = importers::load_graph(model);
+  EXPECT_EQ(g.total_params(), ref["params"].get<int64_t>());
+  std::vector<double> ps;
+  for (OpId id : g.op_ids())
+    if (g.op(id).kind == ir::OpKind::dropout) ps.push_back(g.op(id).attrs.at("p").get<double>());
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NEAR(ps[0], ref["p"].get<double>(), 1e-6);
   testing::Proc info = graphpipe("model info --model " + model);
-  EXPECT_EQ(info.code, 2) << info.err;
-  EXPECT_NE(info.err.find("folded batch normalization into 1 convolution(s) (FuseBatchNormIntoConv"), std::string::npos)
-      << info.err;
-  EXPECT_NE(info.err.find("dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False"),
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.err.find("in-place dropouts in training mode, written as x * bernoulli(1 - p) / (1 - p), are "
+                          "dropout again: mul_"),
             std::string::npos)
       << info.err;
+  EXPECT_NE(info.out.find("dropout 1"), std::string::npos) << info.out;  // op kinds: the random ops are gone
+  EXPECT_EQ(info.out.find("mul"), std::string::npos) << info.out;
+}
+
+TEST_F(DefaultExport, TheDynamoExportersBatchNormForwardEqualsPyTorchsInTrainingMode) {
+  for (const std::string name : {"resnet", "mobilenet"}) {
+    const Json ref = dynamo_bn_reference(name);
+    EXPECT_LT(forward_error((kDynamoBn / ref["model"].get<std::string>()).string(), ref["forward"], {"float"}), 1e-5);
+  }
 }
 
 // --single and a 2-stage pipeline (one tower per stage) train like PyTorch's own training of the module.
