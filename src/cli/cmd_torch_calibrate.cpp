@@ -128,8 +128,8 @@ Registrar reg(75, [](CLI::App& root) {
   auto a = std::make_shared<CalibrateArgs>();
   auto* c = root.add_subcommand(
       "calibrate",
-      "Measure this machine for the cpu preset (GEMM rate, bandwidth, per-op overhead, loopback link) "
-      "and cache it; --cluster cpu does this on first use");
+      "Measure this machine for the cpu preset (GEMM rate, bandwidth, per-op overhead, optimizer step, "
+      "loopback link idle and between computing cores) and cache it; --cluster cpu does this on first use");
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
   c->add_option("--repeats", a->repeats, "Timed calls per op and batch; the median is used")->capture_default_str();
