@@ -5,7 +5,10 @@
 # predicted iteration time per plan: the median over the rounds of each run's median step (the
 # first WARMUP steps left out), and the range over the rounds. Writes the table to BUILD/fidelity.md
 # too. Env: FID_MODEL, FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), FID_ROUNDS (3),
-# CALIBRATE=1 (measure the machine again first), FID_REPEATS (15: timed calls per op in the profile).
+# CALIBRATE (1: measure the machine again first, the default: the host's speed moves 20% within minutes
+# and a calibration from another moment ranked plans 4-6 of 10 right where a fresh one ranked 10 of 10,
+# docs/results-history.md "Ranking plans on this machine, second round"; 0: the cached figures),
+# FID_REPEATS (15: timed calls per op in the profile).
 # On a machine shared with other jobs the wall-clock median measures the contention as much as the
 # model; a second figure is robust to it: the CPU time of the training processes per step (from a
 # run of STEPS steps minus one of 2 steps, so start-up cancels) divided by the cores in use,
@@ -23,9 +26,9 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
 echo "== fidelity: $MODEL, mini-batch $BATCH, ${FID_ROUNDS:-3} rounds of $STEPS steps per plan on $(nproc) cores (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "-- calibrating the cpu preset (cached per machine; CALIBRATE=1 measures again)"
-if [ "${CALIBRATE:-0}" = 1 ]; then "$GP" calibrate | sed -n 1,4p
-else "$GP" calibrate --show 2>/dev/null | sed -n 1,4p || "$GP" calibrate | sed -n 1,4p; fi
+echo "-- calibrating the cpu preset (measured again now; CALIBRATE=0 uses the cached figures)"
+if [ "${CALIBRATE:-1}" = 1 ]; then "$GP" calibrate | sed -n 1,6p
+else "$GP" calibrate --show 2>/dev/null | sed -n 1,6p || "$GP" calibrate | sed -n 1,6p; fi
 echo "-- profiling $MODEL (batches 1..$BATCH, links)"
 batches=1; b=2; while [ "$b" -le "$BATCH" ]; do batches="$batches,$b"; b=$((b * 2)); done
 PROF=${FID_PROFILE:-$BUILD/fidelity-profile.json}
