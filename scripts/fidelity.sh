@@ -5,9 +5,9 @@
 # predicted iteration time per plan: the median over the rounds of each run's median step (the
 # first WARMUP steps left out), and the range over the rounds. Writes the table to BUILD/fidelity.md
 # too. Env: FID_MODEL, FID_BATCH, STEPS (default 12), WARMUP (2), DEVICES ("1 2 4"), FID_ROUNDS (3),
-# CALIBRATE (1: measure the machine again first, the default: the host's speed moves 20% within minutes
-# and a calibration from another moment ranked plans 4-6 of 10 right where a fresh one ranked 10 of 10,
-# docs/results-history.md "Ranking plans on this machine, second round"; 0: the cached figures),
+# CALIBRATE (1, the default: measure the machine again first, so that the figures and the runs meet the
+# same host: its speed moves 20% within minutes, docs/results-history.md "Ranking plans on this machine,
+# second round"; 0: the cached figures),
 # FID_REPEATS (15: timed calls per op in the profile).
 # On a machine shared with other jobs the wall-clock median measures the contention as much as the
 # model; a second figure is robust to it: the CPU time of the training processes per step (from a
