@@ -100,7 +100,8 @@ echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
 # machine (1 device; 2 devices GraphPipe, PipeDream, data-parallel; GraphPipe at micro-batch 2) trained
 # interleaved, and for every pair the measured speed ratio against the predicted one
 # (scripts/fidelity_rank.py). FID_RANK=0 skips them; FID_RANK_MODELS overrides the two models
-# ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (3).
+# ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (3). Each plan runs at least STEPS steps a
+# round, more where the fastest plan's round would last under a second (fidelity_rank.py --min-round-s).
 if [ "${FID_RANK:-1}" = 1 ]; then
   RANK_OUT=$BUILD/fidelity-ranking.md
   { echo "# make fidelity: ranking tables, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), load before $(cut -d' ' -f1-3 /proc/loadavg)"; echo; } > "$RANK_OUT"

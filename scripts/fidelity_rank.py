@@ -17,12 +17,13 @@ cores in use (min(workers with a stage, cores)): the iteration time of an otherw
 core waits (a lower bound where a pipeline leaves cores idle in its bubbles). The pairs are given on
 both clocks.
 
-Usage: fidelity_rank.py GRAPHPIPE MODEL BATCH OUT.md [--rounds R] [--steps S] [--warmup W]
+Usage: fidelity_rank.py GRAPHPIPE MODEL BATCH OUT.md [--rounds R] [--steps S] [--min-round-s T] [--warmup W]
        [--micro-batch M] [--label TEXT]
 Prints the tables and appends them (markdown) to OUT.md.
 """
 import argparse
 import itertools
+import math
 import json
 import os
 import resource
@@ -60,6 +61,9 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--min-round-s", type=float, default=1.0,
+                    help="more steps per plan and round where the fastest plan's predicted steps would run "
+                         "shorter than this (a 12 ms step's median of 10 moved 0.6-1.3x between rounds)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--micro-batch", type=int, default=2)
     ap.add_argument("--devices", type=int, default=2)
@@ -91,6 +95,8 @@ def main():
         sim = json.loads(run([gp, "simulate", "--plan", path, "--json"]))
         p = json.load(open(path))
         plans.append((name, path, p, sim["iteration_time_s"]))
+    # Short steps: enough of them that each round of the fastest plan lasts min_round_s.
+    a.steps = max(a.steps, a.warmup + math.ceil(a.min_round_s / min(pred for *_, pred in plans)))
     meas = {name: [] for name, *_ in plans}
     cpus = {name: [] for name, *_ in plans}
     for r in range(a.rounds):

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 export GRAPHPIPE_CALIBRATION=off
 fail() { echo "FAIL: $*"; exit 1; }
 M="mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64"
-python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/rank.md" --rounds 1 --steps 3 --warmup 1 --label tiny \
+python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/rank.md" --rounds 1 --steps 3 --min-round-s 0 --warmup 1 --label tiny \
   > "$T/out" 2>&1 || { cat "$T/out"; fail "fidelity_rank.py exited $?"; }
 python3 - "$T/rank.md" <<'PY' || exit 1
 import re, sys
