@@ -48,7 +48,6 @@ int env_int(const char* name) {
   return std::atoi(v);
 }
 
-/// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times.
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
 
 /// LinkBenchOptions::busy: both ranks compute ~2 ms of GEMMs per round, in turn without communicating,
@@ -91,6 +90,8 @@ std::pair<double, double> exchange_while_computing(detail::Communicator& c, int6
   return {std::max(0.0, mean(with) - mean(without)), std::max(0.0, mean(reduced) - mean(without))};
 }
 
+/// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times;
+/// with LinkBenchOptions::busy, exchange_while_computing instead.
 LinkSample measure(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
   if (o.busy) {  // the costs to a busy step only
     const auto [p2p, ar] = exchange_while_computing(c, bytes, o, tag);
