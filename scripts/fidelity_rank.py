@@ -23,8 +23,8 @@ Prints the tables and appends them (markdown) to OUT.md.
 """
 import argparse
 import itertools
-import math
 import json
+import math
 import os
 import resource
 import statistics

@@ -71,11 +71,11 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.adam_step_s_per_param * 1e9);
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
-  if (k.busy_link_bandwidth_Bps > 0)
+  if (k.busy_link_latency_s > 0)
     std::printf(
         "  the link while every core computes: %.1f us + %.2f GB/s, all-reduce %.1f us per ring step (plans with a "
         "worker on every core)\n",
-        k.busy_link_latency_s * 1e6, k.busy_link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6);
+        k.busy_link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6);
   if (!r.points.empty()) {
     std::printf("  %-36s %12s %12s %8s\n", "op (forward + backward)", "measured ms", "model ms", "ratio");
     for (const auto& p : r.points)

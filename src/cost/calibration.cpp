@@ -75,10 +75,8 @@ Json calibration_to_json(const CpuCalibration& c) {
             {"optimizer_step_s_per_param", {{"sgd", c.sgd_step_s_per_param}, {"adam", c.adam_step_s_per_param}}},
             {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
             {"lockstep", c.lockstep}};
-  if (c.busy_link_bandwidth_Bps > 0)
-    j["busy_link"] = {{"bandwidth_Bps", c.busy_link_bandwidth_Bps},
-                      {"latency_s", c.busy_link_latency_s},
-                      {"allreduce_latency_s", c.busy_allreduce_latency_s}};
+  if (c.busy_link_latency_s > 0)
+    j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
 }
 
@@ -119,9 +117,8 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   if (j.has("busy_link")) {
     JsonAt busy = j.at("busy_link");
     busy.expect_object();
-    c.busy_link_bandwidth_Bps = positive(busy.at("bandwidth_Bps"));
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
-    c.busy_allreduce_latency_s = busy.has("allreduce_latency_s") ? non_negative(busy.at("allreduce_latency_s")) : 0;
+    c.busy_allreduce_latency_s = non_negative(busy.at("allreduce_latency_s"));
   }
   return c;
 }

@@ -33,10 +33,12 @@ struct CpuCalibration {
   double adam_step_s_per_param = 0;  // likewise Adam
   double link_bandwidth_Bps = 0;     // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
-  double busy_link_bandwidth_Bps = 0;   // the same link while every core computes (a training step's
-  double busy_link_latency_s = 0;       // messages between busy workers); 0: not measured
-  double busy_allreduce_latency_s = 0;  // a 2-rank all-reduce right after both computed: per ring latency
-  double lockstep = 1;                  // two cores computing in lockstep: the slower's pace / one core's
+  // The same link while every core computes (a training step's messages between busy workers), at the
+  // idle bandwidth: a message's latency, and a 2-rank all-reduce's per ring step right after both
+  // computed. 0: not measured.
+  double busy_link_latency_s = 0;
+  double busy_allreduce_latency_s = 0;
+  double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
   bool operator==(const CpuCalibration&) const = default;
 };
 

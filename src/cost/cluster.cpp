@@ -150,14 +150,14 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
     // core busy, where it was (issue 35).
-    const bool busy = workers >= cores && k->busy_link_bandwidth_Bps > 0;
+    const bool busy = workers >= cores && k->busy_link_latency_s > 0;
     const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
-    c.intra = busy ? LinkSpec{k->busy_link_bandwidth_Bps * share, k->busy_link_latency_s / share} : idle;
+    c.intra = busy ? LinkSpec{idle.bandwidth_Bps, k->busy_link_latency_s / share} : idle;
     // The all-reduce at the end of a data-parallel step, measured right after both workers computed
     // (its latency per ring step); the idle link where not measured.
     if (busy)
       c.collective_intra = k->busy_allreduce_latency_s > 0
-                               ? LinkSpec{k->link_bandwidth_Bps * share, k->busy_allreduce_latency_s / share}
+                               ? LinkSpec{idle.bandwidth_Bps, k->busy_allreduce_latency_s / share}
                                : idle;
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;

@@ -251,8 +251,8 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
 
   // 5. The runtime's optimizer steps (make_optimizer: SGD with momentum, Adam) over 1.05 M parameters in
   // 32 tensors (sixteen 256 x 256 linears; a step pays per tensor too, and models hold many): per
-  // parameter. The bandwidth estimate (2 x the state's bytes
-  // at mem_bandwidth_Bps) was 3.7x short of a measured Adam step on this machine (issue 35).
+  // parameter. The bandwidth estimate (2 x the state's bytes at mem_bandwidth_Bps) was 3.7x short of a
+  // measured Adam step on this machine (issue 35).
   {
     ir::ModelBuilder b("optimizer");
     std::string x = b.input("x", {256});
@@ -277,10 +277,10 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     k.link_latency_s = p.p2p->latency_s;
     k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
     k.lockstep = p.lockstep.value_or(1);
-    // Again with a thread computing beside each worker: inside a step every core runs a worker, and
-    // Gloo's threads wait for a core (one-way p2p on the 2-core VM: 0.15 ms idle, ~1-2 ms busy).
-    // The wait does not grow with the message: the busy link is the idle one's bandwidth with the
-    // mean extra time per message (each size's mean one-way time less its transfer) as its latency.
+    // Again with both workers computing between messages (LinkBenchOptions::busy): inside a step every
+    // core runs a worker, and Gloo's threads wait for a core (2-core VM: 0.15 ms per message idle,
+    // 2-3 ms busy). The wait does not grow with the message: the busy link keeps the idle bandwidth and
+    // takes as its latency the mean over the sizes of a message's extra time less its transfer.
     runtime::LinkBenchOptions bo;
     bo.sizes_bytes = {4096, 65536, 262144, 1 << 20};
     bo.repeats = 20;  // the mean of these per size
@@ -295,7 +295,6 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     }
     const double n = static_cast<double>(bo.sizes_bytes.size());
     k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
-    k.busy_link_bandwidth_Bps = k.link_bandwidth_Bps;
     k.busy_allreduce_latency_s = ring / n;
     say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us); "
                               "an all-reduce after computing: {:.1f} us per ring step",

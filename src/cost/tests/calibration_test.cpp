@@ -237,7 +237,6 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   CpuCalibration k = made_up();
   k.sgd_step_s_per_param = 0.3e-9;
   k.adam_step_s_per_param = 1.4e-9;
-  k.busy_link_bandwidth_Bps = 1.5e9;
   k.busy_link_latency_s = 2e-3;
   EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
   Json old = calibration_to_json(k);  // caches written before the fields
@@ -265,7 +264,7 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   EXPECT_DOUBLE_EQ(optimizer_step_time(sgd, 12.0 * 1000), 0.3e-9 * 1000);
   // The all-reduce of 2 workers meets the idle link: the same time as without the busy figures.
   CpuCalibration idle_only = k;
-  idle_only.busy_link_bandwidth_Bps = idle_only.busy_link_latency_s = 0;
+  idle_only.busy_link_latency_s = 0;
   CostModel idle(g, cpu_preset(n, &idle_only), Optimizer::adam);
   EXPECT_DOUBLE_EQ(idle.intra_link().latency_s, 60e-6);
   if (n >= 2) {
