@@ -46,6 +46,10 @@ void compare(const std::string& model, const std::string& profile_path) {
   GP_CHECK(!by_kind.empty(), "calibrate --compare: {} measures none of {}'s ops", profile_path, g.name());
   std::printf("%s: measured (profile %s) vs the calibrated cpu preset, fwd + bwd summed over the model's ops, ms\n",
               g.name().c_str(), profile_path.c_str());
+  if (cm.cluster().device.sequence_overhead_s > 0 || cm.cluster().device.sequence_s_per_weight_byte > 0)
+    std::printf(
+        "  (the preset prices ops as in a step, the profile times each alone: model/measured above 1 "
+        "by the ops-in-sequence figures)\n");
   std::map<int64_t, std::pair<double, double>> total;
   for (const auto& [kind, rows] : by_kind)
     for (const auto& [b, t] : rows) {
@@ -69,6 +73,10 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.gemm_overhead_s * 1e6, k.attention_overhead_s * 1e6, k.attention_efficiency);
   std::printf("  optimizer step per million parameters: SGD %.2f ms, Adam %.2f ms\n", k.sgd_step_s_per_param * 1e9,
               k.adam_step_s_per_param * 1e9);
+  if (k.sequence_overhead_s > 0 || k.sequence_s_per_weight_byte > 0)
+    std::printf(
+        "  ops in sequence (as in a step) against alone: %.2f us more per call, %.3f ns per weight byte touched\n",
+        k.sequence_overhead_s * 1e6, k.sequence_s_per_weight_byte * 1e9);
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
   if (k.busy_link_latency_s > 0)

@@ -75,6 +75,8 @@ Json calibration_to_json(const CpuCalibration& c) {
             {"optimizer_step_s_per_param", {{"sgd", c.sgd_step_s_per_param}, {"adam", c.adam_step_s_per_param}}},
             {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
             {"lockstep", c.lockstep}};
+  if (c.sequence_overhead_s > 0 || c.sequence_s_per_weight_byte > 0)
+    j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -119,6 +121,12 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     busy.expect_object();
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
     c.busy_allreduce_latency_s = non_negative(busy.at("allreduce_latency_s"));
+  }
+  if (j.has("in_sequence")) {
+    JsonAt q = j.at("in_sequence");
+    q.expect_object();
+    c.sequence_overhead_s = non_negative(q.at("overhead_s"));
+    c.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
   }
   return c;
 }

@@ -39,6 +39,12 @@ struct CpuCalibration {
   double busy_link_latency_s = 0;
   double busy_allreduce_latency_s = 0;
   double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
+  // Ops run one after another, as in a training step (runtime::time_model), cost more than each timed
+  // alone: a fixed time per call (the autograd graph and the runtime's bookkeeping across many ops)
+  // and a time per weight byte touched (weights and their gradients that left the caches since their
+  // last use). Fitted to two reference chains; 0: not measured.
+  double sequence_overhead_s = 0;
+  double sequence_s_per_weight_byte = 0;
   bool operator==(const CpuCalibration&) const = default;
 };
 

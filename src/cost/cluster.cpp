@@ -146,6 +146,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 calibrated_efficiency(*k)};
     c.device.sgd_step_s_per_param = k->sgd_step_s_per_param / pace;  // CPU time, as kernel_overhead_s
     c.device.adam_step_s_per_param = k->adam_step_s_per_param / pace;
+    c.device.sequence_overhead_s = k->sequence_overhead_s / pace;
+    c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
@@ -270,6 +272,9 @@ Json cluster_to_json(const Cluster& c) {
   if (c.device.sgd_step_s_per_param > 0 || c.device.adam_step_s_per_param > 0)  // measured: the calibrated cpu preset
     j["device"]["optimizer_step_s_per_param"] = {{"sgd", c.device.sgd_step_s_per_param},
                                                  {"adam", c.device.adam_step_s_per_param}};
+  if (c.device.sequence_overhead_s > 0 || c.device.sequence_s_per_weight_byte > 0)  // the calibrated cpu preset
+    j["device"]["in_sequence"] = {{"overhead_s", c.device.sequence_overhead_s},
+                                  {"s_per_weight_byte", c.device.sequence_s_per_weight_byte}};
   return j;
 }
 
@@ -313,6 +318,12 @@ Cluster cluster_from_json(const JsonAt& j) {
     o.expect_object();
     c.device.sgd_step_s_per_param = non_negative(o.at("sgd"));
     c.device.adam_step_s_per_param = non_negative(o.at("adam"));
+  }
+  if (d.has("in_sequence")) {
+    JsonAt q = d.at("in_sequence");
+    q.expect_object();
+    c.device.sequence_overhead_s = non_negative(q.at("overhead_s"));
+    c.device.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
   }
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.

@@ -81,8 +81,13 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
   // reads/writes about twice the forward's activation traffic.
   double bwd_bytes = weights_read + static_cast<double>(c.param_bytes) + 2 * act;
   OpTime t;
-  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead;
-  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead;
+  // In a step (sequence_*: the calibrated cpu preset) each call costs a little more, and the weights
+  // it touches come from further away than when the op is timed alone, again and again.
+  const double fwd_seq = d.sequence_overhead_s + weights_read * d.sequence_s_per_weight_byte;
+  const double bwd_seq = d.sequence_overhead_s +
+                         (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte;
+  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + fwd_seq;
+  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + bwd_seq;
   t.source = Source::formula;
   return t;
 }

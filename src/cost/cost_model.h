@@ -31,6 +31,11 @@ struct DeviceSpec {
   /// as its state's bytes read and written at mem_bandwidth_Bps. A profile's measurement wins.
   double sgd_step_s_per_param = 0;
   double adam_step_s_per_param = 0;
+  /// What an op costs more inside a step than timed alone (the calibrated cpu preset; 0 elsewhere):
+  /// per forward or backward call, and per weight byte the call reads or writes (weights fetched
+  /// again from memory, gradients written back). docs/cost-model.md, "Ops in sequence".
+  double sequence_overhead_s = 0;
+  double sequence_s_per_weight_byte = 0;
 };
 
 struct LinkSpec {

@@ -10,6 +10,8 @@
 #include <thread>
 #include <tuple>
 
+#include <fmt/ranges.h>
+
 #include "cost/cost_model.h"
 #include "profiler/profiler.h"
 #include "runtime/exec/op_timing.h"
@@ -126,6 +128,74 @@ std::vector<std::array<double, 3>> measure_gemms(double overhead_s, const Calibr
                                 pts.back()[1] / pts.back()[2] / 1e9));
   }
   return pts;
+}
+
+/// The two reference chains of calibrate_cpu's step 6.
+std::vector<ir::Graph> sequence_chains() {
+  std::vector<ir::Graph> out;
+  {
+    ir::ModelBuilder b("small_ops");
+    std::string x = b.input("x", {8, 64});
+    for (int i = 0; i < 16; ++i) {
+      std::string h = b.unary(fmt::format("g{}", i), ir::OpKind::gelu, b.linear(fmt::format("l{}", i), x, 64));
+      x = b.op(fmt::format("a{}", i), ir::OpKind::add, {x, h});
+    }
+    b.output(x);
+    out.push_back(ir::Graph::build(b.build(), "calibration"));
+  }
+  {
+    ir::ModelBuilder b("large_weights");
+    std::string x = b.input("x", {4, 1024});
+    for (int i = 0; i < 8; ++i) {
+      x = b.linear(fmt::format("l{}", i), x, 1024);
+      if (i < 7) x = b.unary(fmt::format("r{}", i), ir::OpKind::relu, x);
+    }
+    b.output(x);
+    out.push_back(ir::Graph::build(b.build(), "calibration"));
+  }
+  return out;
+}
+
+std::pair<double, double> measure_in_sequence(const cost::CpuCalibration& k, const CalibrateOptions& o,
+                                              std::ostream* progress) {
+  const cost::DeviceSpec d = device_of(k);
+  // Per timing: calls (forward and backward), weight bytes touched, extra seconds over the roofline,
+  // the roofline's seconds.
+  std::vector<std::array<double, 4>> pts;
+  std::vector<std::string> said;
+  for (const ir::Graph& g : sequence_chains()) {
+    const std::vector<int64_t> batches = {1, 8};
+    std::vector<runtime::OpTiming> t = runtime::time_model(g, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
+    for (size_t i = 0; i < batches.size(); ++i) {
+      double alone = 0, bytes = 0;
+      for (OpId id : g.op_ids()) {
+        cost::OpTime r = cost::roofline_time(cost::op_work(g, id), g.costs(id), d, false, batches[i]);
+        alone += r.fwd_s + r.bwd_s;
+        bytes += 2.0 * static_cast<double>(g.costs(id).weight_read_bytes) +
+                 static_cast<double>(g.costs(id).param_bytes);
+      }
+      const double measured = t[i].fwd_s + t[i].bwd_s;
+      pts.push_back({2.0 * static_cast<double>(g.num_ops()), bytes, measured - alone, alone});
+      said.push_back(fmt::format("{} b={} {:.2f} ms ({:.2f}x its ops alone)", g.name(), batches[i], measured * 1e3,
+                                 measured / alone));
+    }
+  }
+  // Least squares of extra = calls x c + bytes x s relative to each timing's roofline time, each
+  // figure then clamped at 0 (the model never runs ops faster in sequence).
+  double m00 = 0, m01 = 0, m11 = 0, r0 = 0, r1 = 0;
+  for (const auto& [calls, bytes, extra, alone] : pts) {
+    const double w = 1.0 / (alone * alone);
+    m00 += w * calls * calls, m01 += w * calls * bytes, m11 += w * bytes * bytes;
+    r0 += w * calls * extra, r1 += w * bytes * extra;
+  }
+  const double det = m00 * m11 - m01 * m01;
+  double c = det > 0 ? (r0 * m11 - r1 * m01) / det : 0, s = det > 0 ? (m00 * r1 - m01 * r0) / det : 0;
+  if (c < 0) c = 0, s = m11 > 0 ? std::max(0.0, r1 / m11) : 0;
+  if (s < 0) s = 0, c = m00 > 0 ? std::max(0.0, r0 / m00) : 0;
+  say(progress, fmt::format("ops in sequence: {}; fitted {:.2f} us more per call, {:.3f} ns per weight byte "
+                            "touched ({:.1f} GB/s)",
+                            fmt::join(said, ", "), c * 1e6, s * 1e9, s > 0 ? 1e-9 / s : 0.0));
+  return {c, s};
 }
 
 }  // namespace
@@ -267,7 +337,16 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
                               k.sgd_step_s_per_param * 1e9, k.adam_step_s_per_param * 1e9));
   }
 
-  // 6. The loopback link between two worker processes.
+  // 6. Ops in sequence: two reference chains trained as a step runs them (runtime::time_model: forward
+  // to the loss, backward) against the sum of their ops' roofline times with the figures above, which
+  // reproduce each op timed alone. Many small ops (16 residual blocks of linear 64, gelu, add on 8 x 64
+  // floats per sample: 256 KB of weights) and a few large ones (8 linears 1024 x 1024 on 4 x 1024 per
+  // sample: 32 MB of weights, as much in gradients, beyond the caches): the extra time of each =
+  // calls x sequence_overhead_s + weight bytes touched x sequence_s_per_weight_byte (issue 35: a
+  // 2-sample micro-batch of a 256-wide transformer measured 1.15-1.23x its ops timed alone).
+  std::tie(k.sequence_overhead_s, k.sequence_s_per_weight_byte) = measure_in_sequence(k, o, progress);
+
+  // 7. The loopback link between two worker processes.
   if (o.links) {
     cost::Profile p;
     LinkOptions lo;
@@ -341,8 +420,8 @@ cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
       Json j = read_json_file(path);
       // A calibration from before the per-call GEMM/attention overheads and the optimizer's rate
       // (issue 35) measured less than the cost model now uses: measure again.
-      if (JsonAt(j, path).has("optimizer_step_s_per_param")) return cost::calibration_from_json(j, path);
-      if (progress) *progress << "calibration cache predates the optimizer's measured rate: measuring again\n";
+      if (JsonAt(j, path).has("in_sequence")) return cost::calibration_from_json(j, path);
+      if (progress) *progress << "calibration cache predates the ops-in-sequence figures: measuring again\n";
     } catch (const UserError& e) {
       if (progress) *progress << "calibration cache unreadable, measuring again: " << e.what() << "\n";
     }

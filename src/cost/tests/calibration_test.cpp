@@ -296,3 +296,42 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   CostModel fixed(g, cpu_preset(n, &before), Optimizer::adam);
   EXPECT_DOUBLE_EQ(optimizer_step_time(fixed, 16e3), 2 * 16e3 / fixed.cluster().device.mem_bandwidth_Bps);
 }
+
+// Issue 35: ops in a step cost more than timed alone. The calibrated preset adds a time per call and
+// one per weight byte the call touches (forward reads the weights; backward reads them again and
+// writes their gradient); both stretch with workers per core like the per-op overhead; the figures
+// survive the calibration's cache and a plan's recorded cluster; without them nothing changes.
+TEST(Calibration, OpsInSequenceCostPerCallAndPerWeightByte) {
+  CpuCalibration k = made_up();
+  k.sequence_overhead_s = 3e-6;
+  k.sequence_s_per_weight_byte = 0.1e-9;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["in_sequence"]["s_per_weight_byte"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: in_sequence.s_per_weight_byte: must be a non-negative number"));
+  CpuCalibration alone = k;
+  alone.sequence_overhead_s = alone.sequence_s_per_weight_byte = 0;
+  Json old = calibration_to_json(alone);
+  EXPECT_FALSE(old.contains("in_sequence"));  // caches written before the fields read as 0
+  EXPECT_EQ(calibration_from_json(old, "k.json"), alone);
+
+  ir::Graph g = relu_linear();
+  const OpId fc = g.find("fc"), pre = g.find("pre");
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &alone));
+  const double weights = static_cast<double>(g.costs(fc).param_bytes);  // 64 x 64 + 64 floats
+  for (int64_t b : {1, 16}) {
+    EXPECT_NEAR(with.op_time(fc, b).fwd_s - without.op_time(fc, b).fwd_s, 3e-6 + weights * 0.1e-9, 1e-12);
+    EXPECT_NEAR(with.op_time(fc, b).bwd_s - without.op_time(fc, b).bwd_s, 3e-6 + 2 * weights * 0.1e-9, 1e-12);
+    EXPECT_NEAR(with.op_time(pre, b).fwd_s - without.op_time(pre, b).fwd_s, 3e-6, 1e-12);  // no weights
+  }
+  Cluster c = cpu_preset(1, &k);
+  EXPECT_DOUBLE_EQ(c.device.sequence_overhead_s, 3e-6);
+  Cluster back = cluster_from_json(cluster_to_json(c), "c.json");
+  EXPECT_DOUBLE_EQ(back.device.sequence_s_per_weight_byte, 0.1e-9);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(c));
+  EXPECT_FALSE(cluster_to_json(cpu_preset(1, &alone))["device"].contains("in_sequence"));
+  // Twice as many workers as cores: every CPU-time figure doubles.
+  Cluster over = cpu_preset(2 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.sequence_overhead_s / over.device.kernel_overhead_s, 3e-6 / 20e-6);
+}
