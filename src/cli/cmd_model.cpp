@@ -45,7 +45,8 @@ Json params_json(const importers::OnnxImportReport& r) {
   if (r.dynamo)
     j["dynamo"] = {{"restored_biases", r.dynamo->restored_biases},
                    {"unfolded_weights", r.dynamo->unfolded_weights},
-                   {"folded_values", r.dynamo->folded_values}};
+                   {"folded_values", r.dynamo->folded_values},
+                   {"ungathered_tables", r.dynamo->ungathered_tables}};
   return j;
 }
 
@@ -68,6 +69,7 @@ void print_params(const importers::OnnxImportReport& r) {
   line("restored bias", r.dynamo->restored_biases);
   line("untransposed", r.dynamo->unfolded_weights);
   line("folded value", r.dynamo->folded_values);
+  line("ungathered", r.dynamo->ungathered_tables);
 }
 
 void run_info(const ModelArgs& a) {

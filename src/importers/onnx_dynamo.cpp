@@ -29,6 +29,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -41,6 +42,7 @@ namespace {
 // Field numbers of metadata_props in onnx >= 1.16's NodeProto and ValueInfoProto.
 constexpr int kNodeMetadataField = 9;
 constexpr int kValueInfoMetadataField = 4;
+constexpr int kGraphMetadataField = 16;
 
 std::map<std::string, std::string> metadata_of(const google::protobuf::Message& m, int field) {
   std::map<std::string, std::string> out;
@@ -169,14 +171,49 @@ std::string last_component(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
+// torchvision's Swin relative_position_index for a window wh x ww of n = wh * ww tokens, flattened
+// [n * n] (as ops.cpp's window_attention computes it): token i = (hi, wi) reads row
+// (hi - hj + wh - 1) (2 ww - 1) + (wi - wj + ww - 1) of the [(2wh-1)(2ww-1), heads] table for token j.
+std::vector<int64_t> swin_relative_position_index(int64_t wh, int64_t ww) {
+  const int64_t n = wh * ww;
+  std::vector<int64_t> index(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      index[static_cast<size_t>(i * n + j)] = (i / ww - j / ww + wh - 1) * (2 * ww - 1) + (i % ww - j % ww + ww - 1);
+  return index;
+}
+
+// The table [rows, heads] whose lookup table[index] viewed [n, n, heads] and permuted to [heads, n, n]
+// is `v` (heads * n * n values), or nothing when some entry of `v` differs from the one its row holds.
+std::optional<std::vector<float>> ungather(const std::vector<float>& v, const std::vector<int64_t>& index, int64_t rows,
+                                           int64_t heads) {
+  const auto nn = static_cast<int64_t>(index.size());
+  std::vector<float> table(static_cast<size_t>(rows * heads));
+  std::vector<bool> seen(static_cast<size_t>(rows), false);
+  for (int64_t p = 0; p < nn; ++p) {
+    const int64_t r = index[static_cast<size_t>(p)];
+    for (int64_t k = 0; k < heads; ++k) {
+      const float x = v[static_cast<size_t>(k * nn + p)];
+      float& t = table[static_cast<size_t>(r * heads + k)];
+      if (!seen[static_cast<size_t>(r)]) t = x;
+      else if (std::memcmp(&t, &x, sizeof x) != 0) return std::nullopt;
+    }
+    seen[static_cast<size_t>(r)] = true;
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) return std::nullopt;  // a row no entry reads
+  return table;
+}
+
 class Recovery {
  public:
   Recovery(onnx::ModelProto& model, Net& net) : g_(*model.mutable_graph()), net_(net) {}
 
   void run() {
     read_parameter_names();
+    read_signature();
     for (const auto& init : g_.initializer()) inits_[init.name()] = &init;
     refuse_folded_batchnorm();
+    ungather_folded_lookups();
     std::vector<FxInfo> fx;
     for (const auto& n : g_.node()) fx.push_back(fx_info(n));
     for (int i = 0; i < g_.node_size(); ++i) drop_computed_zero_bias(i, fx[static_cast<size_t>(i)]);
@@ -213,10 +250,47 @@ class Recovery {
     drop_dead_nodes();
     sort_out_initializers();
     warn();
-    net_.dynamo = DynamoRecovery{restored_, unfolded_, folded_};
+    net_.dynamo = DynamoRecovery{restored_, unfolded_, folded_, ungathered_};
   }
 
  private:
+  // The graph's metadata: torch.export's graph signature, one line per input,
+  // "p_a_weight: PARAMETER target='a.weight'", "b_a_index: BUFFER target='a.index' persistent=True"; and
+  // per folded value, the values it was folded from (value_info pkg.onnxscript.optimizer.folded_from).
+  void read_signature() {
+    for (const auto& [k, text] : metadata_of(g_, kGraphMetadataField)) {
+      if (k != "pkg.torch.export.ExportedProgram.graph_signature") continue;
+      for (size_t at = 0; at < text.size();) {
+        const size_t end = std::min(text.find('\n', at), text.size());
+        const std::string line = text.substr(at, end - at);
+        at = end + 1;
+        const std::vector<std::string> q = quoted(line);
+        if (q.size() != 1) continue;
+        if (const size_t colon = line.find(": PARAMETER target="); colon != std::string::npos) {
+          signature_params_.insert(q[0]);
+          size_t start = 0;
+          while (start < colon && line[start] == ' ') ++start;
+          signature_target_[line.substr(start, colon - start)] = q[0];
+        }
+        if (line.find(": BUFFER target=") != std::string::npos) signature_buffers_.insert(q[0]);
+      }
+    }
+    for (const auto& vi : g_.value_info()) {
+      const auto md = metadata_of(vi, kValueInfoMetadataField);
+      if (auto from = md.find("pkg.onnxscript.optimizer.folded_from"); from != md.end())
+        folded_from_[vi.name()] = quoted(from->second);
+    }
+  }
+
+  // A value the optimizer folded from constants only: its folded_from names no parameter of the
+  // signature (Swin's mask fill scalar_tensor_default, from val_43). Known only when the file has both.
+  bool folded_from_constants(const std::string& name) const {
+    auto it = folded_from_.find(name);
+    if (it == folded_from_.end() || signature_params_.empty()) return false;
+    return std::none_of(it->second.begin(), it->second.end(),
+                        [&](const std::string& s) { return signature_params_.count(s) > 0; });
+  }
+
   // value_info metadata: placeholder "p_a_0_weight" -> initializer "a.0.weight" (kind PARAMETER).
   void read_parameter_names() {
     for (const auto& vi : g_.value_info()) {
@@ -229,10 +303,12 @@ class Recovery {
     }
   }
 
-  // The PyTorch name of a placeholder: from value_info when the file kept the parameter, else the
-  // node's module path ("b.1") and the placeholder's rest ("p_b_1_bias" -> "b.1.bias").
+  // The PyTorch name of a placeholder: from value_info when the file kept the parameter, else from the
+  // graph signature, else the node's module path ("b.1") and the placeholder's rest ("p_b_1_bias" ->
+  // "b.1.bias").
   std::string name_of(const std::string& placeholder, const std::string& scope) const {
     if (auto it = placeholder_.find(placeholder); it != placeholder_.end()) return it->second;
+    if (auto it = signature_target_.find(placeholder); it != signature_target_.end()) return it->second;
     // A sibling the file kept: "p_m_out_proj_weight" -> "m.out_proj.weight" names "p_m_out_proj_bias"
     // "m.out_proj.bias".
     const size_t cut = placeholder.rfind('_');
@@ -413,6 +489,80 @@ class Recovery {
     }
   }
 
+  // torchvision's Swin adds table[relative_position_index].view(n, n, heads).permute(2, 0, 1).unsqueeze(0)
+  // to its window scores: a parameter looked up by a buffer, which the optimizer folds into one value
+  // [1, heads, n, n] (its value_info's pkg.onnxscript.optimizer.folded_from names the parameter and the
+  // buffer; the table itself is gone). A window wh x ww of n tokens has one index (ops.cpp's
+  // window_attention uses the same): where exactly one factorisation n = wh * ww gives an index that
+  // reproduces every entry of the value bit for bit, the table is read back through it and the lookup
+  // is written as the TorchScript exporter writes it (Gather of the table by the index buffer, Reshape,
+  // Transpose, Unsqueeze), which the window-attention pattern reads; otherwise the value stays a
+  // folded value (said in the warning; a window-attention block then refuses it, naming it).
+  void ungather_folded_lookups() {
+    for (const auto& [folded, sources] : folded_from_) {
+      auto init = inits_.find(folded);
+      if (init == inits_.end() || init->second->data_type() != onnx::TensorProto::FLOAT) continue;
+      std::vector<std::string> p, b;
+      for (const std::string& name : sources) {
+        if (signature_params_.count(name) && !present(name)) p.push_back(name);
+        if (signature_buffers_.count(name)) b.push_back(name);
+      }
+      const onnx::TensorProto& value = *init->second;
+      std::vector<int64_t> dims(value.dims().begin(), value.dims().end());
+      const bool unsqueezed = dims.size() == 4 && dims[0] == 1;
+      if (unsqueezed) dims.erase(dims.begin());
+      if (p.size() != 1 || b.size() != 1 || dims.size() != 3 || dims[1] != dims[2] || dims[0] < 1 || dims[1] < 1)
+        continue;
+      const int64_t heads = dims[0], n = dims[1];
+      const std::vector<float> v = float_values(net_.path, value);
+      std::vector<std::pair<int64_t, std::vector<float>>> fits;  // wh, table
+      for (int64_t wh = 1; wh <= n; ++wh) {
+        if (n % wh != 0) continue;
+        const int64_t ww = n / wh;
+        if (auto t = ungather(v, swin_relative_position_index(wh, ww), (2 * wh - 1) * (2 * ww - 1), heads))
+          fits.emplace_back(wh, std::move(*t));
+      }
+      if (fits.size() != 1) continue;
+      const int64_t wh = fits[0].first, ww = n / wh, rows = (2 * wh - 1) * (2 * ww - 1);
+      const std::string& out = folded;
+      const std::string base = "dynamo_ungather/" + out;
+      added_inits_.push_back(float_tensor(p[0], {rows, heads}, fits[0].second));
+      made_.insert(p[0]);
+      auto int_tensor = [&](const std::string& name, const std::vector<int64_t>& d, const std::vector<int64_t>& x) {
+        onnx::TensorProto tp;
+        tp.set_name(name);
+        tp.set_data_type(onnx::TensorProto::INT64);
+        for (int64_t e : d) tp.add_dims(e);
+        tp.set_raw_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(int64_t)));
+        buffers_.insert(name);  // constants, not parameters
+        added_inits_.push_back(std::move(tp));
+      };
+      int_tensor(b[0], {n * n}, swin_relative_position_index(wh, ww));
+      int_tensor(base + "/shape", {3}, {n, n, heads});
+      auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& o) -> onnx::NodeProto& {
+        onnx::NodeProto& nd = added_nodes_.emplace_back();
+        nd.set_op_type(op);
+        nd.set_name(fmt::format("{}/{}", base, op));
+        for (auto& i : in) nd.add_input(std::move(i));
+        nd.add_output(o);
+        return nd;
+      };
+      node("Gather", {p[0], b[0]}, base + "/rows");
+      node("Reshape", {base + "/rows", base + "/shape"}, base + "/nnh");
+      auto* perm = node("Transpose", {base + "/nnh"}, unsqueezed ? base + "/hnn" : out).add_attribute();
+      perm->set_name("perm");
+      perm->set_type(onnx::AttributeProto::INTS);
+      for (int64_t a : {2, 0, 1}) perm->add_ints(a);
+      if (unsqueezed) {
+        int_tensor(base + "/axes", {1}, {0});
+        node("Unsqueeze", {base + "/hnn", base + "/axes"}, out);
+      }
+      replaced_.insert(out);
+      ungathered_.push_back(fmt::format("{} [{}, {}] (window {}x{}) from {}", p[0], rows, heads, wh, ww, out));
+    }
+    for (const auto& r : replaced_) inits_.erase(r);
+  }
+
   // The parameters node i's fx node reads that the file does not hold (yet), in argument order.
   std::vector<std::string> missing(const FxInfo& fx) const {
     std::vector<std::string> out;
@@ -588,10 +738,11 @@ class Recovery {
       for (const auto& in : n.input()) read.insert(in);
     std::vector<onnx::TensorProto> kept;
     for (auto& t : *g_.mutable_initializer()) {
-      if (!read.count(t.name())) continue;
+      if (!read.count(t.name()) || replaced_.count(t.name())) continue;
       // The module's buffers (a BatchNorm's running statistics, a registered constant) are no
       // parameters in PyTorch: constants too.
-      if ((t.name().rfind("val_", 0) == 0 || buffers_.count(t.name())) && !net_.transposed_copy_of.count(t.name())) {
+      if ((t.name().rfind("val_", 0) == 0 || buffers_.count(t.name()) || folded_from_constants(t.name())) &&
+          !net_.transposed_copy_of.count(t.name())) {
         onnx::NodeProto c;
         c.set_op_type("Constant");
         c.set_name("dynamo_constant/" + t.name());
@@ -614,8 +765,13 @@ class Recovery {
 
   // Merges and tied copies are reported with the other ties (warn_ties); this says the rest.
   void warn() const {
-    if (unfolded_.empty() && restored_.empty() && folded_.empty() && dropouts_.empty()) return;
+    if (unfolded_.empty() && restored_.empty() && folded_.empty() && dropouts_.empty() && ungathered_.empty()) return;
     std::string what;
+    if (!ungathered_.empty())
+      what += fmt::format(
+          " Relative-position tables whose lookup by Swin's relative_position_index it folded are parameters "
+          "again, read back through the index of the one window that reproduces every folded value: {}.",
+          fmt::join(ungathered_, ", "));
     if (!dropouts_.empty())
       what += fmt::format(
           " in-place dropouts in training mode, written as x * bernoulli(1 - p) / (1 - p), are "
@@ -646,7 +802,11 @@ class Recovery {
   std::set<std::string> made_;
   std::vector<onnx::NodeProto> added_nodes_;
   std::vector<onnx::TensorProto> added_inits_;
-  std::vector<std::string> unfolded_, restored_, folded_, dropouts_;
+  std::set<std::string> replaced_;  // folded values now computed by added nodes
+  std::set<std::string> signature_params_, signature_buffers_;
+  std::map<std::string, std::string> signature_target_;  // placeholder "p_a_weight" -> "a.weight"
+  std::map<std::string, std::vector<std::string>> folded_from_;
+  std::vector<std::string> unfolded_, restored_, folded_, dropouts_, ungathered_;
 };
 
 }  // namespace

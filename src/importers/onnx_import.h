@@ -24,6 +24,8 @@ struct DynamoRecovery {
   std::vector<std::string> restored_biases;   // all-zero biases the optimizer dropped: zero parameters again
   std::vector<std::string> unfolded_weights;  // weights it stored transposed, read back in PyTorch's layout
   std::vector<std::string> folded_values;     // values computed from parameters, trained as parameters
+  // tables whose lookup by a constant index it folded (Swin's relative-position bias), read back
+  std::vector<std::string> ungathered_tables;
 };
 
 /// What `import_onnx` decided about parameters: how ties were read (GRAPHPIPE_ONNX_TIES / --ties, or

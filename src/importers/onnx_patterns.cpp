@@ -663,6 +663,9 @@ bool match_pool_flatten(Mapper& mp, const Matcher& m, int i, std::vector<bool>& 
 
 void Mapper::match_patterns(std::vector<bool>& claimed) {
   Matcher m{net, claimed};
+  // First: its Transposes move the batch away from dim 0, which the region patterns below would claim.
+  for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i)
+    if (!claimed[static_cast<size_t>(i)]) (void)match_index_pool(*this, m, i, claimed);
   map_window_attention(*this, m, claimed);
   map_batch_moving_regions(*this, m, claimed);
   map_batch_first_attention(*this, m, claimed);

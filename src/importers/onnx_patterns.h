@@ -69,4 +69,9 @@ void claim(std::vector<bool>& claimed, const std::vector<int>& nodes);
 /// Swin's (shifted) window attention blocks as window_attention ops (onnx_window_attention.cpp).
 void map_window_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claimed);
 
+/// A pool written as Transpose -> GatherND of constant spatial indices -> Transpose -> ReduceMean
+/// (torch.export's adaptive_avg_pool2d) at GatherND node i: resize nearest or avgpool, or a refusal
+/// naming the node (onnx_index_pool.cpp). False when node i is not that.
+bool match_index_pool(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed);
+
 }  // namespace gp::importers::onnx_detail

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "importers/onnx_import.h"
@@ -238,6 +239,94 @@ TEST(OnnxDecoder, OpsetNineUpsampleNearestMapsAndLinearIsRefused) {
   // Opset 9's linear Upsample uses asymmetric coordinates, which no PyTorch kernel computes.
   EXPECT_THAT(error_of(upsample_model("linear")),
               HasSubstr("\"up\" (Upsample): linear with coordinate_transformation_mode asymmetric"));
+}
+
+/// torch.export's adaptive_avg_pool2d without an integer ratio: x [B, 2, side, side] -> Transpose
+/// (2, 3, 0, 1) -> GatherND(indices [o, k, o, k, 2]: output (a, b) reads rows rows(a, i), columns
+/// cols(b, j)) -> Transpose (4, 5, 0, 1, 2, 3) -> ReduceMean over axes 3 and 5.
+std::string index_pool_model(int64_t side, int64_t o, int64_t k, const std::function<int64_t(int64_t, int64_t)>& read,
+                             const std::string& tag, const std::string& reduce = "ReduceMean") {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("index_pool");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* t = in->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  t->mutable_shape()->add_dim()->set_dim_param("batch");
+  for (int64_t d : {int64_t{2}, side, side}) t->mutable_shape()->add_dim()->set_dim_value(d);
+  g->add_output()->set_name("y");
+  onnx::TensorProto* idx = g->add_initializer();
+  idx->set_name("idx");
+  idx->set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : {o, k, o, k, int64_t{2}}) idx->add_dims(d);
+  for (int64_t a = 0; a < o; ++a)
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t b = 0; b < o; ++b)
+        for (int64_t j = 0; j < k; ++j) {
+          idx->add_int64_data(read(a, i));
+          idx->add_int64_data(read(b, j));
+        }
+  auto node = [&](const std::string& type, std::vector<std::string> ins, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name("/pool/" + type + "_" + out);
+    for (auto& x : ins) n->add_input(x);
+    n->add_output(out);
+    return n;
+  };
+  auto ints = [](onnx::NodeProto* n, const char* name, const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    set_ints(*a, v);
+  };
+  ints(node("Transpose", {"x"}, "hw_first"), "perm", {2, 3, 0, 1});
+  node("GatherND", {"hw_first", "idx"}, "windows");
+  ints(node("Transpose", {"windows"}, "back"), "perm", {4, 5, 0, 1, 2, 3});
+  auto* r = node(reduce, {"back"}, "y");
+  ints(r, "axes", {-3, -1});
+  auto* keep = r->add_attribute();
+  keep->set_name("keepdims");
+  keep->set_type(onnx::AttributeProto::INT);
+  keep->set_i(0);
+  return fx::save_temp(m, tag);
+}
+
+// AlexNet's AdaptiveAvgPool2d((6, 6)) on a 1x1 map (every window the one cell) is resize nearest;
+// 7x7 -> 3x3 (windows of 3 every 2) is avgpool; windows the IR cannot express are refused naming the
+// GatherND (tests/fixtures/dynamo_vision's alexnet trains through the first).
+TEST(OnnxDecoder, AGatherOfConstantWindowsAndAMeanIsTheResizeOrPoolItIs) {
+  ir::Model up = import_onnx(index_pool_model(
+      1, 6, 1, [](int64_t, int64_t) { return 0; }, "replicate"));
+  ASSERT_EQ(up.ops.size(), 2u);  // + the appended mse_loss
+  EXPECT_EQ(up.ops[0].kind, ir::OpKind::resize);
+  EXPECT_EQ(up.ops[0].output_shape, (ir::Shape{ir::kBatch, 2, 6, 6}));
+  EXPECT_EQ(up.ops[0].attrs, (Json{{"size", {6, 6}}, {"mode", "nearest"}}));
+  ir::Model two = import_onnx(index_pool_model(
+      2, 6, 1, [](int64_t a, int64_t) { return a / 3; }, "two_to_six"));
+  EXPECT_EQ(two.ops[0].kind, ir::OpKind::resize);
+  ir::Model pool = import_onnx(index_pool_model(
+      7, 3, 3, [](int64_t a, int64_t i) { return 2 * a + i; }, "pool"));
+  EXPECT_EQ(pool.ops[0].kind, ir::OpKind::avgpool);
+  EXPECT_EQ(pool.ops[0].output_shape, (ir::Shape{ir::kBatch, 2, 3, 3}));
+  EXPECT_EQ(pool.ops[0].attrs, (Json{{"kernel", {3, 3}}, {"stride", {2, 2}}}));
+  // 5x5 -> 3x3 reading rows [0, 1], [2, 3], [3, 4]: windows of 2 with no one stride; a shuffled replication;
+  // a max over the windows.
+  EXPECT_THAT(error_of(index_pool_model(
+                  5, 3, 2, [](int64_t a, int64_t i) { return a == 2 ? 3 + i : 2 * a + i; }, "uneven")),
+              HasSubstr("\"/pool/GatherND_windows\" (GatherND): a pool over H and W written as a gather of constant "
+                        "indices and a mean (torch.export's adaptive_avg_pool2d): windows of 2x2 cells that are "
+                        "neither one cell each (resize nearest) nor every stride from 0 (avgpool)"));
+  EXPECT_THAT(error_of(index_pool_model(
+                  2, 6, 1, [](int64_t a, int64_t) { return a % 2; }, "shuffled")),
+              HasSubstr("output row 1 reads row 1, not the nearest source 0"));
+  EXPECT_THAT(error_of(index_pool_model(
+                  7, 3, 3, [](int64_t a, int64_t i) { return 2 * a + i; }, "max", "ReduceMax")),
+              HasSubstr("\"/pool/GatherND_windows\" (GatherND): a pool over H and W written as a gather of constant "
+                        "indices and a mean (torch.export's adaptive_avg_pool2d): the gathered windows are not moved "
+                        "back and averaged by one ReduceMean"));
 }
 
 TEST(OnnxDecoder, LossChoiceForDenseOutputs) {

@@ -328,7 +328,8 @@ Json vision_reference(const std::string& name) {
 void DefaultExport::vision_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first) {
   const Json ref = vision_reference(name);
   const std::string model = (kVision / ref["model"].get<std::string>()).string();
-  EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());  // 15,525; 16,181
+  // vit 15,525; convnext 16,181; swin 35,777; alexnet 21,341
+  EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());
   const plan::Plan p = testing::make_plan(model, ref["batch"].get<int>(), {{first, {0}, 2}, {{}, {1}, 2}});
   trains_like_pytorch(ref, model, kVision, p, "dynamo " + name);
 }
@@ -368,6 +369,43 @@ TEST_F(DefaultExport, TheDynamoExportersVitHasPyTorchsParametersAndTrainsLikePyT
 
 TEST_F(DefaultExport, TheDynamoExportersConvNeXtHasPyTorchsParametersAndTrainsLikePyTorch) {
   vision_trains_like_pytorch("convnext", {"/features.0.", "/features.1."});
+}
+
+// torchvision's Swin (tiny_swin's module; window 4, stage 1's second block shifted by [2, 2]): the
+// optimizer folded each block's relative-position lookup table[relative_position_index] into one value
+// [1, heads, 16, 16], the table gone, and writes the shift's mask as ScatterND nodes over constants.
+// Each table is read back through the window's index (onnx_dynamo.cpp), so the four blocks are
+// window_attention ops and the model has PyTorch's 35,777 parameters; it trains like PyTorch.
+TEST_F(DefaultExport, TheDynamoExportersSwinHasPyTorchsParametersAndTrainsLikePyTorch) {
+  const std::string model = (kVision / "swin_dynamo.onnx").string();
+  const ir::Graph g = importers::load_graph(model);
+  std::vector<Json> shifts;
+  for (OpId id : g.op_ids())
+    if (g.op(id).kind == ir::OpKind::window_attention)
+      shifts.push_back(g.op(id).attrs.value("shift", Json::array({0, 0})));
+  EXPECT_EQ(shifts,
+            (std::vector<Json>{Json::array({0, 0}), Json::array({2, 2}), Json::array({0, 0}), Json::array({0, 0})}));
+  testing::Proc info = graphpipe("model info --model " + model);
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("  ungathered       features.1.0.attn.relative_position_bias_table [49, 2] (window 4x4) "
+                          "from unsqueeze, "),
+            std::string::npos)
+      << info.out;
+  EXPECT_NE(info.err.find("Relative-position tables whose lookup by Swin's relative_position_index it folded are "
+                          "parameters again"),
+            std::string::npos)
+      << info.err;
+  vision_trains_like_pytorch("swin", {"/features.0", "/features.1."});
+}
+
+// AlexNet's AdaptiveAvgPool2d((6, 6)) on a 1x1 map, written as a GatherND of constant indices and a
+// mean over the gathered windows, is the resize (nearest, replication) it computes.
+TEST_F(DefaultExport, TheDynamoExportersAlexNetPoolIsAResizeAndTrainsLikePyTorch) {
+  const ir::Graph g = importers::load_graph((kVision / "alexnet_dynamo.onnx").string());
+  const ir::Op& pool = g.op(g.find("/avgpool/resize"));
+  EXPECT_EQ(pool.kind, ir::OpKind::resize);
+  EXPECT_EQ(pool.attrs, (Json{{"size", {6, 6}}, {"mode", "nearest"}}));
+  vision_trains_like_pytorch("alexnet", {"/features."});
 }
 
 // The forward check of the dynamo exports: the imported graph with the file's weights, on
@@ -422,7 +460,7 @@ TEST_F(DefaultExport, TheDynamoExportsForwardEqualsPyTorchs) {
   EXPECT_LT(forward_error(kDynamoModel, defaults_reference().at("forward"), {"float"}), 1e-5);
   EXPECT_LT(forward_error((lm / "gpt2_dynamo.onnx").string(), lms.at("gpt2").at("forward"), {"ids"}, 50), 1e-5);
   EXPECT_LT(forward_error((lm / "bert_dynamo.onnx").string(), lms.at("bert").at("forward"), {"ids", "mask"}, 50), 1e-5);
-  for (const std::string name : {"vit", "convnext"}) {
+  for (const std::string name : {"vit", "convnext", "swin", "alexnet"}) {
     const Json ref = vision_reference(name);
     EXPECT_LT(forward_error((kVision / ref["model"].get<std::string>()).string(), ref["forward"], {"float"}), 1e-5);
   }
