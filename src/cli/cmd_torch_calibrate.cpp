@@ -71,8 +71,9 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.gemm_flops / 1e9, k.gemm_n0_rows, k.mem_bandwidth_Bps / 1e9, k.kernel_overhead_s * 1e6);
   std::printf("  per call on top of it: linear %.1f us, attention %.1f us (attention at %.3f of the GEMM curve)\n",
               k.gemm_overhead_s * 1e6, k.attention_overhead_s * 1e6, k.attention_efficiency);
-  std::printf("  optimizer step per million parameters: SGD %.2f ms, Adam %.2f ms\n", k.sgd_step_s_per_param * 1e9,
-              k.adam_step_s_per_param * 1e9);
+  std::printf("  optimizer step: SGD %.2f ms per million parameters + %.1f us per tensor, Adam %.2f ms + %.1f us\n",
+              k.sgd_step_s_per_param * 1e9, k.sgd_step_s_per_tensor * 1e6, k.adam_step_s_per_param * 1e9,
+              k.adam_step_s_per_tensor * 1e6);
   if (k.sequence_overhead_s > 0 || k.sequence_s_per_weight_byte > 0)
     std::printf(
         "  ops in sequence (as in a step) against alone: %.2f us more per call, %.3f ns per weight byte touched\n",
@@ -81,9 +82,10 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
   if (k.busy_link_latency_s > 0)
     std::printf(
-        "  the link while every core computes: %.1f us + %.2f GB/s, all-reduce %.1f us per ring step (plans with a "
-        "worker on every core)\n",
-        k.busy_link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6);
+        "  the link while every core computes: %.1f us + %.2f GB/s, all-reduce %.1f us per ring step + %.2f GB/s "
+        "(plans with a worker on every core)\n",
+        k.busy_link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6,
+        (k.allreduce_bandwidth_Bps > 0 ? k.allreduce_bandwidth_Bps : k.link_bandwidth_Bps) / 1e9);
   if (!r.points.empty()) {
     std::printf("  %-36s %12s %12s %8s\n", "op (forward + backward)", "measured ms", "model ms", "ratio");
     for (const auto& p : r.points)

@@ -75,8 +75,9 @@ Json calibration_to_json(const CpuCalibration& c) {
             {"optimizer_step_s_per_param", {{"sgd", c.sgd_step_s_per_param}, {"adam", c.adam_step_s_per_param}}},
             {"link", {{"bandwidth_Bps", c.link_bandwidth_Bps}, {"latency_s", c.link_latency_s}}},
             {"lockstep", c.lockstep}};
-  if (c.sequence_overhead_s > 0 || c.sequence_s_per_weight_byte > 0)
-    j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
+  j["optimizer_step_s_per_tensor"] = {{"sgd", c.sgd_step_s_per_tensor}, {"adam", c.adam_step_s_per_tensor}};
+  if (c.allreduce_bandwidth_Bps > 0) j["link"]["allreduce_bandwidth_Bps"] = c.allreduce_bandwidth_Bps;
+  j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -111,10 +112,17 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     c.sgd_step_s_per_param = non_negative(o.at("sgd"));
     c.adam_step_s_per_param = non_negative(o.at("adam"));
   }
+  if (j.has("optimizer_step_s_per_tensor")) {
+    JsonAt o = j.at("optimizer_step_s_per_tensor");
+    o.expect_object();
+    c.sgd_step_s_per_tensor = non_negative(o.at("sgd"));
+    c.adam_step_s_per_tensor = non_negative(o.at("adam"));
+  }
   JsonAt link = j.at("link");
   link.expect_object();
   c.link_bandwidth_Bps = positive(link.at("bandwidth_Bps"));
   c.link_latency_s = non_negative(link.at("latency_s"));
+  if (link.has("allreduce_bandwidth_Bps")) c.allreduce_bandwidth_Bps = positive(link.at("allreduce_bandwidth_Bps"));
   c.lockstep = j.has("lockstep") ? positive(j.at("lockstep")) : 1;
   if (j.has("busy_link")) {
     JsonAt busy = j.at("busy_link");

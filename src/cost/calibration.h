@@ -31,8 +31,12 @@ struct CpuCalibration {
   double attention_overhead_s = 0;   // likewise an attention op's call
   double sgd_step_s_per_param = 0;   // the runtime's optimizer step per parameter (SGD with momentum); 0: not measured
   double adam_step_s_per_param = 0;  // likewise Adam
-  double link_bandwidth_Bps = 0;     // loopback p2p between two processes (c10d Gloo)
+  double sgd_step_s_per_tensor = 0;  // and per parameter tensor on top (SGD with momentum); 0: not measured
+  double adam_step_s_per_tensor = 0;
+  double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
+  double allreduce_bandwidth_Bps =
+      0;  // a 2-rank all-reduce between idle processes: bytes / (time - latency); 0: not measured
   // The same link while every core computes (a training step's messages between busy workers), at the
   // idle bandwidth: a message's latency, and a 2-rank all-reduce's per ring step right after both
   // computed. 0: not measured.

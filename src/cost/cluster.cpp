@@ -146,6 +146,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
                 calibrated_efficiency(*k)};
     c.device.sgd_step_s_per_param = k->sgd_step_s_per_param / pace;  // CPU time, as kernel_overhead_s
     c.device.adam_step_s_per_param = k->adam_step_s_per_param / pace;
+    c.device.sgd_step_s_per_tensor = k->sgd_step_s_per_tensor / pace;
+    c.device.adam_step_s_per_tensor = k->adam_step_s_per_tensor / pace;
     c.device.sequence_overhead_s = k->sequence_overhead_s / pace;
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
@@ -156,11 +158,13 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
     c.intra = busy ? LinkSpec{idle.bandwidth_Bps, k->busy_link_latency_s / share} : idle;
     // The all-reduce at the end of a data-parallel step, measured right after both workers computed
-    // (its latency per ring step); the idle link where not measured.
+    // (its latency per ring step), at the bandwidth the all-reduce itself reached between idle
+    // processes (it reduces and copies as well as sends: 2.0 GB/s where a message reached 4.5); the
+    // idle link where not measured.
+    const double reduce_bw = k->allreduce_bandwidth_Bps > 0 ? k->allreduce_bandwidth_Bps * share : idle.bandwidth_Bps;
     if (busy)
-      c.collective_intra = k->busy_allreduce_latency_s > 0
-                               ? LinkSpec{idle.bandwidth_Bps, k->busy_allreduce_latency_s / share}
-                               : idle;
+      c.collective_intra = k->busy_allreduce_latency_s > 0 ? LinkSpec{reduce_bw, k->busy_allreduce_latency_s / share}
+                                                           : LinkSpec{reduce_bw, idle.latency_s};
   }
   c.device.memory_reserve_bytes = kCpuWorkerBytes;
   c.inter = c.intra;          // one node: never used
@@ -272,6 +276,9 @@ Json cluster_to_json(const Cluster& c) {
   if (c.device.sgd_step_s_per_param > 0 || c.device.adam_step_s_per_param > 0)  // measured: the calibrated cpu preset
     j["device"]["optimizer_step_s_per_param"] = {{"sgd", c.device.sgd_step_s_per_param},
                                                  {"adam", c.device.adam_step_s_per_param}};
+  if (c.device.sgd_step_s_per_tensor > 0 || c.device.adam_step_s_per_tensor > 0)
+    j["device"]["optimizer_step_s_per_tensor"] = {{"sgd", c.device.sgd_step_s_per_tensor},
+                                                  {"adam", c.device.adam_step_s_per_tensor}};
   if (c.device.sequence_overhead_s > 0 || c.device.sequence_s_per_weight_byte > 0)  // the calibrated cpu preset
     j["device"]["in_sequence"] = {{"overhead_s", c.device.sequence_overhead_s},
                                   {"s_per_weight_byte", c.device.sequence_s_per_weight_byte}};
@@ -318,6 +325,12 @@ Cluster cluster_from_json(const JsonAt& j) {
     o.expect_object();
     c.device.sgd_step_s_per_param = non_negative(o.at("sgd"));
     c.device.adam_step_s_per_param = non_negative(o.at("adam"));
+  }
+  if (d.has("optimizer_step_s_per_tensor")) {
+    JsonAt o = d.at("optimizer_step_s_per_tensor");
+    o.expect_object();
+    c.device.sgd_step_s_per_tensor = non_negative(o.at("sgd"));
+    c.device.adam_step_s_per_tensor = non_negative(o.at("adam"));
   }
   if (d.has("in_sequence")) {
     JsonAt q = d.at("in_sequence");

@@ -144,6 +144,7 @@ CostModel::CostModel(const ir::Graph& g, Cluster c, Optimizer opt, std::shared_p
     const DeviceSpec& d = cluster_.device;
     optimizer_s_per_byte_ = (opt_ == Optimizer::adam ? d.adam_step_s_per_param : d.sgd_step_s_per_param) /
                             bytes_per_param;
+    optimizer_s_per_tensor_ = opt_ == Optimizer::adam ? d.adam_step_s_per_tensor : d.sgd_step_s_per_tensor;
   }
   if (profile_ && profile_->allreduce) {
     // A 2-rank ring takes bytes/bw + 2*latency, so a fit t = a + bytes/B gives bw = B, latency = a/2.
@@ -472,6 +473,7 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops, const st
     s.state.optimizer += sp.optimizer;
     s.act_bytes_per_mb += cm.saved_bytes(op, b);
     param_bytes += static_cast<double>(g.costs(op).param_bytes);
+    s.param_tensors += g.costs(op).param_tensors;
     if (cm.optimizer() == Optimizer::adam)
       s.step_transient_bytes = std::max(s.step_transient_bytes, 2 * 4.0 * cm.largest_param_tensor(op));
     for (OpId p : g.preds(op)) {
@@ -499,7 +501,7 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops, const st
   s.transient_bytes = stage_transient_bytes(cm, ops, producers, senders, s.act_bytes_per_mb, b);
   // Per-iteration work is spread over the mini-batch's samples, so the planner's DP sees it: a
   // stage of many embedding tables is cheap per sample in compute but not in its optimizer step.
-  s.optimizer_s = optimizer_step_time(cm, s.state_bytes);
+  s.optimizer_s = optimizer_step_time(cm, s.state_bytes, static_cast<double>(s.param_tensors));
   s.tps_s = (s.compute_s + s.comm_s) / static_cast<double>(micro_batch) +
             (s.allreduce_s + s.shared_allreduce_s + s.optimizer_s) / static_cast<double>(mini_batch);
   return s;
@@ -517,8 +519,9 @@ StageMemory stage_memory_parts(const StageCost& s, int in_flight) {
 
 double stage_memory(const StageCost& s, int in_flight) { return stage_memory_parts(s, in_flight).total(); }
 
-double optimizer_step_time(const CostModel& cm, double state_bytes) {
-  if (cm.measured_optimizer_s_per_byte() > 0) return cm.measured_optimizer_s_per_byte() * state_bytes;
+double optimizer_step_time(const CostModel& cm, double state_bytes, double tensors) {
+  if (cm.measured_optimizer_s_per_byte() > 0)
+    return cm.measured_optimizer_s_per_byte() * state_bytes + cm.optimizer_s_per_tensor() * tensors;
   const Cluster& c = cm.cluster();
   return c.device.mem_bandwidth_Bps > 0 ? 2 * state_bytes / c.device.mem_bandwidth_Bps : 0;
 }

@@ -31,6 +31,10 @@ struct DeviceSpec {
   /// as its state's bytes read and written at mem_bandwidth_Bps. A profile's measurement wins.
   double sgd_step_s_per_param = 0;
   double adam_step_s_per_param = 0;
+  /// ... and per parameter tensor (LibTorch's optimizers loop over the tensors, a dozen calls each for
+  /// Adam): a model of many small tensors pays for them more than for its parameters. 0: none.
+  double sgd_step_s_per_tensor = 0;
+  double adam_step_s_per_tensor = 0;
   /// What an op costs more inside a step than timed alone (the calibrated cpu preset; 0 elsewhere):
   /// per forward or backward call, and per weight byte the call reads or writes (weights fetched
   /// again from memory, gradients written back). docs/cost-model.md, "Ops in sequence".
@@ -152,6 +156,9 @@ class CostModel {
   /// The profile's optimizer step for this optimizer per byte of state (stretched when workers share
   /// cores), or 0 when it has none (optimizer_step_time then uses the memory bandwidth).
   double measured_optimizer_s_per_byte() const { return optimizer_s_per_byte_; }
+  /// The step's time per parameter tensor on top of it (the calibrated cpu preset; 0 with a profile's
+  /// measured step, which holds the model's own tensors, and on other presets).
+  double optimizer_s_per_tensor() const { return optimizer_s_per_tensor_; }
 
   /// Forward/backward time of one op at per-device batch b (b >= 1).
   OpTime op_time(OpId op, int64_t b) const;
@@ -215,9 +222,10 @@ class CostModel {
   std::shared_ptr<const Profile> profile_;
   LinkSpec intra_;                   // cluster intra link, or the profile's p2p fit
   double optimizer_s_per_byte_ = 0;  // measured_optimizer_s_per_byte()
-  double compute_stretch_ = 1;       // profiled compute: workers per core x the lockstep factor
-  LinkSpec allreduce_intra_;         // per-step ring link inside a node (profile's all-reduce fit)
-  bool allreduce_fitted_ = false;    // allreduce_intra_ is a measured all-reduce fit (not a link's figures)
+  double optimizer_s_per_tensor_ = 0;
+  double compute_stretch_ = 1;     // profiled compute: workers per core x the lockstep factor
+  LinkSpec allreduce_intra_;       // per-step ring link inside a node (profile's all-reduce fit)
+  bool allreduce_fitted_ = false;  // allreduce_intra_ is a measured all-reduce fit (not a link's figures)
   /// Gloo's ring inside a node: a measured fit already holds Gloo's latencies, priced as NCCL's form.
   bool gloo_intra() const { return cluster_.gloo_collectives && !allreduce_fitted_; }
   Source link_source_ = Source::formula;
@@ -247,6 +255,7 @@ struct StageCost {
   double tps_s = 0;             // time per sample: (compute + comm)/micro_batch
                                 //   + (allreduce + shared_allreduce + optimizer)/mini_batch
   double state_bytes = 0;       // weights + gradients + optimizer state
+  int64_t param_tensors = 0;    // the stage's parameter tensors (the optimizer steps each)
   double act_bytes_per_mb = 0;  // activations saved for backward per in-flight micro-batch
   CostModel::StateParts state;  // state_bytes split into weights, gradients, optimizer state
   /// Working memory above the held activations while one micro-batch runs (docs/cost-model.md,
@@ -288,7 +297,8 @@ double stage_memory(const StageCost& s, int in_flight);
 /// cores. Otherwise memory-bound: it reads and writes the weights, gradients and optimizer state
 /// about once each (2 x state bytes / memory bandwidth). The simulator, the planner's estimate and
 /// every planner's stage costs use it.
-double optimizer_step_time(const CostModel& cm, double state_bytes);
+/// `tensors`: parameter tensors stepped, each costing CostModel::optimizer_s_per_tensor() more.
+double optimizer_step_time(const CostModel& cm, double state_bytes, double tensors = 0);
 
 /// The link latencies a ring all-reduce of `bytes` over `d` ranks pays (NCCL: 2 (d - 1); Gloo splits
 /// the buffer into segments of at most 1 MiB, at least 2d, and pays one latency per segment step).

@@ -24,6 +24,7 @@ struct CostInput {
 // derive_costs). Tables are read per gathered row (input_bytes), not per call.
 struct ParamCount {
   double params = 0, table_params = 0;
+  int tensors = 0;  // parameter tensors (the runtime's params.cpp: a linear's weight and bias are 2)
 };
 
 using CostRule = void (*)(const CostInput&, OpCosts&, ParamCount&);
@@ -38,6 +39,7 @@ void linear_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   double k = static_cast<double>(x.in[0].back()), n = static_cast<double>(x.op.output_shape.back());
   double rows = x.in_elems0 / k;
   p.params = k * n + (attr_bool(x.op, "bias", true, kWhere) ? n : 0);
+  p.tensors = 1 + (attr_bool(x.op, "bias", true, kWhere) ? 1 : 0);
   c.fwd_flops = 2 * rows * k * n;
   c.bwd_flops = 2 * c.fwd_flops;
   c.saved_bytes = x.in0_bytes;
@@ -60,7 +62,10 @@ void elementwise_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const double n = static_cast<double>(x.in.size() + (ps ? 1 : 0));
   double broadcast_operands = ps ? 1 : 0;
   for (const Shape& s : x.in) broadcast_operands += s == x.op.output_shape ? 0 : 1;
-  if (ps) p.params = static_cast<double>(per_sample_elems(*ps));
+  if (ps) {
+    p.params = static_cast<double>(per_sample_elems(*ps));
+    p.tensors = 1;
+  }
   const bool mul = x.op.kind == OpKind::mul;
   c.fwd_flops = (n - 1) * x.out_elems;
   c.bwd_flops = (mul ? n * (n - 1) * x.out_elems : 0) + broadcast_operands * x.out_elems;
@@ -69,7 +74,10 @@ void elementwise_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
 
 // Data movement only (the parameter's gradient sums over the batch: not counted).
 void concat_cost(const CostInput& x, OpCosts&, ParamCount& p) {
-  if (const std::optional<Shape> ps = param_shape(x.op, kWhere)) p.params = static_cast<double>(per_sample_elems(*ps));
+  if (const std::optional<Shape> ps = param_shape(x.op, kWhere)) {
+    p.params = static_cast<double>(per_sample_elems(*ps));
+    p.tensors = 1;
+  }
 }
 
 // pad, slice, flatten, reshape, transpose: data movement only: bytes, no FLOPs, nothing saved.
@@ -111,6 +119,7 @@ void softmax_cost(const CostInput& x, OpCosts& c, ParamCount&) {
 void layernorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   double h = static_cast<double>(x.in[0].back());
   p.params = 2 * h;
+  p.tensors = 2;
   per_element(x, c, 8, 14);
   c.saved_bytes = x.in0_bytes + 2 * (x.out_elems / h) * 4;  // input + mean and rstd per row
 }
@@ -125,6 +134,7 @@ void embedding_bag_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   double rows = static_cast<double>(attr_int(x.op, "rows", std::nullopt, kWhere));
   double dim = static_cast<double>(x.op.output_shape[1]);
   p.params = p.table_params = rows * dim;
+  p.tensors = 1;
   c.fwd_flops = bag * static_cast<double>(dim);
   c.bwd_flops = bag * static_cast<double>(dim);
   c.input_bytes += bag * static_cast<double>(dim) * x.eb;  // gathered rows
@@ -138,11 +148,13 @@ void embedding_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const double rows = static_cast<double>(attr_int(x.op, "rows", std::nullopt, kWhere));
   const double dim = static_cast<double>(x.op.output_shape.back());
   p.params = p.table_params = rows * dim;
+  p.tensors = 1;
   per_element(x, c, 1, 1);
   c.input_bytes += tokens * static_cast<double>(dim) * x.eb;  // gathered rows
   c.saved_bytes = x.in0_bytes;                                // the indices
   if (attr_bool(x.op, "positions", false, kWhere)) {
     p.params += static_cast<double>(attr_int(x.op, "position_rows", x.in[0][1], kWhere)) * dim;
+    p.tensors = 2;
     c.fwd_flops += x.out_elems;
     c.bwd_flops += x.out_elems;
   }
@@ -157,6 +169,7 @@ void attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   double s = static_cast<double>(x.in[0][1]), h = static_cast<double>(x.in[0][2]);
   double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
   p.params = 4 * h * h + 4 * h;
+  p.tensors = 8;
   c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
   c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
   c.saved_bytes = (5 * s * h + heads * s * s) * x.eb + (x.in.size() > 1 ? s : 0.0);
@@ -173,6 +186,7 @@ void window_attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const double ch = static_cast<double>(x.in[0][3]);
   const double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
   p.params = 4 * ch * ch + 4 * ch + (2 * wh - 1) * (2 * ww - 1) * heads;
+  p.tensors = 5;
   c.fwd_flops = 8 * n * ch * ch + 4 * n * w * ch + 7 * heads * n * w;
   c.bwd_flops = 2 * (8 * n * ch * ch + 4 * n * w * ch) + 5 * heads * n * w;
   c.saved_bytes = (5 * n * ch + heads * n * w) * x.eb;
@@ -185,6 +199,7 @@ void conv2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const double taps = static_cast<double>(x.in[0][1] / g.groups) * static_cast<double>(g.kh) *
                       static_cast<double>(g.kw);
   p.params = co * taps + (attr_bool(x.op, "bias", true, kWhere) ? co : 0.0);
+  p.tensors = 1 + (attr_bool(x.op, "bias", true, kWhere) ? 1 : 0);
   c.fwd_flops = 2 * x.out_elems * taps;
   c.bwd_flops = 2 * c.fwd_flops;
   c.saved_bytes = x.in0_bytes;
@@ -198,6 +213,7 @@ void conv_transpose2d_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   const double ci = static_cast<double>(x.in[0][1]);
   const double taps = co / static_cast<double>(g.groups) * static_cast<double>(g.kh) * static_cast<double>(g.kw);
   p.params = ci * taps + (attr_bool(x.op, "bias", true, kWhere) ? co : 0.0);
+  p.tensors = 1 + (attr_bool(x.op, "bias", true, kWhere) ? 1 : 0);
   c.fwd_flops = 2 * x.in_elems0 * taps;
   c.bwd_flops = 2 * c.fwd_flops;
   c.saved_bytes = x.in0_bytes;
@@ -212,6 +228,7 @@ void resize_cost(const CostInput& x, OpCosts& c, ParamCount&) {
 
 void batchnorm_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
   p.params = 2 * static_cast<double>(x.in[0][1]);
+  p.tensors = 2;
   per_element(x, c, 8, 14);
   c.saved_bytes = x.in0_bytes;
 }
@@ -303,6 +320,7 @@ OpCosts derive_costs(const Op& op, const std::vector<Shape>& in, const std::vect
                                 to_string(op.kind), p.params));
   c.params = static_cast<int64_t>(p.params);
   c.param_bytes = c.params * dtype_bytes(op.dtype);
+  c.param_tensors = p.tensors;
   c.weight_read_bytes = (c.params - static_cast<int64_t>(p.table_params)) * dtype_bytes(op.dtype);
   return c;
 }

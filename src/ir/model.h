@@ -147,6 +147,7 @@ struct OpCosts {
                                   // batch; embedding tables are not: their reads are per sample)
   double output_bytes = 0;        // bytes of the output per sample
   double saved_bytes = 0;         // activation bytes kept for backward per sample
+  int param_tensors = 0;          // trainable parameter tensors (an optimizer step pays per tensor too)
   bool operator==(const OpCosts&) const = default;
 };
 

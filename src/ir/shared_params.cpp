@@ -61,6 +61,7 @@ void Graph::link_shared_params(const std::string& where) {
       const int64_t bytes_each = c.params > 0 ? c.param_bytes / c.params : 0;
       c.params -= n;
       c.param_bytes -= n * bytes_each;
+      c.param_tensors -= 1;
     }
   }
 }

@@ -328,7 +328,7 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
   for (int x = 0; x < nn; ++x)
     for (OpId o : pg.nodes[x]) node_of[o.v] = x;
   std::vector<double> ncomp(static_cast<size_t>(nn) * P, 0), nact(static_cast<size_t>(nn) * P, 0), nstate(nn, 0),
-      nparam(nn, 0);
+      nparam(nn, 0), ntensors(nn, 0);
   std::vector<std::vector<OpId>> inbound(nn);                                // producers outside the node
   std::vector<std::vector<std::pair<OpId, std::vector<int>>>> outbound(nn);  // op, reader nodes
   for (int x = 0; x < nn; ++x) {
@@ -339,6 +339,7 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
       }
       nstate[x] += cm.state_bytes(o);
       nparam[x] += static_cast<double>(g.costs(o).param_bytes);
+      ntensors[x] += g.costs(o).param_tensors;
       for (OpId p : g.preds(o))
         if (node_of[p.v] != x) inbound[x].push_back(p);
       std::vector<int> readers;
@@ -367,10 +368,11 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
         for (uint64_t b = D[w] & ~R[w]; b; b &= b - 1) nodes.push_back(w * 64 + std::countr_zero(b));
       for (int x : nodes) in_split[x] = 1;
       cut_bytes.clear();
-      double st = 0, param = 0;
+      double st = 0, param = 0, tensors = 0;
       for (int x : nodes) {
         st += nstate[x];
         param += nparam[x];
+        tensors += ntensors[x];
         for (OpId p : inbound[x])
           if (!in_split[node_of[p.v]] && seen[p.v] != si) {
             seen[p.v] = si;
@@ -381,7 +383,7 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
             cut_bytes.push_back(cm.output_bytes(o, 1));
       }
       // The optimizer step, once per iteration, is spread over the mini-batch as in stage_cost.
-      const double step = cost::optimizer_step_time(cm, st);
+      const double step = cost::optimizer_step_time(cm, st, tensors);
       for (int plog = 0; plog <= pcap; ++plog) {
         const double b = static_cast<double>(micro_batch >> plog);
         double comp = 0, a = 0, comm = 0;

@@ -18,16 +18,17 @@ namespace {
 Json node_json(const cost::CostModel& cm, const std::vector<OpId>& ops, int id, int mb, int num_micro,
                double ar_bytes_per_param_byte) {
   const ir::Graph& g = cm.graph();
-  double comp = 0, act = 0, state = 0, param = 0;
+  double comp = 0, act = 0, state = 0, param = 0, tensors = 0;
   for (OpId o : ops) {
     comp += cm.op_step_time(o, mb);
     act += cm.saved_bytes(o, mb);
     state += cm.state_bytes(o);
+    tensors += g.costs(o).param_tensors;
     param += static_cast<double>(g.costs(o).param_bytes);
   }
   // Piper has no per-iteration term but its data-parallel resync: the optimizer step is spread
   // over the iteration's micro-batches, as the stage cost spreads it over the mini-batch.
-  comp += cost::optimizer_step_time(cm, state) / num_micro;
+  comp += cost::optimizer_step_time(cm, state, tensors) / num_micro;
   Json tmpc = {{"id", "vanilla"},
                {"timePerSample", comp * 1e3},  // ms per micro-batch
                {"parameterSize", param * ar_bytes_per_param_byte},

@@ -36,6 +36,7 @@ void RangeCost::prepare(int s) {
   d.act.assign(plogs_, std::vector<long double>(n + 1, 0));
   d.state.assign(n + 1, 0);
   d.param.assign(n + 1, 0);
+  d.tensors.assign(n + 1, 0);
   d.lb.assign(n + 1, 0);
   for (size_t x = 0; x < n; ++x) {
     const OpId op = flat[x];
@@ -49,6 +50,7 @@ void RangeCost::prepare(int s) {
     }
     d.state[x + 1] = d.state[x] + cm_.state_bytes(op);
     d.param[x + 1] = d.param[x] + static_cast<double>(g.costs(op).param_bytes);
+    d.tensors[x + 1] = d.tensors[x] + g.costs(op).param_tensors;
     d.lb[x + 1] = d.lb[x] + lb;
   }
   // Live tensors per cut c (between items c-1 and c): producers p with item(p) < c (or outside the
@@ -113,7 +115,9 @@ void RangeCost::finish(int s, int i, int m, int plog, Cost* c) {
     if (l.item >= i) comm += 2 * cm_.p2p_time(same_node_, l.bytes * static_cast<double>(b));
   const double param = static_cast<double>(d.param[z] - d.param[a]);
   c->tps = (compute + comm) / mbs_ +
-           (cm_.allreduce_time(1 << plog, same_node_, param) + cost::optimizer_step_time(cm_, c->state)) / mini_;
+           (cm_.allreduce_time(1 << plog, same_node_, param) +
+            cost::optimizer_step_time(cm_, c->state, static_cast<double>(d.tensors[z] - d.tensors[a]))) /
+               mini_;
 }
 
 double RangeCost::work_lower_bound(int s, int i, int m) {

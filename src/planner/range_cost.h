@@ -42,6 +42,7 @@ class RangeCost {
     std::vector<std::vector<long double>> compute;  // per plog: prefix sums of op_step_time
     std::vector<std::vector<long double>> act;      // per plog: prefix sums of saved bytes
     std::vector<long double> state, param, lb;
+    std::vector<int64_t> tensors;         // prefix sums of parameter tensors (the optimizer steps each)
     std::vector<std::vector<Live>> live;  // per cut c in [0, k]
   };
   void prepare(int s);

@@ -319,22 +319,45 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   say(progress, fmt::format("attention: {:.2f} of the GEMM curve, {:.1f} us more per call", k.attention_efficiency,
                             k.attention_overhead_s * 1e6));
 
-  // 5. The runtime's optimizer steps (make_optimizer: SGD with momentum, Adam) over 1.05 M parameters in
-  // 32 tensors (sixteen 256 x 256 linears; a step pays per tensor too, and models hold many): per
-  // parameter. The bandwidth estimate (2 x the state's bytes at mem_bandwidth_Bps) was 3.7x short of a
-  // measured Adam step on this machine (issue 35).
+  // 5. The runtime's optimizer steps (make_optimizer: SGD with momentum, Adam) over two parameter sets:
+  // 1.05 M parameters in 32 tensors (sixteen 256 x 256 linears) and 17 K in 128 (sixty-four 16 x 16
+  // linears): LibTorch's optimizers loop over the tensors, so a step costs per
+  // parameter and per tensor (a model of many small tensors, biases and norms, pays mostly the second).
+  // The bandwidth estimate (2 x the state's bytes at mem_bandwidth_Bps) was 3.7x short of a measured
+  // Adam step on this machine (issue 35).
   {
-    ir::ModelBuilder b("optimizer");
-    std::string x = b.input("x", {256});
-    for (int i = 0; i < 16; ++i) x = b.linear(fmt::format("l{}", i), x, 256);
-    b.output(x);
-    ir::Graph g = ir::Graph::build(b.build(), "calibration");
-    std::vector<runtime::OptimizerTiming> steps = runtime::time_optimizers(
-        g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 9), /*cpu_clock=*/true, "cpu");
-    k.sgd_step_s_per_param = steps[0].step_s / static_cast<double>(steps[0].params);
-    k.adam_step_s_per_param = steps[1].step_s / static_cast<double>(steps[1].params);
-    say(progress, fmt::format("optimizer step per million parameters: SGD {:.2f} ms, Adam {:.2f} ms",
-                              k.sgd_step_s_per_param * 1e9, k.adam_step_s_per_param * 1e9));
+    auto linears = [](int count, int64_t width) {
+      ir::ModelBuilder b("optimizer");
+      std::string x = b.input("x", {width});
+      for (int i = 0; i < count; ++i) x = b.linear(fmt::format("l{}", i), x, width);
+      b.output(x);
+      return ir::Graph::build(b.build(), "calibration");
+    };
+    const ir::Graph large = linears(16, 256), small = linears(64, 16);
+    auto step_times = [&](const ir::Graph& g) {
+      return runtime::time_optimizers(g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 9), /*cpu_clock=*/true, "cpu");
+    };
+    const std::vector<runtime::OptimizerTiming> large_set = step_times(large), small_set = step_times(small);
+    // t = params x a + tensors x c through both sets (32 and 128 tensors: two parameters per linear).
+    auto solve = [&](size_t i, double& per_param, double& per_tensor) {
+      const double p1 = static_cast<double>(large_set[i].params), t1 = 32,
+                   p2 = static_cast<double>(small_set[i].params), t2 = 128;
+      const double det = p1 * t2 - p2 * t1;
+      per_param = (large_set[i].step_s * t2 - small_set[i].step_s * t1) / det;
+      per_tensor = (p1 * small_set[i].step_s - p2 * large_set[i].step_s) / det;
+      if (per_tensor < 0 || per_param <= 0) {  // noise: per parameter alone, as before
+        per_param = large_set[i].step_s / p1;
+        per_tensor = 0;
+      }
+    };
+    solve(0, k.sgd_step_s_per_param, k.sgd_step_s_per_tensor);
+    solve(1, k.adam_step_s_per_param, k.adam_step_s_per_tensor);
+    say(progress, fmt::format("optimizer step: SGD {:.2f} ms per million parameters + {:.1f} us per tensor, Adam "
+                              "{:.2f} ms + {:.1f} us (sixteen 256 x 256 linears: SGD {:.2f} ms, Adam {:.2f} ms; "
+                              "sixty-four 16 x 16: {:.2f} ms, {:.2f} ms)",
+                              k.sgd_step_s_per_param * 1e9, k.sgd_step_s_per_tensor * 1e6,
+                              k.adam_step_s_per_param * 1e9, k.adam_step_s_per_tensor * 1e6, large_set[0].step_s * 1e3,
+                              large_set[1].step_s * 1e3, small_set[0].step_s * 1e3, small_set[1].step_s * 1e3));
   }
 
   // 6. Ops in sequence: two reference chains trained as a step runs them (runtime::time_model: forward
@@ -356,6 +379,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     k.link_latency_s = p.p2p->latency_s;
     k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
     k.lockstep = p.lockstep.value_or(1);
+    if (p.allreduce && p.allreduce->bandwidth_Bps > 0) k.allreduce_bandwidth_Bps = p.allreduce->bandwidth_Bps;
     // Again with both workers computing between messages (LinkBenchOptions::busy): inside a step every
     // core runs a worker, and Gloo's threads wait for a core (2-core VM: 0.15 ms per message idle,
     // 2-3 ms busy). The wait does not grow with the message: the busy link keeps the idle bandwidth and
@@ -370,7 +394,8 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples) {
       const double bytes = static_cast<double>(s.bytes);
       wait += std::max(0.0, s.p2p_s - bytes / k.link_bandwidth_Bps);
-      ring += std::max(0.0, s.allreduce_s - bytes / k.link_bandwidth_Bps) / cost::ring_latencies(2, bytes, true);
+      const double reduce_bw = k.allreduce_bandwidth_Bps > 0 ? k.allreduce_bandwidth_Bps : k.link_bandwidth_Bps;
+      ring += std::max(0.0, s.allreduce_s - bytes / reduce_bw) / cost::ring_latencies(2, bytes, true);
     }
     const double n = static_cast<double>(bo.sizes_bytes.size());
     k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
@@ -418,10 +443,10 @@ cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
   if (!refresh && !path.empty() && fs::exists(path, ec)) {
     try {
       Json j = read_json_file(path);
-      // A calibration from before the per-call GEMM/attention overheads and the optimizer's rate
-      // (issue 35) measured less than the cost model now uses: measure again.
-      if (JsonAt(j, path).has("in_sequence")) return cost::calibration_from_json(j, path);
-      if (progress) *progress << "calibration cache predates the ops-in-sequence figures: measuring again\n";
+      // A calibration from before the figures the cost model now uses (issue 35: the per-call overheads,
+      // the optimizer per parameter and per tensor, ops in sequence) measured less: measure again.
+      if (JsonAt(j, path).has("optimizer_step_s_per_tensor")) return cost::calibration_from_json(j, path);
+      if (progress) *progress << "calibration cache predates the optimizer's per-tensor figure: measuring again\n";
     } catch (const UserError& e) {
       if (progress) *progress << "calibration cache unreadable, measuring again: " << e.what() << "\n";
     }

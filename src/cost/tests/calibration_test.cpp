@@ -282,6 +282,11 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
     EXPECT_DOUBLE_EQ(r.allreduce_time(2, true, 1e6), 1e6 / 1.5e9 + ring_latencies(2, 1e6, true) * 1e-3);
     EXPECT_DOUBLE_EQ(ring_latencies(2, 1e6, true), 4);  // 2 x 2 segments of the 2-rank ring
   }
+  // At the all-reduce's own bandwidth between idle processes where it was measured.
+  after.allreduce_bandwidth_Bps = 0.7e9;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(after), "k.json"), after);
+  EXPECT_DOUBLE_EQ(cpu_preset(n, &after).collective_intra.bandwidth_Bps, 0.7e9);
+  EXPECT_DOUBLE_EQ(cpu_preset(n, &after).intra.bandwidth_Bps, 1.5e9);  // messages keep the link's
   // Fewer workers than cores: the idle link.
   if (n >= 2) {
     EXPECT_DOUBLE_EQ(cpu_preset(1, &k).intra.latency_s, 60e-6);
@@ -312,8 +317,8 @@ TEST(Calibration, OpsInSequenceCostPerCallAndPerWeightByte) {
               HasSubstr("k.json: in_sequence.s_per_weight_byte: must be a non-negative number"));
   CpuCalibration alone = k;
   alone.sequence_overhead_s = alone.sequence_s_per_weight_byte = 0;
-  Json old = calibration_to_json(alone);
-  EXPECT_FALSE(old.contains("in_sequence"));  // caches written before the fields read as 0
+  Json old = calibration_to_json(k);
+  old.erase("in_sequence");  // caches written before the fields read as 0
   EXPECT_EQ(calibration_from_json(old, "k.json"), alone);
 
   ir::Graph g = relu_linear();
@@ -334,4 +339,45 @@ TEST(Calibration, OpsInSequenceCostPerCallAndPerWeightByte) {
   // Twice as many workers as cores: every CPU-time figure doubles.
   Cluster over = cpu_preset(2 * cores(), &k);
   EXPECT_DOUBLE_EQ(over.device.sequence_overhead_s / over.device.kernel_overhead_s, 3e-6 / 20e-6);
+}
+
+// Issue 35: LibTorch's optimizers loop over the parameter tensors; the calibrated preset prices a
+// step per parameter and per tensor, and the stage cost counts the stage's tensors (a linear's
+// weight and bias are two, a layernorm's two, an attention's eight).
+TEST(Calibration, OptimizerStepPaysPerParameterAndPerTensor) {
+  CpuCalibration k = made_up();
+  k.adam_step_s_per_param = 1.4e-9;
+  k.adam_step_s_per_tensor = 20e-6;
+  k.sgd_step_s_per_tensor = 5e-6;
+  k.sgd_step_s_per_param = 0.3e-9;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json old = calibration_to_json(k);
+  old.erase("optimizer_step_s_per_tensor");
+  EXPECT_EQ(calibration_from_json(old, "k.json").adam_step_s_per_tensor, 0);
+
+  ir::ModelBuilder b("g");
+  std::string x = b.input("x", {16, 32});
+  x = b.op("ln", ir::OpKind::layernorm, {b.linear("fc", x, 32)});
+  x = b.op("att", ir::OpKind::attention, {x}, {{"heads", 2}});
+  b.output(x);
+  ir::Graph g = ir::Graph::build(b.build());
+  EXPECT_EQ(g.costs(g.find("fc")).param_tensors, 2);
+  EXPECT_EQ(g.costs(g.find("ln")).param_tensors, 2);
+  EXPECT_EQ(g.costs(g.find("att")).param_tensors, 8);
+  Cluster c = cpu_preset(1, &k);
+  CostModel cm(g, c, Optimizer::adam), sgd(g, c, Optimizer::sgd);
+  EXPECT_DOUBLE_EQ(cm.optimizer_s_per_tensor(), 20e-6);
+  std::vector<OpId> ops = g.op_ids();
+  std::vector<char> all(g.num_ops(), 1);
+  StageCost s = stage_cost(cm, ops, all, 1, 4, 4, true);
+  EXPECT_EQ(s.param_tensors, 12);
+  EXPECT_NEAR(s.optimizer_s, 1.4e-9 * static_cast<double>(g.total_params()) + 12 * 20e-6, 1e-12);
+  EXPECT_NEAR(stage_cost(sgd, ops, all, 1, 4, 4, true).optimizer_s,
+              0.3e-9 * static_cast<double>(g.total_params()) + 12 * 5e-6, 1e-12);
+  EXPECT_EQ(cluster_to_json(cluster_from_json(cluster_to_json(c), "c.json")), cluster_to_json(c));
+  EXPECT_DOUBLE_EQ(cluster_from_json(cluster_to_json(c), "c.json").device.adam_step_s_per_tensor, 20e-6);
+  // A profile's measured step holds the model's own tensors: nothing per tensor on top.
+  auto prof = std::make_shared<Profile>();
+  prof->optimizer["adam"] = OptimizerStep{1000, 1e-3};
+  EXPECT_EQ(CostModel(g, c, Optimizer::adam, prof).optimizer_s_per_tensor(), 0);
 }
