@@ -56,10 +56,10 @@ bool match_index_pool(Mapper& mp, const Matcher& m, int i, std::vector<bool>& cl
     if (k >= 0) nodes.push_back(k);
   auto refuse = [&](const std::string& why) {
     claim(claimed, nodes);
-    mp.reasons.push_back(fmt::format(
-        "{}: a pool over H and W written as a gather of constant indices and a mean (torch.export's "
-        "adaptive_avg_pool2d): {}",
-        node_label(g), why));
+    mp.reasons.push_back(
+        fmt::format("{}: a pool over H and W written as a gather of constant indices and a mean (torch.export's "
+                    "adaptive_avg_pool2d): {}",
+                    node_label(g), why));
     return true;
   };
   if (r < 0 || attr_ints(m.node(t1), "perm") != std::vector<int64_t>{4, 5, 0, 1, 2, 3})
