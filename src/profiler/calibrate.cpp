@@ -338,7 +338,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
       return runtime::time_optimizers(g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 9), /*cpu_clock=*/true, "cpu");
     };
     const std::vector<runtime::OptimizerTiming> large_set = step_times(large), small_set = step_times(small);
-    // t = params x a + tensors x c through both sets (32 and 128 tensors: two parameters per linear).
+    // t = params x a + tensors x c through both sets (32 and 128 tensors: a weight and a bias per linear).
     auto solve = [&](size_t i, double& per_param, double& per_tensor) {
       const double p1 = static_cast<double>(large_set[i].params), t1 = 32,
                    p2 = static_cast<double>(small_set[i].params), t2 = 128;
