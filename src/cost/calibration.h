@@ -35,8 +35,8 @@ struct CpuCalibration {
   double adam_step_s_per_tensor = 0;
   double link_bandwidth_Bps = 0;  // loopback p2p between two processes (c10d Gloo)
   double link_latency_s = 0;
-  double allreduce_bandwidth_Bps =
-      0;  // a 2-rank all-reduce between idle processes: bytes / (time - latency); 0: not measured
+  // A 2-rank all-reduce between idle processes: bytes / (time - latency); 0: not measured.
+  double allreduce_bandwidth_Bps = 0;
   // The same link while every core computes (a training step's messages between busy workers), at the
   // idle bandwidth: a message's latency, and a 2-rank all-reduce's per ring step right after both
   // computed. 0: not measured.
@@ -50,6 +50,10 @@ struct CpuCalibration {
   double sequence_overhead_s = 0;
   double sequence_s_per_weight_byte = 0;
   bool operator==(const CpuCalibration&) const = default;
+  /// The all-reduce's bandwidth: measured, else the link's.
+  double reduce_bandwidth_Bps() const {
+    return allreduce_bandwidth_Bps > 0 ? allreduce_bandwidth_Bps : link_bandwidth_Bps;
+  }
 };
 
 /// The calibrated efficiency: the measured GEMM rate is the peak (emax 1) and N0 its half-rate rows,

@@ -161,7 +161,7 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     // (its latency per ring step), at the bandwidth the all-reduce itself reached between idle
     // processes (it reduces and copies as well as sends: 2.0 GB/s where a message reached 4.5); the
     // idle link where not measured.
-    const double reduce_bw = k->allreduce_bandwidth_Bps > 0 ? k->allreduce_bandwidth_Bps * share : idle.bandwidth_Bps;
+    const double reduce_bw = k->reduce_bandwidth_Bps() * share;
     if (busy)
       c.collective_intra = k->busy_allreduce_latency_s > 0 ? LinkSpec{reduce_bw, k->busy_allreduce_latency_s / share}
                                                            : LinkSpec{reduce_bw, idle.latency_s};

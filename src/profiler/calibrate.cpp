@@ -394,8 +394,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples) {
       const double bytes = static_cast<double>(s.bytes);
       wait += std::max(0.0, s.p2p_s - bytes / k.link_bandwidth_Bps);
-      const double reduce_bw = k.allreduce_bandwidth_Bps > 0 ? k.allreduce_bandwidth_Bps : k.link_bandwidth_Bps;
-      ring += std::max(0.0, s.allreduce_s - bytes / reduce_bw) / cost::ring_latencies(2, bytes, true);
+      ring += std::max(0.0, s.allreduce_s - bytes / k.reduce_bandwidth_Bps()) / cost::ring_latencies(2, bytes, true);
     }
     const double n = static_cast<double>(bo.sizes_bytes.size());
     k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
