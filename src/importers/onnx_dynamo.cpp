@@ -493,11 +493,21 @@ class Recovery {
   // to its window scores: a parameter looked up by a buffer, which the optimizer folds into one value
   // [1, heads, n, n] (its value_info's pkg.onnxscript.optimizer.folded_from names the parameter and the
   // buffer; the table itself is gone). A window wh x ww of n tokens has one index (ops.cpp's
-  // window_attention uses the same): where exactly one factorisation n = wh * ww gives an index that
+  // window_attention uses the same): where exactly one index among the factorisations n = wh * ww
   // reproduces every entry of the value bit for bit, the table is read back through it and the lookup
   // is written as the TorchScript exporter writes it (Gather of the table by the index buffer, Reshape,
-  // Transpose, Unsqueeze), which the window-attention pattern reads; otherwise the value stays a
-  // folded value (said in the warning; a window-attention block then refuses it, naming it).
+  // Transpose, Unsqueeze), which the window-attention pattern reads.
+  //
+  // 1 x n and n x 1 have the same index (row i - j + n - 1), so they count as one. Otherwise two windows
+  // with different indexes can both fit: token pairs with equal offsets (dh, dw) in one window can have
+  // different offsets in another, so the value must hold equal entries where either index repeats a row.
+  // A random table does so for its own window only, but a table whose entries are all equal fits every
+  // window, and the lookup of a window 1 x n (a function of i - j alone, which every window's (dh, dw)
+  // determines: i - j = ww dh + dw) fits every window of n tokens. Picking one could train the wrong
+  // table: wh x ww and ww x wh have tables of the same shape and different indexes. So no window and
+  // two windows are both refused, naming the value, the table and the index buffer (the parameter is
+  // gone from the file, as refused below for every other parameter the graph names and no initializer
+  // holds).
   void ungather_folded_lookups() {
     for (const auto& [folded, sources] : folded_from_) {
       auto init = inits_.find(folded);
@@ -516,13 +526,33 @@ class Recovery {
       const int64_t heads = dims[0], n = dims[1];
       const std::vector<float> v = float_values(net_.path, value);
       std::vector<std::pair<int64_t, std::vector<float>>> fits;  // wh, table
+      std::vector<std::string> windows, fitting;
       for (int64_t wh = 1; wh <= n; ++wh) {
         if (n % wh != 0) continue;
         const int64_t ww = n / wh;
-        if (auto t = ungather(v, swin_relative_position_index(wh, ww), (2 * wh - 1) * (2 * ww - 1), heads))
+        windows.push_back(fmt::format("{}x{}", wh, ww));
+        if (wh == n && n > 1) {  // n x 1: 1 x n's index, already tried
+          if (!fits.empty() && fits.front().first == 1) fitting.front() += fmt::format(" (= {}x1)", n);
+          continue;
+        }
+        if (auto t = ungather(v, swin_relative_position_index(wh, ww), (2 * wh - 1) * (2 * ww - 1), heads)) {
           fits.emplace_back(wh, std::move(*t));
+          fitting.push_back(windows.back());
+        }
       }
-      if (fits.size() != 1) continue;
+      GP_CHECK(fits.size() == 1,
+               "{}: torch.onnx.export's dynamo exporter (dynamo=True) folded the lookup of parameter {} by buffer {} "
+               "into the value \"{}\" [{}] (Swin's relative-position bias; the table is gone from the file), and the "
+               "table cannot be read back: {}. Export with dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
+               "do_constant_folding=False (docs/onnx.md, \"Swin\")",
+               net_.path, p[0], b[0], folded, fmt::join(value.dims(), ", "),
+               fits.empty()
+                   ? fmt::format("the index of no window of {} tokens ({}) reproduces every entry", n,
+                                 fmt::join(windows, ", "))
+                   : fmt::format("the indexes of windows {} each reproduce every entry, so the values do not say "
+                                 "which window's table it is (a table whose entries are all equal, or a window 1 x "
+                                 "n, whose lookup every window's index reproduces)",
+                                 fmt::join(fitting, ", ")));
       const int64_t wh = fits[0].first, ww = n / wh, rows = (2 * wh - 1) * (2 * ww - 1);
       const std::string& out = folded;
       const std::string base = "dynamo_ungather/" + out;
@@ -558,7 +588,7 @@ class Recovery {
         node("Unsqueeze", {base + "/hnn", base + "/axes"}, out);
       }
       replaced_.insert(out);
-      ungathered_.push_back(fmt::format("{} [{}, {}] (window {}x{}) from {}", p[0], rows, heads, wh, ww, out));
+      ungathered_.push_back(fmt::format("{} [{}, {}] (window {}) from {}", p[0], rows, heads, fitting[0], out));
     }
     for (const auto& r : replaced_) inits_.erase(r);
   }
