@@ -71,14 +71,40 @@ std::optional<Roll> roll_at(const Net& net, const Matcher& m, const std::string&
   return r;
 }
 
+// torch.roll by 0 along an axis as the dynamo exporter writes it (torchvision's shift [0, s] for a window
+// 1 x n, or a map no taller than the window): t's only consumer a Slice of the whole axis, which is t.
+std::optional<std::string> whole_slice_at(const Net& net, const std::string& t) {
+  std::vector<int> users;
+  for (int c : net.at(t).consumers)
+    if (!net.folded[static_cast<size_t>(c)]) users.push_back(c);
+  if (users.size() != 1) return std::nullopt;
+  const auto& nd = net.nodes[static_cast<size_t>(users[0])];
+  if (nd.op_type() != "Slice" || nd.input_size() < 4 || nd.input(0) != t) return std::nullopt;
+  const auto &st = net.at(nd.input(1)).ints, &en = net.at(nd.input(2)).ints, &ax = net.at(nd.input(3)).ints;
+  if (!st || !en || !ax || st->size() != 1 || en->size() != 1 || ax->size() != 1) return std::nullopt;
+  if (nd.input_size() > 4 && (!net.at(nd.input(4)).ints || *net.at(nd.input(4)).ints != std::vector<int64_t>{1}))
+    return std::nullopt;
+  const auto& xs = net.shape(t);
+  const int64_t axis = (*ax)[0] < 0 ? (*ax)[0] + static_cast<int64_t>(xs.size()) : (*ax)[0];
+  if (axis < 1 || axis >= static_cast<int64_t>(xs.size())) return std::nullopt;
+  const int64_t d = xs[static_cast<size_t>(axis)];
+  if (((*st)[0] != 0 && (*st)[0] != -d) || ((*en)[0] < d)) return std::nullopt;
+  return nd.output(0);
+}
+
 // The rolls applied one after another to t (at most one per axis); `t` becomes their result.
 std::map<int64_t, int64_t> read_rolls(const Net& net, const Matcher& m, std::string& t, std::string& why) {
   std::map<int64_t, int64_t> starts;
-  while (std::optional<Roll> r = roll_at(net, m, t)) {
-    if (!starts.emplace(r->axis, r->start).second) why = fmt::format("two rolls along axis {}", r->axis);
-    t = r->out;
+  for (;;) {
+    if (std::optional<Roll> r = roll_at(net, m, t)) {
+      if (!starts.emplace(r->axis, r->start).second) why = fmt::format("two rolls along axis {}", r->axis);
+      t = r->out;
+    } else if (std::optional<std::string> same = whole_slice_at(net, t)) {
+      t = *same;
+    } else {
+      return starts;
+    }
   }
-  return starts;
 }
 
 // Why the nodes are not a Swin window-attention block ("" when they are); fills attrs and the sources.

@@ -328,7 +328,7 @@ Json vision_reference(const std::string& name) {
 void DefaultExport::vision_trains_like_pytorch(const std::string& name, const std::vector<std::string>& first) {
   const Json ref = vision_reference(name);
   const std::string model = (kVision / ref["model"].get<std::string>()).string();
-  // vit 15,525; convnext 16,181; swin 35,777; alexnet 21,341
+  // vit 15,525; convnext 16,181; swin 35,777; swin_1x3 7,513; alexnet 21,341
   EXPECT_EQ(importers::load_graph(model).total_params(), ref["params"].get<int64_t>());
   const plan::Plan p = testing::make_plan(model, ref["batch"].get<int>(), {{first, {0}, 2}, {{}, {1}, 2}});
   trains_like_pytorch(ref, model, kVision, p, "dynamo " + name);
@@ -398,6 +398,19 @@ TEST_F(DefaultExport, TheDynamoExportersSwinHasPyTorchsParametersAndTrainsLikePy
   vision_trains_like_pytorch("swin", {"/features.0", "/features.1."});
 }
 
+// A window of one row, [1, 3] (the 8x8 map padded to 8x9): 1x3 and 3x1 have one relative-position
+// index, so each folded lookup reads back as the one table [5, 2]; the second block's shift [0, 1] is a
+// roll by 0 along H (one Slice of the whole axis) and by 1 along W.
+TEST_F(DefaultExport, TheDynamoExportersSwinWithAOneRowWindowTrainsLikePyTorch) {
+  const ir::Graph g = importers::load_graph((kVision / "swin_1x3_dynamo.onnx").string());
+  std::vector<Json> attrs;
+  for (OpId id : g.op_ids())
+    if (g.op(id).kind == ir::OpKind::window_attention) attrs.push_back(g.op(id).attrs);
+  EXPECT_EQ(attrs, (std::vector<Json>{Json{{"heads", 2}, {"window", {1, 3}}},
+                                      Json{{"heads", 2}, {"window", {1, 3}}, {"shift", {0, 1}}}}));
+  vision_trains_like_pytorch("swin_1x3", {"/features.0", "/features.1.0/"});
+}
+
 // AlexNet's AdaptiveAvgPool2d((6, 6)) on a 1x1 map, written as a GatherND of constant indices and a
 // mean over the gathered windows, is the resize (nearest, replication) it computes.
 TEST_F(DefaultExport, TheDynamoExportersAlexNetPoolIsAResizeAndTrainsLikePyTorch) {
@@ -460,7 +473,7 @@ TEST_F(DefaultExport, TheDynamoExportsForwardEqualsPyTorchs) {
   EXPECT_LT(forward_error(kDynamoModel, defaults_reference().at("forward"), {"float"}), 1e-5);
   EXPECT_LT(forward_error((lm / "gpt2_dynamo.onnx").string(), lms.at("gpt2").at("forward"), {"ids"}, 50), 1e-5);
   EXPECT_LT(forward_error((lm / "bert_dynamo.onnx").string(), lms.at("bert").at("forward"), {"ids", "mask"}, 50), 1e-5);
-  for (const std::string name : {"vit", "convnext", "swin", "alexnet"}) {
+  for (const std::string name : {"vit", "convnext", "swin", "swin_1x3", "alexnet"}) {
     const Json ref = vision_reference(name);
     EXPECT_LT(forward_error((kVision / ref["model"].get<std::string>()).string(), ref["forward"], {"float"}), 1e-5);
   }
