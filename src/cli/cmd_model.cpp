@@ -42,11 +42,16 @@ Json params_json(const importers::OnnxImportReport& r) {
     shared.push_back(
         {{"initializer", n.initializer}, {"names", n.names}, {"kind", n.kind}, {"trained_as_one", n.trained_as_one}});
   Json j = {{"ties_mode", r.ties_mode}, {"shared", shared}, {"without_values", r.without_values}};
-  if (r.dynamo)
+  if (r.dynamo) {
+    Json dropouts = Json::array();
+    for (const auto& d : r.dynamo->recovered_dropouts)
+      dropouts.push_back({{"op", d.op}, {"module", d.module}, {"p", d.p}});
     j["dynamo"] = {{"restored_biases", r.dynamo->restored_biases},
                    {"unfolded_weights", r.dynamo->unfolded_weights},
                    {"folded_values", r.dynamo->folded_values},
-                   {"ungathered_tables", r.dynamo->ungathered_tables}};
+                   {"ungathered_tables", r.dynamo->ungathered_tables},
+                   {"recovered_dropouts", dropouts}};
+  }
   return j;
 }
 
@@ -70,6 +75,10 @@ void print_params(const importers::OnnxImportReport& r) {
   line("untransposed", r.dynamo->unfolded_weights);
   line("folded value", r.dynamo->folded_values);
   line("ungathered", r.dynamo->ungathered_tables);
+  std::vector<std::string> dropouts;
+  for (const auto& d : r.dynamo->recovered_dropouts)
+    dropouts.push_back(fmt::format("{} (module {}): p {:.6g}", d.op, d.module.empty() ? "-" : d.module, d.p));
+  line("dropout", dropouts);
 }
 
 void run_info(const ModelArgs& a) {

@@ -233,6 +233,8 @@ class Recovery {
       for (const auto& o : n.output()) scope_of[o] = f.scope;
       if (!n.name().empty()) n.set_name(torchscript_path(f.scope) + n.name());
     }
+    for (const auto& [i, p] : dropout_nodes_)
+      recovered_dropouts_.push_back({g_.node(i).name(), fx[static_cast<size_t>(i)].scope, p});
     std::set<std::string> lost;
     for (const auto& f : fx)
       for (const auto& p : f.params)
@@ -250,7 +252,7 @@ class Recovery {
     drop_dead_nodes();
     sort_out_initializers();
     warn();
-    net_.dynamo = DynamoRecovery{restored_, unfolded_, folded_, ungathered_};
+    net_.dynamo = DynamoRecovery{restored_, unfolded_, folded_, ungathered_, recovered_dropouts_};
   }
 
  private:
@@ -484,6 +486,8 @@ class Recovery {
         added_nodes_.push_back(std::move(ratio));
         added_nodes_.push_back(std::move(train));
         dropouts_.push_back(fmt::format("{} (p {:.6g})", m.output(0), 1.0 - keep));
+        // p as written in the model (0.2, not 1 - 0.8 = 0.19999999999999996); the op's name once renamed
+        dropout_nodes_.emplace_back(i, std::round((1.0 - keep) * 1e12) / 1e12);
         break;
       }
     }
@@ -837,6 +841,8 @@ class Recovery {
   std::map<std::string, std::string> signature_target_;  // placeholder "p_a_weight" -> "a.weight"
   std::map<std::string, std::vector<std::string>> folded_from_;
   std::vector<std::string> unfolded_, restored_, folded_, dropouts_, ungathered_;
+  std::vector<std::pair<int, double>> dropout_nodes_;  // the Mul made Dropout, and p
+  std::vector<RecoveredDropout> recovered_dropouts_;
 };
 
 }  // namespace

@@ -18,6 +18,14 @@ struct OnnxSharedNote {
   bool trained_as_one = false;     // the decision
 };
 
+/// An in-place dropout in training mode that the dynamo exporter wrote as x * bernoulli(1 - p) / (1 - p),
+/// read back as dropout(p) (docs/onnx.md, "torch 2.x's default exporter").
+struct RecoveredDropout {
+  std::string op;      // the IR op ("/4/node_mul_31": the Mul it was written as)
+  std::string module;  // the module it ran in ("4"; empty at the top)
+  double p = 0;        // the drop probability
+};
+
 /// What the importer recovered from a torch 2.x dynamo export's metadata (docs/onnx.md, "Default
 /// exports and ties"): each entry a PyTorch parameter name (folded values: "name [shape]").
 struct DynamoRecovery {
@@ -26,6 +34,7 @@ struct DynamoRecovery {
   std::vector<std::string> folded_values;     // values computed from parameters, trained as parameters
   // tables whose lookup by a constant index it folded (Swin's relative-position bias), read back
   std::vector<std::string> ungathered_tables;
+  std::vector<RecoveredDropout> recovered_dropouts;
 };
 
 /// What `import_onnx` decided about parameters: how ties were read (GRAPHPIPE_ONNX_TIES / --ties, or

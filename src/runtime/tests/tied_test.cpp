@@ -536,18 +536,32 @@ TEST_F(DefaultExport, TheDynamoExportersInPlaceDropoutIsReadBackAsDropout) {
   const ir::Graph g = importers::load_graph(model);
   EXPECT_EQ(g.total_params(), ref["params"].get<int64_t>());
   std::vector<double> ps;
+  std::string name;
   for (OpId id : g.op_ids())
-    if (g.op(id).kind == ir::OpKind::dropout) ps.push_back(g.op(id).attrs.at("p").get<double>());
+    if (g.op(id).kind == ir::OpKind::dropout) {
+      ps.push_back(g.op(id).attrs.at("p").get<double>());
+      name = g.op(id).name;
+    }
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_NEAR(ps[0], ref["p"].get<double>(), 1e-6);
+  // model info lists it with the other rewrites: the op, the module (nn.Sequential's "4") and p.
+  testing::Proc json = graphpipe("model info --json --model " + model);
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(Json::parse(json.out)["onnx_parameters"]["dynamo"]["recovered_dropouts"],
+            (Json::array({Json{{"op", name}, {"module", "4"}, {"p", ref["p"].get<double>()}}})));
   testing::Proc info = graphpipe("model info --model " + model);
   ASSERT_EQ(info.code, 0) << info.err;
   EXPECT_NE(info.err.find("in-place dropouts in training mode, written as x * bernoulli(1 - p) / (1 - p), are "
                           "dropout again: mul_"),
             std::string::npos)
       << info.err;
-  EXPECT_NE(info.out.find("dropout 1"), std::string::npos) << info.out;  // op kinds: the random ops are gone
-  EXPECT_EQ(info.out.find("mul"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("\n  dropout          " + name + " (module 4): p 0.25\n"), std::string::npos) << info.out;
+  // op kinds: the random ops are gone
+  const size_t kinds = info.out.find("op kinds");
+  ASSERT_NE(kinds, std::string::npos) << info.out;
+  const std::string kinds_line = info.out.substr(kinds, info.out.find('\n', kinds) - kinds);
+  EXPECT_NE(kinds_line.find("dropout 1"), std::string::npos) << kinds_line;
+  EXPECT_EQ(kinds_line.find("mul"), std::string::npos) << kinds_line;
 }
 
 TEST_F(DefaultExport, TheDynamoExportersBatchNormForwardEqualsPyTorchsInTrainingMode) {
