@@ -49,6 +49,7 @@ InputPrefetcher::~InputPrefetcher() {
 }
 
 TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<MicroBatchInfo>& next) {
+  if (!data_) return synthetic_external_inputs(m_, info);
   TensorMap out;
   bool hit = pending_.valid() && pending_info_ && same_samples(*pending_info_, info);
   if (pending_.valid()) {

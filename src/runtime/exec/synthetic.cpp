@@ -85,19 +85,17 @@ torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_
   std::vector<int64_t> per_sample(input.shape.begin() + 1, input.shape.end());
   bool is_index = input.dtype == ir::DType::i64;
   uint64_t base = stable_hash({"input", input.name}, seed);
-  std::vector<torch::Tensor> rows;
-  rows.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> shape{count};
+  shape.insert(shape.end(), per_sample.begin(), per_sample.end());
+  torch::Tensor out = torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
+  // Each sample drawn into its own row (what randn / randint of the row's shape would draw).
   for (int64_t i = 0; i < count; ++i) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(stable_hash_ints(base, {sample_begin + i, step}));
-    rows.push_back(is_index ? torch::randint(0, range, per_sample, gen, torch::kLong)
-                            : torch::randn(per_sample, gen, torch::kFloat32));
+    torch::Tensor row = out.select(0, i);
+    if (is_index) row.random_(0, range, gen);
+    else row.normal_(0, 1, gen);
   }
-  if (rows.empty()) {
-    std::vector<int64_t> shape{0};
-    shape.insert(shape.end(), per_sample.begin(), per_sample.end());
-    return torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
-  }
-  return torch::stack(rows);
+  return out;
 }
 
 constexpr int64_t kTeacherInputs = 256;   // feature values a target depends on
