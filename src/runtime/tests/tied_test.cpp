@@ -526,6 +526,18 @@ TEST_F(DefaultExport, TheDynamoExportersBatchNormMobileNetV2WithOptimizeFalseTra
   batchnorm_trains_like_pytorch("mobilenet", {"/features.0.", "/features.1/"});
 }
 
+// wide_resnet50_2's and resnext50_32x4d's blocks (torchvision Bottleneck: width_per_group 128; groups 4
+// with a grouped 3x3) in small, on 8x8 maps so each BatchNorm channel normalises 256 values or more: on
+// 1x1 maps (4 values, as the full models at 32x32) PyTorch's own float32 and float64 training differ by
+// 13-16% in the fifth step's loss, which tells nothing about the import (docs/onnx.md).
+TEST_F(DefaultExport, TheDynamoExportersBatchNormWideResNetWithOptimizeFalseTrainsLikePyTorch) {
+  batchnorm_trains_like_pytorch("wide_resnet", {"/stem", "/layer.0/"});
+}
+
+TEST_F(DefaultExport, TheDynamoExportersBatchNormResNeXtWithOptimizeFalseTrainsLikePyTorch) {
+  batchnorm_trains_like_pytorch("resnext", {"/stem", "/layer.0/"});
+}
+
 // An in-place Dropout in training mode (the heads of torchvision's mobilenet_v3, efficientnet, mnasnet)
 // is written as x * bernoulli(empty_like(x), 1 - p) / (1 - p) (RandomUniformLike, Less, Div, Mul): read
 // back from the fx metadata as the dropout(p) it is, and said. Its training is random, so this
@@ -565,7 +577,7 @@ TEST_F(DefaultExport, TheDynamoExportersInPlaceDropoutIsReadBackAsDropout) {
 }
 
 TEST_F(DefaultExport, TheDynamoExportersBatchNormForwardEqualsPyTorchsInTrainingMode) {
-  for (const std::string name : {"resnet", "mobilenet"}) {
+  for (const std::string name : {"resnet", "mobilenet", "wide_resnet", "resnext"}) {
     const Json ref = dynamo_bn_reference(name);
     EXPECT_LT(forward_error((kDynamoBn / ref["model"].get<std::string>()).string(), ref["forward"], {"float"}), 1e-5);
   }
