@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
