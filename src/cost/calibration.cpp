@@ -64,6 +64,7 @@ Json calibration_to_json(const CpuCalibration& c) {
             {"cores", c.cores},
             {"torch_version", c.torch_version},
             {"measured_at", c.measured_at},
+            {"method", c.method},
             {"seconds", c.seconds},
             {"gemm_flops", c.gemm_flops},
             {"gemm_n0_rows", c.gemm_n0_rows},
@@ -93,6 +94,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   c.cores = static_cast<int>(cores);
   c.torch_version = j.at("torch_version").str();
   c.measured_at = j.str_or("measured_at", "");
+  c.method = j.has("method") ? static_cast<int>(j.at("method").i64()) : 0;
   c.seconds = j.has("seconds") ? non_negative(j.at("seconds")) : 0;
   c.gemm_flops = positive(j.at("gemm_flops"));
   c.gemm_n0_rows = non_negative(j.at("gemm_n0_rows"));

@@ -21,6 +21,7 @@ struct CpuCalibration {
   int cores = 0;                     // hardware threads seen by the process
   std::string torch_version;         // LibTorch the figures were measured with
   std::string measured_at;           // UTC date and time
+  int method = 0;                    // the revision of calibrate's measurement (profiler::kCalibrationMethod); 0: older
   double seconds = 0;                // how long the measurement took
   double gemm_flops = 0;             // asymptotic fp32 GEMM rate of one thread (FLOP/s): the peak
   double gemm_n0_rows = 0;           // rows per call at which a GEMM reaches half of it

@@ -265,6 +265,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   k.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   k.torch_version = runtime::torch_version();
   k.measured_at = utc_now();
+  k.method = kCalibrationMethod;
 
   // 1. Per-op overhead: a 16-element relu, forward + backward = 2 overheads.
   CalibrateOptions many = o;
@@ -441,11 +442,15 @@ cost::CpuCalibration cached_or_calibrate(bool refresh, std::ostream* progress) {
   std::error_code ec;
   if (!refresh && !path.empty() && fs::exists(path, ec)) {
     try {
-      Json j = read_json_file(path);
-      // A calibration from before the figures the cost model now uses (issue 35: the per-call overheads,
-      // the optimizer per parameter and per tensor, ops in sequence) measured less: measure again.
-      if (JsonAt(j, path).has("optimizer_step_s_per_tensor")) return cost::calibration_from_json(j, path);
-      if (progress) *progress << "calibration cache predates the optimizer's per-tensor figure: measuring again\n";
+      // A calibration measured another way (issue 35: before the per-call overheads, the optimizer per
+      // tensor, ops in sequence, the optimizer with cold caches) is measured again.
+      cost::CpuCalibration c = cost::calibration_from_json(read_json_file(path), path);
+      if (c.method == kCalibrationMethod) return c;
+      if (progress)
+        *progress << fmt::format(
+            "calibration cache was measured by method {}, this build measures by method {}: "
+            "measuring again\n",
+            c.method, kCalibrationMethod);
     } catch (const UserError& e) {
       if (progress) *progress << "calibration cache unreadable, measuring again: " << e.what() << "\n";
     }

@@ -35,6 +35,11 @@ struct CalibrationResult {
   std::vector<CalibrationPoint> points;  // every op timing the fit used
 };
 
+/// The revision of calibrate_cpu's measurement: a cached calibration of another revision is measured
+/// again. 2: the optimizer step timed with caches evicted and the finiteness check a step runs
+/// (issue 35).
+inline constexpr int kCalibrationMethod = 2;
+
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);
 

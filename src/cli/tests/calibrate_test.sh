@@ -27,6 +27,15 @@ case "$name" in *", calibrated "*) ;; *) fail "plan records an uncalibrated pres
 [ "$(field "$T/p1.json" "d['costs']['cluster']")" = "$(field "$T/p2.json" "d['costs']['cluster']")" ] \
   || fail "the cached calibration gave another cluster"
 "$GP" calibrate --show | grep -q "GFLOP/s per thread" || fail "calibrate --show"
+[ "$(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d['method']")" -ge 2 ] || fail "the cache records no method"
+
+# A cache measured by an older method is measured again, saying so.
+cache=$(ls "$T"/cache/cpu-calibration-*.json)
+python3 -c "import json; d = json.load(open('$cache')); d['method'] = 1; json.dump(d, open('$cache', 'w'))"
+"$GP" plan --model "$M" --cluster cpu --devices 2 --batch 8 >/dev/null 2>"$T/err5" || fail "plan over an old cache"
+grep -q "calibration cache was measured by method 1, this build measures by method [0-9]*: measuring again" "$T/err5" \
+  || fail "an old method's cache was used: $(cat "$T/err5")"
+[ "$(field "$cache" "d['method']")" -ge 2 ] || fail "the old cache was not replaced"
 
 out=$("$GP" train --plan "$T/p1.json" --steps 3 2>&1) || fail "train: $out"
 echo "$out" | grep -q "predicted .* by the plan .*calibrated cpu preset\|predicted .* by the plan .*this machine's cpu preset" \

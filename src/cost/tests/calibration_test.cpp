@@ -58,6 +58,11 @@ TEST(Calibration, JsonRoundTripAndStrictErrors) {
   Json old = calibration_to_json(k);  // caches written before the field: no lockstep stretch
   old.erase("lockstep");
   EXPECT_EQ(calibration_from_json(old, "k.json").lockstep, 1);
+  k.method = 2;  // calibrate's revision: caches written before it read as 0 (and are measured again)
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json").method, 2);
+  Json unrevised = calibration_to_json(k);
+  unrevised.erase("method");
+  EXPECT_EQ(calibration_from_json(unrevised, "k.json").method, 0);
   // The per-call GEMM/attention overheads (issue 35): round trip, optional (0), non-negative.
   k.gemm_overhead_s = 15e-6;
   k.attention_overhead_s = 120e-6;

@@ -43,8 +43,9 @@ struct OptimizerTiming {
 };
 
 /// One step of each of the runtime's optimizers `names` ("sgd", "adam": make_optimizer) over every
-/// parameter of `g` with random gradients, on one copy of the model: `warmup` untimed, the median of
-/// `repeats`; one entry per name, in order.
+/// parameter of `g` with random gradients, on one copy of the model, with the gradients' finiteness
+/// check before it as a training step runs it: `warmup` untimed, the median of `repeats`; one entry
+/// per name, in order.
 std::vector<OptimizerTiming> time_optimizers(const ir::Graph& g, const std::vector<std::string>& names, int warmup,
                                              int repeats, bool cpu_clock = false, const std::string& device = "cpu");
 
