@@ -49,7 +49,7 @@ InputPrefetcher::~InputPrefetcher() {
 }
 
 TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<MicroBatchInfo>& next) {
-  if (!data_) return synthetic_external_inputs(m_, info);
+  if (!ahead_) return stage_inputs(m_, info, data_);
   TensorMap out;
   bool hit = pending_.valid() && pending_info_ && same_samples(*pending_info_, info);
   if (pending_.valid()) {
@@ -60,7 +60,13 @@ TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<
   if (!hit) out = stage_inputs(m_, info, data_);
   if (next) {
     pending_info_ = next;
-    pending_ = std::async(std::launch::async, [this, n = *next] { return stage_inputs(m_, n, data_); });
+    // A new thread starts with OpenMP's default of one thread per core: LibTorch's ops there (synthetic
+    // inputs' randn, matmul) ran on every core and their pool spun between calls (two workers on two
+    // cores took 2x as long). It keeps this thread's count.
+    pending_ = std::async(std::launch::async, [this, n = *next, threads = torch::get_num_threads()] {
+      torch::set_num_threads(threads);
+      return stage_inputs(m_, n, data_);
+    });
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "importers/resolve.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
@@ -110,7 +111,7 @@ int run_single(const TrainOptions& opt) {
                        "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights, device);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
-  InputPrefetcher feed(m, data.train.get());
+  InputPrefetcher feed(m, data.train.get(), /*spare_core=*/std::thread::hardware_concurrency() > 1);
 
   // Checkpoint generations (checkpoint/checkpoint_set.h), the folder locked while we run.
   CheckpointLock lock;

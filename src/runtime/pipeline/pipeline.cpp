@@ -350,7 +350,9 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   std::unique_ptr<StageRunner> runner;
   std::unique_ptr<detail::MemoryMeter> meter;
   if (role.stage >= 0) {
-    runner = std::make_unique<StageRunner>(opt, run, role, *world, device);
+    const bool spare_core = io.local_world > 0 &&
+                            io.local_world < static_cast<int>(std::thread::hardware_concurrency());
+    runner = std::make_unique<StageRunner>(opt, run, role, *world, device, spare_core);
     meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer(), device);
   }
   world->connect(transfer_pairs(run.plan));

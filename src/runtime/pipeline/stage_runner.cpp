@@ -54,7 +54,7 @@ torch::Tensor byte_view(torch::Tensor& buf, int64_t begin, const torch::Tensor& 
 }  // namespace
 
 StageRunner::StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, detail::Communicator& world,
-                         torch::Device device)
+                         torch::Device device, bool spare_core)
     : opt_(opt),
       p_(run.plan),
       g_(run.graph),
@@ -68,7 +68,7 @@ StageRunner::StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRo
   for (size_t i = 0; i < g_.num_ops(); ++i)
     if (stage_of[i] == st_.id) ops.emplace_back(static_cast<int32_t>(i));
   module_ = std::make_unique<StageModule>(g_, ops, opt.seed, run.weights, device);
-  in_.feed = std::make_unique<InputPrefetcher>(*module_, in_.data);
+  in_.feed = std::make_unique<InputPrefetcher>(*module_, in_.data, spare_core);
   for (const Action& a : actions_)
     if (a.kind == ActionKind::forward) in_.forwards.push_back(a.micro_batch);
   optim_ = make_optimizer(opt.optimizer, module_->parameters(), opt.lr, opt.momentum);

@@ -29,8 +29,9 @@ double now_s();
 /// One rank's stage: module, optimizer, communicators and the per-step transfer state.
 class StageRunner {
  public:
+  /// `spare_core`: this host has more cores than workers (synthetic inputs are then made ahead).
   StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRole role, detail::Communicator& world,
-              torch::Device device);
+              torch::Device device, bool spare_core);
 
   StageModule& module() { return *module_; }
   torch::optim::Optimizer& optimizer() { return *optim_; }
