@@ -100,6 +100,20 @@ double stage_bytes_estimate(const PreparedRun& run, int stage, const std::string
   return training_bytes_estimate(run.graph, ops, held, optimizer);
 }
 
+namespace {
+
+/// This host has more cores than ranks with a stage (the host's ranks are the local_world ranks from
+/// rank - local_rank on; a rank the plan leaves idle waits without computing).
+bool spare_core(const plan::Plan& p, const WorkerIo& io) {
+  if (io.local_world <= 0) return false;
+  int busy = 0;
+  for (int r = io.rank - io.local_rank; r < io.rank - io.local_rank + io.local_world; ++r)
+    busy += role_of_rank(p, r).stage >= 0 ? 1 : 0;
+  return busy < static_cast<int>(std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
 RankRole role_of_rank(const plan::Plan& p, int rank) {
   for (const auto& st : p.stages)
     for (size_t i = 0; i < st.devices.size(); ++i)
@@ -350,9 +364,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   std::unique_ptr<StageRunner> runner;
   std::unique_ptr<detail::MemoryMeter> meter;
   if (role.stage >= 0) {
-    const bool spare_core = io.local_world > 0 &&
-                            io.local_world < static_cast<int>(std::thread::hardware_concurrency());
-    runner = std::make_unique<StageRunner>(opt, run, role, *world, device, spare_core);
+    runner = std::make_unique<StageRunner>(opt, run, role, *world, device, spare_core(run.plan, io));
     meter = std::make_unique<detail::MemoryMeter>(runner->module().parameters(), &runner->optimizer(), device);
   }
   world->connect(transfer_pairs(run.plan));
