@@ -30,9 +30,9 @@ TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const D
 /// Reads a stage's data one micro-batch ahead on a background thread, so that reading overlaps the
 /// previous micro-batch's compute: take(info, next) returns the inputs of `info` (prefetched when
 /// the last call announced it, else read now) and starts reading `next`. Synthetic data (no
-/// dataset) is made ahead the same way where `spare_core` (this host has more cores than workers),
-/// else on the spot: made ahead it sped a 1-worker step on 2 cores up by 5-8% and slowed two workers
-/// on 2 cores by 7-12%, measured interleaved (issue 35).
+/// dataset) is made ahead the same way where `spare_core` (this host has more cores than ranks with
+/// a stage), else on the spot: made ahead it sped a 1-worker step on 2 cores up by 5-8% and slowed
+/// two workers on 2 cores by 7-12%, measured interleaved (issue 35).
 class InputPrefetcher {
  public:
   InputPrefetcher(const StageModule& m, const Dataset* data, bool spare_core)
