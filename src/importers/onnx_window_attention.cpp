@@ -30,11 +30,17 @@ struct Roll {
   std::vector<int> nodes;
 };
 
+// The nodes reading t that were not folded away.
+std::vector<int> live_consumers(const Net& net, const std::string& t) {
+  std::vector<int> out;
+  for (int c : net.at(t).consumers)
+    if (!net.folded[static_cast<size_t>(c)]) out.push_back(c);
+  return out;
+}
+
 // torch.roll along one axis as the TorchScript exporter writes it: two Slices of t concatenated.
 std::optional<Roll> roll_at(const Net& net, const Matcher& m, const std::string& t) {
-  std::vector<int> slices;
-  for (int c : net.at(t).consumers)
-    if (!net.folded[static_cast<size_t>(c)]) slices.push_back(c);
+  const std::vector<int> slices = live_consumers(net, t);
   if (slices.size() != 2) return std::nullopt;
   Roll r;
   int concat = -1;
@@ -74,9 +80,7 @@ std::optional<Roll> roll_at(const Net& net, const Matcher& m, const std::string&
 // torch.roll by 0 along an axis as the dynamo exporter writes it (torchvision's shift [0, s] for a window
 // 1 x n, or a map no taller than the window): t's only consumer a Slice of the whole axis, which is t.
 std::optional<std::string> whole_slice_at(const Net& net, const std::string& t) {
-  std::vector<int> users;
-  for (int c : net.at(t).consumers)
-    if (!net.folded[static_cast<size_t>(c)]) users.push_back(c);
+  const std::vector<int> users = live_consumers(net, t);
   if (users.size() != 1) return std::nullopt;
   const auto& nd = net.nodes[static_cast<size_t>(users[0])];
   if (nd.op_type() != "Slice" || nd.input_size() < 4 || nd.input(0) != t) return std::nullopt;
