@@ -28,7 +28,11 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
   c->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   // --log-file: the same, for launchers whose own options --log would abbreviate (torchrun: --log-dir).
   c->add_option("--log,--log-file", o.log_path, "Write one JSON object per step to this .jsonl file");
-  c->add_option("--trace", o.trace_path, "Write the measured timeline (Chrome trace JSON) of the last step");
+  c->add_option("--trace", o.trace_path,
+                "Write the measured timeline (Chrome trace JSON) of the last step (--trace-steps: the last N)");
+  c->add_option("--trace-steps", o.trace_steps, "Steps --trace covers, the last ones (their spread shows in Perfetto)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--checkpoint-dir", o.checkpoint_dir, "Directory of per-worker checkpoints");
   c->add_option("--checkpoint-every", o.checkpoint_every, "Save every K steps (and at the end)")->capture_default_str();
   c->add_flag("--resume", o.resume, "Continue from the checkpoints in --checkpoint-dir");
@@ -44,6 +48,11 @@ void add_train_options(CLI::App* c, runtime::TrainOptions& o) {
                 "How stages exchange tensors: auto (NCCL when every rank has a GPU of its own, else Gloo), gloo "
                 "(host memory; tags), nccl (GPU to GPU), gloo-pairs (NCCL's channels and message order over "
                 "Gloo: tests that path on CPUs)")
+      ->capture_default_str();
+  c->add_option("--pin-cores", o.pin_cores,
+                "auto: where every core of a host has a CPU worker with a stage, each worker runs on a core of "
+                "its own (with Gloo's threads); off: the OS places them")
+      ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
   c->add_flag("--seeded-weights", o.seeded_weights,
               "Start every parameter from --seed, ignoring the weights stored in an ONNX model file");

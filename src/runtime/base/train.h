@@ -20,22 +20,24 @@ struct TrainOptions {
   std::string optimizer = "adam";  // "adam" or "sgd" (with momentum)
   double lr = 1e-3, momentum = 0.9;
   std::string log_path, trace_path, checkpoint_dir;
+  int trace_steps = 1;       // --trace covers the last this many steps
   int checkpoint_every = 0;  // save after every K-th step (0 = only at the end when a dir is given)
   bool resume = false;
   double timeout_s = 60;
   std::string schedule;  // 1f1b | gpipe | zb; "": the plan's own (its "schedule" field)
   int threads = 1;
   bool single = false;
-  bool seeded_weights = false;   // ignore the model file's weights (ONNX initializers): every parameter seeded
-  bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient (no divergence check)
-  bool json = false;             // print a graphpipe.train/1 summary instead of the human lines
-  double memory_limit_gb = 0;    // > 0: a rank whose measured tensor bytes exceed it stops (exit 1)
-  std::string data_dir;          // --data: one <input>.npy per graph input (runtime/data/dataset.h); "" = synthetic
-  bool shuffle = false;          // --shuffle: a seeded permutation of the samples per epoch
-  std::string eval_data_dir;     // --eval-data: held-out samples, forward-only loss (+ accuracy)
-  int eval_every = 0;            // --eval-every K: evaluate after every K-th step
-  std::string device = "cpu";    // --device cpu|cuda: where parameters, optimizer state and activations live
-  std::string comm = "auto";     // --comm auto|gloo|nccl|gloo-pairs (runtime/comm/comm_select.h)
+  bool seeded_weights = false;     // ignore the model file's weights (ONNX initializers): every parameter seeded
+  bool allow_nonfinite = false;    // train on through a nan/inf loss or gradient (no divergence check)
+  bool json = false;               // print a graphpipe.train/1 summary instead of the human lines
+  double memory_limit_gb = 0;      // > 0: a rank whose measured tensor bytes exceed it stops (exit 1)
+  std::string data_dir;            // --data: one <input>.npy per graph input (runtime/data/dataset.h); "" = synthetic
+  bool shuffle = false;            // --shuffle: a seeded permutation of the samples per epoch
+  std::string eval_data_dir;       // --eval-data: held-out samples, forward-only loss (+ accuracy)
+  int eval_every = 0;              // --eval-every K: evaluate after every K-th step
+  std::string device = "cpu";      // --device cpu|cuda: where parameters, optimizer state and activations live
+  std::string pin_cores = "auto";  // --pin-cores auto|off: pin CPU workers where every core has one
+  std::string comm = "auto";       // --comm auto|gloo|nccl|gloo-pairs (runtime/comm/comm_select.h)
 };
 
 }  // namespace gp::runtime

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "importers/resolve.h"
+#include "runtime/base/cpu_affinity.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/exec/op_timing.h"
 #include "runtime/checkpoint/checkpoint_set.h"
@@ -111,7 +112,7 @@ int run_single(const TrainOptions& opt) {
                        "parameters, gradients, optimizer state and one batch of activations");
   StageModule m(g, g.op_ids(), opt.seed, weights, device);
   auto optim = make_optimizer(opt.optimizer, m.parameters(), opt.lr, opt.momentum);
-  InputPrefetcher feed(m, data.train.get(), /*spare_core=*/std::thread::hardware_concurrency() > 1);
+  InputPrefetcher feed(m, data.train.get(), /*spare_core=*/usable_cpus().size() > 1);
 
   // Checkpoint generations (checkpoint/checkpoint_set.h), the folder locked while we run.
   CheckpointLock lock;

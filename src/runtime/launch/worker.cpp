@@ -169,6 +169,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   opt("--schedule", o.schedule);
   opt("--log", o.log_path);
   opt("--trace", o.trace_path);
+  if (o.trace_steps != 1) a.insert(a.end(), {"--trace-steps", std::to_string(o.trace_steps)});
   opt("--checkpoint-dir", o.checkpoint_dir);
   if (o.checkpoint_every > 0) a.insert(a.end(), {"--checkpoint-every", std::to_string(o.checkpoint_every)});
   if (o.resume) a.emplace_back("--resume");
@@ -180,7 +181,7 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.shuffle) a.emplace_back("--shuffle");
   opt("--eval-data", o.eval_data_dir);
   if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
-  a.insert(a.end(), {"--device", o.device, "--comm", o.comm});
+  a.insert(a.end(), {"--device", o.device, "--comm", o.comm, "--pin-cores", o.pin_cores});
   return a;
 }
 

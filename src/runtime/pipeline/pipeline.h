@@ -58,6 +58,7 @@ RankRole role_of_rank(const plan::Plan& p, int rank);
 
 /// One measured slice of work (seconds since the run's common epoch).
 struct MeasuredEvent {
+  int64_t step = 0;
   int action = 0;
   int track = 0;  // schedule::kComputeTrack (the device's own work) or kSendTrack (its sends)
   std::string name;

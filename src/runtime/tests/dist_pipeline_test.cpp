@@ -243,6 +243,32 @@ TEST(DistPipeline, MeasuredTraceHasOneSlicePerActionOnEachDevice) {
   std::filesystem::remove(trace);
 }
 
+TEST(DistPipeline, TraceStepsCoversTheLastStepsEachSliceNamingItsStep) {
+  auto p = make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}});
+  PreparedRun run = prepare_run(p, "1f1b");
+  auto trace = std::filesystem::temp_directory_path() / ("gp_dist_trace3_" + std::to_string(::getpid()) + ".json");
+  TrainOptions o = options(5, "adam", 1e-3);
+  o.trace_path = trace.string();
+  o.trace_steps = 3;
+  run_threads(run, o);
+  Json j = read_json_file(trace.string());
+  size_t per_step = 0;
+  for (auto& st : run.schedule.stages) per_step += st.actions.size();
+  std::map<int64_t, size_t> slices;  // step -> slices
+  double last_end_of_step2 = 0, first_start_of_step4 = 1e300;
+  for (auto& e : j["traceEvents"])
+    if (e["ph"] == "X") {
+      const int64_t step = e["args"]["step"].get<int64_t>();
+      ++slices[step];
+      const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+      if (step == 2) last_end_of_step2 = std::max(last_end_of_step2, end);
+      if (step == 4) first_start_of_step4 = std::min(first_start_of_step4, ts);
+    }
+  EXPECT_EQ(slices, (std::map<int64_t, size_t>{{2, per_step}, {3, per_step}, {4, per_step}}));
+  EXPECT_LT(last_end_of_step2, first_start_of_step4);  // one timeline, steps in order
+  std::filesystem::remove(trace);
+}
+
 TEST(DistPipeline, PlanForAnotherModelIsRejectedBeforeTraining) {
   auto p = make_plan(kMmt, 8, {{{"m0."}, {0}, 4}, {{}, {1}, 4}});
   p.stages[0].ops.pop_back();  // an op in no stage

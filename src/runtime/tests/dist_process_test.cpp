@@ -2,7 +2,9 @@
 // torchrun-style launch (RANK/WORLD_SIZE/MASTER_*), fault injection and bad input.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +15,12 @@
 #include <optional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "runtime/base/cpu_affinity.h"
 #include "runtime/checkpoint/checkpoint_set.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
@@ -83,6 +87,60 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << i;
   Json trace = read_json_file((dir_ / "trace.json").string());
   EXPECT_GT(trace["traceEvents"].size(), 10u);
+  EXPECT_EQ(leftover_processes(), 0);
+}
+
+// pin_process_to_cpu restricts every thread of the process, those started later included; run in a
+// child process so that this test binary keeps its CPUs.
+TEST(CpuAffinity, PinningRestrictsEveryThreadAndThoseStartedLater) {
+  const std::vector<int> cpus = usable_cpus();
+  ASSERT_FALSE(cpus.empty());
+  ASSERT_TRUE(std::is_sorted(cpus.begin(), cpus.end()));
+  const int last = cpus.back();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::thread before([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    int bad = pin_process_to_cpu(last).empty() ? 0 : 1;
+    std::vector<int> after;
+    std::thread later([&] { after = usable_cpus(); });
+    later.join();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const auto& task : fs::directory_iterator("/proc/self/task"))  // `before` is one of these
+      if (::sched_getaffinity(std::stoi(task.path().filename()), sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1 ||
+          !CPU_ISSET(last, &set))
+        bad |= 2;
+    if (after != std::vector<int>{last}) bad |= 4;
+    if (pin_process_to_cpu(-1).empty()) bad |= 8;  // out of range: said, not done
+    before.join();
+    std::_Exit(bad);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "1: pin failed, 2: a thread not pinned, 4: a later thread not pinned, 8: CPU -1";
+  EXPECT_EQ(usable_cpus(), cpus);  // this process untouched
+}
+
+// --pin-cores auto pins where every usable core has a worker with a stage (here: 2 workers, 1 core
+// through taskset) and says so; off leaves them to the OS; any other value is exit 2.
+TEST_F(DistProcess, PinCoresPinsWorkersWhenEveryCoreHasOne) {
+  std::string plan = write_plan(two_stage_plan());
+  const std::string cpu = std::to_string(usable_cpus().front());
+  Proc pinned = run("taskset -c " + cpu + " " + GP_BINARY + " train --plan " + plan + " --steps 2");
+  ASSERT_EQ(pinned.code, 0) << pinned.err;
+  EXPECT_NE(pinned.out.find("cores: this host's 2 workers with a stage on 1 usable core(s), each pinned to one: CPU " +
+                            cpu + ", " + cpu),
+            std::string::npos)
+      << pinned.out;
+  Proc off = run("taskset -c " + cpu + " " + GP_BINARY + " train --plan " + plan + " --steps 2 --pin-cores off");
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_EQ(off.out.find("pinned"), std::string::npos) << off.out;
+  Proc bad = graphpipe("train --plan " + plan + " --steps 2 --pin-cores sometimes");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--pin-cores"), std::string::npos) << bad.err;
   EXPECT_EQ(leftover_processes(), 0);
 }
 
