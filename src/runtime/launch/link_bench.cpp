@@ -182,8 +182,8 @@ int run_link_worker(const LinkBenchOptions& o) {
   int rank = env_int("RANK"), port = env_int("MASTER_PORT");
   set_torch_threads(1);
   // Between computing cores (busy), as `train --pin-cores auto` places two workers on a host of at most
-  // 2 usable cores: one core each, with their Gloo threads (started below). Idle, as training with a
-  // spare core: unpinned (pinned, a 4 KB all-reduce between idle ranks took 3.5-4 ms, unpinned 0.4).
+  // 2 usable cores: one core each, with their Gloo threads (started below). Idle, unpinned: the link
+  // of workers with a spare core, whom training does not pin.
   if (const std::vector<int> cpus = usable_cpus(); o.busy && cpus.size() <= 2) {
     const std::string why = pin_process_to_cpu(cpus[static_cast<size_t>(rank) % cpus.size()]);
     if (!why.empty()) std::fprintf(stderr, "[links] rank %d: not pinned to a core (%s)\n", rank, why.c_str());
