@@ -1,6 +1,7 @@
 #include "runtime/pipeline/step_stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/checkpoint/checkpoint_set.h"
@@ -16,6 +17,11 @@ double median_step_time(std::vector<double> t) {
   return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
 }
 
+int stats_batch_steps(double predicted_step_s, bool cpu_preset_plan) {
+  if (!cpu_preset_plan || !(predicted_step_s > 0)) return 1;
+  return static_cast<int>(std::clamp(std::ceil(0.05 / predicted_step_s), 1.0, 8.0));
+}
+
 StepStats::StepStats(const TrainOptions& opt, const PreparedRun& run, const WorkerIo& io, WorkerResult& res,
                      detail::Communicator& world, int64_t first_step)
     : opt_(opt),
@@ -23,21 +29,26 @@ StepStats::StepStats(const TrainOptions& opt, const PreparedRun& run, const Work
       io_(io),
       res_(res),
       world_(world),
-      gather_(world.kind() == CommKind::gloo && world.size() > 1) {
+      gather_(world.kind() == CommKind::gloo && world.size() > 1),
+      first_(first_step),
+      // Plans for this machine's cpu preset predict its steps; others (another cluster, a profile
+      // of other hardware) may predict steps far shorter than they run here.
+      batch_(gather_ ? stats_batch_steps(run.plan.predicted.iteration_time_s, run.plan.cluster_spec == "cpu") : 1) {
   if (io.rank == 0 && !opt.log_path.empty()) {
     log_.open(opt.log_path, opt.resume ? std::ios::app : std::ios::trunc);
     GP_CHECK(log_.good(), "--log: cannot open {} for writing", opt.log_path);
   }
   if (gather_ && io.rank == 0) {
-    post(first_step);
-    post(first_step + 1);
+    post(0);
+    post(1);
   }
 }
 
-void StepStats::post(int64_t step) {
-  if (step >= opt_.steps || posted_.count(step)) return;
-  auto& recvs = posted_[step];
-  for (int r = 1; r < world_.size(); ++r) recvs.push_back(world_.post_recv({4}, torch::kFloat64, r, stats_tag(step)));
+void StepStats::post(int64_t batch) {
+  if (batch_start(batch) >= opt_.steps || posted_.count(batch)) return;
+  auto& recvs = posted_[batch];
+  for (int r = 1; r < world_.size(); ++r)
+    recvs.push_back(world_.post_recv({batch_, 4}, torch::kFloat64, r, stats_tag(batch)));
 }
 
 void StepStats::submit(int64_t step, double loss, double t_start, double t_end, double data_s) {
@@ -51,19 +62,28 @@ void StepStats::submit(int64_t step, double loss, double t_start, double t_end, 
     reduced_ = std::move(next);
     return;
   }
+  const int64_t b = batch_of(step);
+  const bool batch_done = step + 1 >= batch_end(b);
   if (io_.rank != 0) {
-    sends_.push_back(
-        world_.send(torch::tensor(std::vector<double>(row.begin(), row.end()), torch::kFloat64), 0, stats_tag(step)));
-    while (sends_.size() > 4) {  // long delivered: rank 0 posts each step's receives two steps ahead
+    batch_rows_.push_back(row);
+    if (!batch_done) return;
+    auto t = torch::zeros({batch_, 4}, torch::kFloat64);  // a short last batch: zero rows after its own
+    auto a = t.accessor<double, 2>();
+    for (size_t i = 0; i < batch_rows_.size(); ++i)
+      for (size_t c = 0; c < row.size(); ++c) a[static_cast<int64_t>(i)][static_cast<int64_t>(c)] = batch_rows_[i][c];
+    batch_rows_.clear();
+    sends_.push_back(world_.send(t, 0, stats_tag(b)));
+    while (sends_.size() > 4) {  // long delivered: rank 0 posts each batch's receives two batches ahead
       sends_.front().wait();
       sends_.pop_front();
     }
     return;
   }
   own_[step] = row;
-  post(step + 2);
+  if (!batch_done) return;
+  post(b + 2);
   if (unreported_ >= 0) report_gathered(unreported_);
-  unreported_ = step;
+  unreported_ = b;
 }
 
 void StepStats::flush() {
@@ -84,20 +104,25 @@ void StepStats::flush() {
   hand_out();
 }
 
-void StepStats::report_gathered(int64_t step) {
-  std::vector<Row> rows(static_cast<size_t>(world_.size()));
-  auto own = own_.find(step);
-  auto recvs = posted_.find(step);
-  GP_ASSERT(own != own_.end() && recvs != posted_.end(), "step {}'s statistics were never submitted", step);
-  rows[0] = own->second;
-  for (size_t r = 1; r < rows.size(); ++r) {
-    torch::Tensor t = recvs->second[r - 1].wait();
-    auto a = t.accessor<double, 1>();
-    rows[r] = {a[0], a[1], a[2], a[3]};
-  }
-  own_.erase(own);
+void StepStats::report_gathered(int64_t batch) {
+  auto recvs = posted_.find(batch);
+  GP_ASSERT(recvs != posted_.end(), "batch {}'s statistics were never posted", batch);
+  std::vector<torch::Tensor> theirs;
+  for (auto& r : recvs->second) theirs.push_back(r.wait());
   posted_.erase(recvs);
-  report(step, rows);
+  for (int64_t step = batch_start(batch); step < batch_end(batch); ++step) {
+    auto own = own_.find(step);
+    GP_ASSERT(own != own_.end(), "step {}'s statistics were never submitted", step);
+    std::vector<Row> rows(static_cast<size_t>(world_.size()));
+    rows[0] = own->second;
+    own_.erase(own);
+    for (size_t r = 1; r < rows.size(); ++r) {
+      auto a = theirs[r - 1].accessor<double, 2>();
+      const int64_t i = step - batch_start(batch);
+      rows[r] = {a[i][0], a[i][1], a[i][2], a[i][3]};
+    }
+    report(step, rows);
+  }
 }
 
 /// The step's figures from every rank's row: the loss summed in rank order, the latest end, the
@@ -116,7 +141,9 @@ void StepStats::report(int64_t step, const std::vector<Row>& rows) {
   res_.step_times_s.push_back(dt);
   res_.step_data_s.push_back(data);
   StepReport rep{step, loss, dt, run_.data.get(), run_.plan.mini_batch_size, res_.step_data_s.back(), nullptr};
-  if (!res_.evals.empty() && res_.evals.back().first == step) rep.eval = &res_.evals.back().second;
+  // Reported up to two batches late: this step's evaluation need not be the last one made.
+  for (auto e = res_.evals.rbegin(); e != res_.evals.rend() && e->first >= step; ++e)
+    if (e->first == step) rep.eval = &e->second;
   if (io_.rank != 0) return;
   if (io_.print && !opt_.json) {
     std::printf("%s\n", step_text(rep).c_str());

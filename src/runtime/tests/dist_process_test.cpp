@@ -22,6 +22,7 @@
 
 #include "runtime/base/cpu_affinity.h"
 #include "runtime/checkpoint/checkpoint_set.h"
+#include "runtime/pipeline/step_stats.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "support/json.h"
@@ -122,6 +123,35 @@ TEST(CpuAffinity, PinningRestrictsEveryThreadAndThoseStartedLater) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "1: pin failed, 2: a thread not pinned, 4: a later thread not pinned, 8: CPU -1";
   EXPECT_EQ(usable_cpus(), cpus);  // this process untouched
+}
+
+// Statistics of short steps travel in batches (issue 35): a cpu-preset plan predicting 10 ms steps
+// sends one message per 5 steps; every step is still printed and logged, in order, with the losses
+// of one message per step.
+TEST_F(DistProcess, StepStatisticsInBatchesReportEveryStepInOrder) {
+  EXPECT_EQ(stats_batch_steps(0.01, true), 5);
+  EXPECT_EQ(stats_batch_steps(0.2, true), 1);
+  EXPECT_EQ(stats_batch_steps(1e-4, true), 8);
+  EXPECT_EQ(stats_batch_steps(0.01, false), 1);  // another cluster's prediction
+  EXPECT_EQ(stats_batch_steps(0, true), 1);      // none
+  plan::Plan p = two_stage_plan();
+  p.predicted.iteration_time_s = 0;
+  std::string one = write_plan(p);
+  fs::rename(one, dir_ / "one.json");
+  p.cluster_spec = "cpu";
+  p.predicted.iteration_time_s = 0.01;
+  std::string batched = write_plan(p);
+  Proc a = graphpipe("train --plan one.json --steps 7 --lr 0.01 --log one.jsonl");
+  ASSERT_EQ(a.code, 0) << a.err;
+  Proc b = graphpipe("train --plan " + batched + " --steps 7 --lr 0.01 --log batched.jsonl");
+  ASSERT_EQ(b.code, 0) << b.err;
+  std::vector<int64_t> steps;
+  std::ifstream f(dir_ / "batched.jsonl");
+  for (std::string line; std::getline(f, line);) steps.push_back(Json::parse(line)["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(losses(dir_ / "batched.jsonl"), losses(dir_ / "one.jsonl"));
+  EXPECT_LT(b.out.find("step 5 loss"), b.out.find("step 6 loss")) << b.out;
+  EXPECT_NE(b.out.find("iteration time: measured"), std::string::npos) << b.out;
 }
 
 // --pin-cores auto pins where every usable core has a worker with a stage (here: 2 workers, 1 core
