@@ -85,7 +85,7 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
         "  the link while every core computes: %.1f us + %.2f GB/s, all-reduce %.1f us per ring step + %.2f GB/s "
         "(plans with a worker on every core)\n",
         k.busy_link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6,
-        (k.busy_allreduce_bandwidth_Bps > 0 ? k.busy_allreduce_bandwidth_Bps : k.reduce_bandwidth_Bps()) / 1e9);
+        k.reduce_bandwidth_Bps() / 1e9);
   if (!r.points.empty()) {
     std::printf("  %-36s %12s %12s %8s\n", "op (forward + backward)", "measured ms", "model ms", "ratio");
     for (const auto& p : r.points)

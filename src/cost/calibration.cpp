@@ -81,8 +81,6 @@ Json calibration_to_json(const CpuCalibration& c) {
   j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
-  if (c.busy_link_latency_s > 0 && c.busy_allreduce_bandwidth_Bps > 0)
-    j["busy_link"]["allreduce_bandwidth_Bps"] = c.busy_allreduce_bandwidth_Bps;
   return j;
 }
 
@@ -133,8 +131,6 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     busy.expect_object();
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
     c.busy_allreduce_latency_s = non_negative(busy.at("allreduce_latency_s"));
-    if (busy.has("allreduce_bandwidth_Bps"))
-      c.busy_allreduce_bandwidth_Bps = positive(busy.at("allreduce_bandwidth_Bps"));
   }
   if (j.has("in_sequence")) {
     JsonAt q = j.at("in_sequence");

@@ -43,9 +43,6 @@ struct CpuCalibration {
   // computed. 0: not measured.
   double busy_link_latency_s = 0;
   double busy_allreduce_latency_s = 0;
-  // The busy all-reduce's own bandwidth, fitted with its latency to the busy measurement (method 3); 0:
-  // the idle all-reduce's (reduce_bandwidth_Bps).
-  double busy_allreduce_bandwidth_Bps = 0;
   double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
   // Ops run one after another, as in a training step (runtime::time_model), cost more than each timed
   // alone: a fixed time per call (the autograd graph and the runtime's bookkeeping across many ops)

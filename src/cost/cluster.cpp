@@ -157,14 +157,11 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     const bool busy = workers >= cores && k->busy_link_latency_s > 0;
     const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
     c.intra = busy ? LinkSpec{idle.bandwidth_Bps, k->busy_link_latency_s / share} : idle;
-    // The all-reduce at the end of a data-parallel step, measured right after both workers computed:
-    // its latency per ring step and its bandwidth, fitted together (calibration method 3); older
-    // calibrations have only the latency, with the bandwidth the all-reduce reached between idle
-    // processes (it reduces and copies as well as sends: 2.0 GB/s where a message reached 4.5). The
+    // The all-reduce at the end of a data-parallel step, measured right after both workers computed
+    // (its latency per ring step), at the bandwidth the all-reduce itself reached between idle
+    // processes (it reduces and copies as well as sends: 2.0 GB/s where a message reached 4.5); the
     // idle link where not measured.
-    const double reduce_bw = (k->busy_allreduce_bandwidth_Bps > 0 ? k->busy_allreduce_bandwidth_Bps
-                                                                  : k->reduce_bandwidth_Bps()) *
-                             share;
+    const double reduce_bw = k->reduce_bandwidth_Bps() * share;
     if (busy)
       c.collective_intra = k->busy_allreduce_latency_s > 0 ? LinkSpec{reduce_bw, k->busy_allreduce_latency_s / share}
                                                            : LinkSpec{reduce_bw, idle.latency_s};

@@ -387,38 +387,25 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     // 2-3 ms busy). The wait does not grow with the message: the busy link keeps the idle bandwidth and
     // takes as its latency the mean over the sizes of a message's extra time less its transfer.
     runtime::LinkBenchOptions bo;
-    bo.sizes_bytes = {4096, 65536, 262144, 1 << 20, 4 << 20};
-    bo.repeats = 40;  // the mean of these per size
+    bo.sizes_bytes = {4096, 65536, 262144, 1 << 20};
+    bo.repeats = 40;  // the mean of these per size (20 until method 3)
     bo.lockstep_rounds = 0;
     bo.busy = true;
-    // The all-reduce likewise, its latency and bandwidth fitted to its extra times (method 3). With
-    // the idle all-reduce's bandwidth, which moved 0.6-6.5 GB/s between calibrations, its per ring
-    // step latency took up the rest and moved with it (issue 35). The idle bandwidth where the extra
-    // times do not grow with the size.
-    double wait = 0;
-    std::vector<std::pair<double, double>> reduced;
+    // The all-reduce likewise: its extra time less the transfer, per latency of the 2-rank Gloo ring.
+    // (Fitting its bandwidth here as well was tried: over four calibrations it moved 1.3-3.6 GB/s,
+    // more than the idle all-reduce's with 21 repeats, 0.8-1.0 GB/s but for one 2.2; issue 35.)
+    double wait = 0, ring = 0;
     for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples) {
       const double bytes = static_cast<double>(s.bytes);
       wait += std::max(0.0, s.p2p_s - bytes / k.link_bandwidth_Bps);
-      reduced.emplace_back(bytes, std::max(s.allreduce_s, 1e-9));
+      ring += std::max(0.0, s.allreduce_s - bytes / k.reduce_bandwidth_Bps()) / cost::ring_latencies(2, bytes, true);
     }
-    k.busy_link_latency_s = std::max(k.link_latency_s, wait / static_cast<double>(bo.sizes_bytes.size()));
-    const double ring = cost::ring_latencies(2, static_cast<double>(bo.sizes_bytes.back()), true);
-    try {
-      cost::LinkFit fit = fit_link(reduced, "the all-reduce between computing cores");
-      k.busy_allreduce_latency_s = fit.latency_s / ring;
-      k.busy_allreduce_bandwidth_Bps = fit.bandwidth_Bps;
-    } catch (const UserError& e) {
-      say(progress, fmt::format("{}: the idle all-reduce's bandwidth instead", e.what()));
-      double sum = 0;
-      for (const auto& [bytes, t] : reduced) sum += std::max(0.0, t - bytes / k.reduce_bandwidth_Bps()) / ring;
-      k.busy_allreduce_latency_s = sum / static_cast<double>(reduced.size());
-    }
+    const double n = static_cast<double>(bo.sizes_bytes.size());
+    k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
+    k.busy_allreduce_latency_s = ring / n;
     say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us); "
-                              "an all-reduce after computing: {:.1f} us per ring step + {:.2f} GB/s",
-                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6,
-                              k.busy_allreduce_bandwidth_Bps > 0 ? k.busy_allreduce_bandwidth_Bps / 1e9
-                                                                 : k.reduce_bandwidth_Bps() / 1e9));
+                              "an all-reduce after computing: {:.1f} us per ring step",
+                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6));
   }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

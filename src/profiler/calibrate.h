@@ -38,7 +38,7 @@ struct CalibrationResult {
 /// The revision of calibrate_cpu's measurement: a cached calibration of another revision is measured
 /// again. 2: the optimizer step timed with caches evicted and the finiteness check a step runs
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
-/// them, and the all-reduce's bandwidth fitted there too.
+/// them (40 rounds per size), the idle link with 21 repeats per size.
 inline constexpr int kCalibrationMethod = 3;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.

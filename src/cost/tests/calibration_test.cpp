@@ -292,16 +292,6 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   EXPECT_EQ(calibration_from_json(calibration_to_json(after), "k.json"), after);
   EXPECT_DOUBLE_EQ(cpu_preset(n, &after).collective_intra.bandwidth_Bps, 0.7e9);
   EXPECT_DOUBLE_EQ(cpu_preset(n, &after).intra.bandwidth_Bps, 1.5e9);  // messages keep the link's
-  // At the bandwidth fitted with the busy latency where it was (method 3); optional, positive.
-  after.busy_allreduce_bandwidth_Bps = 2.5e9;
-  EXPECT_EQ(calibration_from_json(calibration_to_json(after), "k.json"), after);
-  EXPECT_DOUBLE_EQ(cpu_preset(n, &after).collective_intra.bandwidth_Bps, 2.5e9);
-  EXPECT_DOUBLE_EQ(cpu_preset(n, &after).collective_intra.latency_s, 1e-3);
-  Json zero = calibration_to_json(after);
-  zero["busy_link"]["allreduce_bandwidth_Bps"] = 0;
-  EXPECT_THAT(error_of([&] { calibration_from_json(zero, "k.json"); }),
-              HasSubstr("k.json: busy_link.allreduce_bandwidth_Bps: must be a positive number"));
-  after.busy_allreduce_bandwidth_Bps = 0;
   // Fewer workers than cores: the idle link.
   if (n >= 2) {
     EXPECT_DOUBLE_EQ(cpu_preset(1, &k).intra.latency_s, 60e-6);
