@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <thread>
 
 #include "importers/resolve.h"
 #include "runtime/base/cpu_affinity.h"
