@@ -19,7 +19,8 @@ std::vector<int> usable_cpus() {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) cpus.push_back(c);
   if (cpus.empty())
-    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) cpus.push_back(static_cast<int>(c));
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
+      cpus.push_back(static_cast<int>(c));
   return cpus;
 }
 
