@@ -1,7 +1,7 @@
 // Torch-free: the CPUs this process may run on, and pinning the whole process to one of them. A
 // worker on a host where every core has a worker pins itself to its own core (pipeline.cpp,
 // `train --pin-cores`): Gloo's threads then wake on their worker's core, which is idle while the
-// worker waits for them, instead of on a core where another worker computes (issue 35).
+// worker waits for them, and not on a core where another worker computes (issue 35).
 #pragma once
 #include <string>
 #include <vector>

@@ -126,8 +126,9 @@ bool spare_core(const plan::Plan& p, const WorkerIo& io) {
 
 /// --pin-cores auto: where every usable core of the host has a rank with a stage (or more ranks than
 /// cores), a CPU worker process pins itself, and the threads it starts, to the core of its place
-/// among them (round robin); rank 0 says so. Unpinned, Gloo's receive thread woke on the core where
-/// the other worker computed and waited for its time slice: 2 data-parallel workers on 2 cores took
+/// among them (round robin); rank 0 says so. Unpinned, Gloo's receive thread can wake on the core
+/// where the other worker computes and wait for its time slice (our reading of the step times, not
+/// traced in the kernel): 2 data-parallel workers on 2 cores took
 /// 16.7-17.7 ms a step at the median pinned, 18.3-23.5 unpinned, and 7 of 8 interleaved rounds were
 /// faster pinned (issue 35). With a spare core nobody pins: the synthetic inputs are made on it.
 /// Workers that are threads of one process (tests: io.local_world 0) are never pinned.

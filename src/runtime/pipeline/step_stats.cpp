@@ -116,9 +116,9 @@ void StepStats::report_gathered(int64_t batch) {
     std::vector<Row> rows(static_cast<size_t>(world_.size()));
     rows[0] = own->second;
     own_.erase(own);
+    const int64_t i = step - batch_start(batch);
     for (size_t r = 1; r < rows.size(); ++r) {
       auto a = theirs[r - 1].accessor<double, 2>();
-      const int64_t i = step - batch_start(batch);
       rows[r] = {a[i][0], a[i][1], a[i][2], a[i][3]};
     }
     report(step, rows);

@@ -22,11 +22,12 @@ namespace gp::runtime {
 /// batches of them are posted at once).
 inline int stats_tag(int64_t batch) { return (1 << 28) | static_cast<int>(batch & 7); }
 
+static_assert((kMaxMiniBatchSamples << 6) <= (int64_t{1} << 28) && kMaxTensorsPerEdge <= 64,
+              "transfer tags would reach the statistics tags' bit");
+
 /// Steps per statistics message (StepStats): 1, or where a plan for the cpu preset predicts steps
 /// shorter than 50 ms, as many as make 50 ms (at most 8): step lines then come up to two batches late.
 int stats_batch_steps(double predicted_step_s, bool cpu_preset_plan);
-static_assert((kMaxMiniBatchSamples << 6) <= (int64_t{1} << 28) && kMaxTensorsPerEdge <= 64,
-              "transfer tags would reach the statistics tags' bit");
 
 /// The median step time, leaving out the first step (one-time costs) when there are others.
 double median_step_time(std::vector<double> t);
@@ -40,10 +41,10 @@ double median_step_time(std::vector<double> t);
 /// costs one network latency and nobody but rank 0 waits for it (rank 0 waits for batch b-1's rows
 /// at the end of batch b, which have normally arrived already); at the end one all-reduce hands every
 /// rank the figures. A message per step cost 2-5 ms of an 18-24 ms step of 2 data-parallel workers
-/// on 2 cores (the step's pace without any: 17.5-19.9 ms; Gloo's send and posted receive, and the
-/// threads they wake on a core that computes; issue 35). It used to be one all-reduce per step: a Gloo ring costs 4 (ranks - 1) network latencies
-/// and runs on one collective thread, so on a slow link (20 ms) it outlasted the step and set the
-/// pace of training (issue 37, docs/runtime.md). Backends that match messages by order (NCCL,
+/// on 2 cores (the step's pace without any: 17.5-19.9 ms; Gloo's send and posted receive took 0.3-1.9
+/// ms each; issue 35). It used to be one all-reduce per step: a Gloo ring costs 4 (ranks - 1) network
+/// latencies and runs on one collective thread, so on a slow link (20 ms) it outlasted the step and set
+/// the pace of training (issue 37, docs/runtime.md). Backends that match messages by order (NCCL,
 /// gloo-pairs) keep that per-step all-reduce, waited for one step later.
 class StepStats {
  public:
