@@ -38,8 +38,9 @@ struct CalibrationResult {
 /// The revision of calibrate_cpu's measurement: a cached calibration of another revision is measured
 /// again. 2: the optimizer step timed with caches evicted and the finiteness check a step runs
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
-/// them (40 rounds per size), the idle link with 21 repeats per size.
-inline constexpr int kCalibrationMethod = 3;
+/// them (40 rounds per size), the idle link with 21 repeats per size. 4: that link with its receives
+/// posted before computing, as a stage posts them.
+inline constexpr int kCalibrationMethod = 4;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);

@@ -52,14 +52,16 @@ int env_int(const char* name) {
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
 
 /// LinkBenchOptions::busy: both ranks compute ~2 ms of GEMMs per round, in turn without communicating,
-/// with a message of `bytes` each way (posted before computing, received after it: two pipeline
-/// stages exchanging micro-batches while both compute), and followed by an all-reduce of `bytes` (the
+/// with a message of `bytes` each way (its receive and its send posted before computing, the receive
+/// awaited after it: two pipeline stages exchanging micro-batches while both compute, their receives
+/// posted ahead as StageRunner posts them; until calibration method 4 the receive was posted after
+/// computing, which costs Gloo's rendezvous a round trip more), and followed by an all-reduce of `bytes` (the
 /// end of a data-parallel step). The mean extra time of a round with the message (first) and with
 /// the all-reduce (second) over the rounds without: what each costs a step in which every core
 /// computes (their threads wait for a core; what they copy is taken from the computation).
 std::pair<double, double> exchange_while_computing(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o,
                                                    int* tag) {
-  auto out = torch::zeros({bytes / 4}, torch::kFloat32), in = torch::zeros({bytes / 4}, torch::kFloat32);
+  auto out = torch::zeros({bytes / 4}, torch::kFloat32);
   auto a = torch::randn({128, 256}), b = torch::randn({256, 256}), prod = torch::empty({128, 256});
   auto compute = [&] {
     for (int k = 0; k < 12; ++k) torch::mm_out(prod, a, b);
@@ -76,9 +78,10 @@ std::pair<double, double> exchange_while_computing(detail::Communicator& c, int6
     c.all_reduce(sync, detail::Reduce::sum).wait();
     const int t = (*tag)++;
     t0 = std::chrono::steady_clock::now();
+    detail::PostedRecv posted = c.post_recv(out.sizes(), out.options(), peer, t);  // as StageRunner::post_ahead
     auto sent = c.send(out, peer, t);
     compute();
-    c.recv(in, peer, t);
+    posted.wait();
     sent.wait();
     if (keep) with.push_back(seconds_since(t0));
     c.all_reduce(sync, detail::Reduce::sum).wait();
