@@ -10,6 +10,12 @@ of its steps after WARMUP. For every pair (a, b): measured ratio = median over t
 t_a / t_b in that round (both measured minutes apart at most), predicted ratio = pred_a / pred_b, and
 their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
 
+The noise floor: where two of the plans are the same plan (the same stages, devices and micro-batch
+sizes: planners often agree), their measured ratio is what the machine's noise alone makes of a
+pair whose predicted ratio is 1.00; where none are, the planner's choice is trained a second time
+every round as a control (--control auto; on: always; off: never). The table's last line gives it;
+a control is not one of the plans the pairs count.
+
 On a machine shared with other jobs the wall clock measures the contention too, and 2 workers in
 lockstep lose more to it than 1. A second figure is robust to it: the CPU time of the training
 processes per step (a run of STEPS steps minus one of 2 steps, so start-up cancels) divided by the
@@ -17,8 +23,12 @@ cores in use (min(workers with a stage, cores)): the iteration time of an otherw
 core waits (a lower bound where a pipeline leaves cores idle in its bubbles). The pairs are given on
 both clocks.
 
+With --calibrate, `graphpipe calibrate` measures this machine again first (its cache is replaced), so
+that the predictions are of the machine as it is while the plans train: on a shared VM the figures
+of a calibration hours old moved 1.4-2.6x.
+
 Usage: fidelity_rank.py GRAPHPIPE MODEL BATCH OUT.md [--rounds R] [--steps S] [--min-round-s T] [--warmup W]
-       [--micro-batch M] [--label TEXT]
+       [--micro-batch M] [--control auto|on|off] [--calibrate] [--label TEXT]
 Prints the tables and appends them (markdown) to OUT.md.
 """
 import argparse
@@ -67,10 +77,20 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--micro-batch", type=int, default=2)
     ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--control", choices=["auto", "on", "off"], default="auto",
+                    help="train the planner's choice twice per round, as a noise floor: auto = where no two "
+                         "plans are the same plan")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="run `graphpipe calibrate` first (replaces this machine's cached calibration)")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     gp, n = a.gp, a.devices
     tmp = tempfile.mkdtemp(prefix="gp-rank-")
+    calibrated = ""
+    if a.calibrate:
+        print("-- graphpipe calibrate", flush=True)
+        calibrated = run([gp, "calibrate"]).strip().splitlines()
+        calibrated = ", calibrated just before: " + "; ".join(l.strip() for l in calibrated[1:3])
     base = [gp, "plan", "--model", a.model, "--cluster", "cpu", "--batch", str(a.batch)]
     specs = [
         ("1 device", base + ["--devices", "1"]),
@@ -95,12 +115,17 @@ def main():
         sim = json.loads(run([gp, "simulate", "--plan", path, "--json"]))
         p = json.load(open(path))
         plans.append((name, path, p, sim["iteration_time_s"]))
+    same = [(x, y) for x, y in itertools.combinations(plans, 2) if shape(x[2]) == shape(y[2])]
+    control = None
+    if a.control == "on" or (a.control == "auto" and not same):
+        control = (plans[1][0] + ", again (control)",) + plans[1][1:]
+    trained = plans + ([control] if control else [])
     # Short steps: enough of them that each round of the fastest plan lasts min_round_s.
     a.steps = max(a.steps, a.warmup + math.ceil(a.min_round_s / min(pred for *_, pred in plans)))
-    meas = {name: [] for name, *_ in plans}
-    cpus = {name: [] for name, *_ in plans}
+    meas = {name: [] for name, *_ in trained}
+    cpus = {name: [] for name, *_ in trained}
     for r in range(a.rounds):
-        for name, path, _, pred in plans:
+        for name, path, _, pred in trained:
             log = os.path.join(tmp, "log.jsonl")
             cpus[name].append(cpu_of([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1", "--log", log]))
             t = [json.loads(l)["step_time_s"] for l in open(log) if l.strip()][a.warmup:]
@@ -115,22 +140,22 @@ def main():
         c = (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()) if a.steps > 2 else 0
         cpu[name] = c if c > 0 else None  # too few steps to rise above the start-up's noise: no figure
     lines = []
-    lines.append("**%s** `%s`, mini-batch %d, %d rounds of %d steps (first %d left out), %d cores, load after %s" % (
+    lines.append("**%s** `%s`, mini-batch %d, %d rounds of %d steps (first %d left out), %d cores, load after %s%s" % (
         a.label or "model", a.model, a.batch, a.rounds, a.steps, a.warmup, os.cpu_count(),
-        " ".join(open("/proc/loadavg").read().split()[:3])))
+        " ".join(open("/proc/loadavg").read().split()[:3]), calibrated))
     lines.append("")
     lines.append("| plan | shape | predicted s | measured s (median of rounds) | measured / predicted | CPU s per step / cores in use | CPU / predicted |")
     lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, _, p, pred in plans:
+    for name, _, p, pred in trained:
         m = statistics.median(meas[name])
-        c_txt = "%.4f | %.2f" % (cpu[name], cpu[name] / pred) if cpu[name] else "- | -"
+        c_txt = "%.4f | %.2f" % (cpu[name], cpu[name] / pred) if cpu.get(name) else "- | -"
         lines.append("| %s | %s | %.4f | %.4f | %.2f | %s |" % (name, shape(p), pred, m, m / pred, c_txt))
     lines.append("")
     lines.append("| a vs b | predicted t_a/t_b | measured t_a/t_b (rounds' range) | measured / predicted | within 0.85-1.15 | CPU-time t_a/t_b | CPU / predicted | within |")
     lines.append("| --- | ---: | ---: | ---: | :---: | ---: | ---: | :---: |")
     worst, ok, cworst, cok, cpairs = 1.0, 0, 1.0, 0, 0
     pairs = list(itertools.combinations(plans, 2))
-    for (na, _, _, pa), (nb, _, _, pb) in pairs:
+    for (na, _, xa, pa), (nb, _, xb, pb) in pairs:
         rs = [x / y for x, y in zip(meas[na], meas[nb])]
         mr, pr = statistics.median(rs), pa / pb
         q = mr / pr
@@ -147,8 +172,15 @@ def main():
             c_txt = "%.2f | %.2f | %s" % (cr, cq, "yes" if cgood else "NO")
         else:
             c_txt = "- | - | -"
-        lines.append("| %s vs %s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s | %s |" % (
-            na, nb, pr, mr, min(rs), max(rs), q, "yes" if good else "NO", c_txt))
+        lines.append("| %s vs %s%s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s | %s |" % (
+            na, nb, " (the same plan)" if shape(xa) == shape(xb) else "", pr, mr, min(rs), max(rs), q,
+            "yes" if good else "NO", c_txt))
+    # The noise floor: what the machine makes of the same plan trained twice a round (predicted 1.00).
+    noise = [(x[0], y[0]) for x, y in same] + ([(plans[1][0], control[0])] if control else [])
+    if control:
+        rs = [x / y for x, y in zip(meas[plans[1][0]], meas[control[0]])]
+        lines.append("| %s vs %s | 1.00 | %.2f (%.2f-%.2f) | %.2f | not counted | - | - | - |" % (
+            plans[1][0], control[0], statistics.median(rs), min(rs), max(rs), statistics.median(rs)))
     first = plans[1]  # the planner's own plan for this machine (all its devices)
     fastest = min(plans, key=lambda x: statistics.median(meas[x[0]]))
     slow = statistics.median(meas[first[0]]) / statistics.median(meas[fastest[0]])
@@ -160,6 +192,15 @@ def main():
                  "fastest: %s; the planner's choice (%s) is %.2fx the fastest's time (target: within 1.05)." % (
                      ok, len(pairs), worst, predicted_best[0], fastest[0], first[0], slow))
     lines.append("")
+    if noise:
+        per_pair = [[x / y for x, y in zip(meas[na], meas[nb])] for na, nb in noise]
+        meds = [statistics.median(rs) for rs in per_pair]
+        every = [r for rs in per_pair for r in rs]
+        lines.append("Noise floor, the same plan trained twice a round (%s): measured ratio %.2f-%.2f (median of "
+                     "the rounds), single rounds %.2f-%.2f. A pair off by less than this is within what the "
+                     "machine's noise alone makes of two identical plans." % (
+                         "; ".join("%s vs %s" % p for p in noise), min(meds), max(meds), min(every), max(every)))
+        lines.append("")
     choice = ("the planner's choice is %.2fx the fastest's" % (cpu[first[0]] / cpu[cfastest[0]])
               if cfastest and cpu[first[0]] else "no figure for the planner's choice")
     lines.append("CPU time / cores in use: pairs within 0.85-1.15: %d of %d with a figure (worst off by %.2fx); "

@@ -20,7 +20,7 @@ namespace {
 
 struct CalibrateArgs {
   bool json = false, no_links = false, show = false;
-  int repeats = 7;
+  int repeats = 7, passes = 3;
   std::string compare, model;
 };
 
@@ -98,6 +98,7 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
 void run(const CalibrateArgs& a) {
   if (!a.compare.empty()) return compare(a.model, a.compare);
   GP_CHECK(a.repeats >= 1 && a.repeats <= 1000, "--repeats must be in [1, 1000], found {}", a.repeats);
+  GP_CHECK(a.passes >= 1 && a.passes <= 100, "--passes must be in [1, 100], found {}", a.passes);
   std::string path = profiler::calibration_cache_file();
   profiler::CalibrationResult r;
   if (a.show) {
@@ -106,6 +107,7 @@ void run(const CalibrateArgs& a) {
   } else {
     profiler::CalibrateOptions o;
     o.repeats = a.repeats;
+    o.passes = a.passes;
     o.links = !a.no_links;
     r = profiler::calibrate_cpu(o, &std::cerr);
     if (o.links && !path.empty()) {  // a calibration without its link is not cached
@@ -143,6 +145,10 @@ Registrar reg(75, [](CLI::App& root) {
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
   c->add_option("--repeats", a->repeats, "Timed calls per op and batch; the median is used")->capture_default_str();
+  c->add_option("--passes", a->passes,
+                "Passes over the op timings, spread between the link measurements; each timing's median over "
+                "them is fitted (one pass: ~4 s on 2 cores)")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "Print graphpipe.calibration/1 with every timing on stdout");
   c->add_option("--compare", a->compare,
                 "A profile (graphpipe profile) of --model: print its measured op times beside the calibrated "

@@ -20,6 +20,7 @@ namespace gp::profiler {
 struct CalibrateOptions {
   int warmup = 2;
   int repeats = 7;    // the median of these is used per op and batch
+  int passes = 3;     // passes over the op timings, spread over the calibration; the median of each is fitted
   bool links = true;  // measure the loopback link (spawns two `link-worker` processes of this binary)
 };
 
@@ -39,7 +40,7 @@ struct CalibrationResult {
 /// again. 2: the optimizer step timed with caches evicted and the finiteness check a step runs
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
 /// them (40 rounds per size), the idle link with 21 repeats per size. 4: that link with its receives
-/// posted before computing, as a stage posts them.
+/// posted before computing, as a stage posts them; the op timings in 3 passes, their medians fitted.
 inline constexpr int kCalibrationMethod = 4;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.

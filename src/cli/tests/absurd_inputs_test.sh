@@ -114,6 +114,7 @@ T2|profile --model {} --out $T/prof.json
 T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock {} --out $T/prof.json
 T2|profile --model $M --batches 1 --repeats 1 --warmup 0 --clock cpu --threads 2 --out $T/prof.json
 T22222|calibrate --repeats {}
+T22222|calibrate --passes {}
 T2|calibrate --compare {} --model $M
 T2|calibrate --compare $P --model $M
 T2|calibrate --compare $T/prof.json --model {}

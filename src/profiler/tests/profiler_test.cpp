@@ -202,6 +202,7 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   o.warmup = 1;
   o.repeats = 3;
   o.links = false;  // spawns the graphpipe binary; the CLI test covers it
+  o.passes = 2;     // the fit reads each timing's median over the passes
   std::ostringstream progress;
   CalibrationResult r = calibrate_cpu(o, &progress);
   const cost::CpuCalibration& k = r.calibration;
@@ -215,6 +216,8 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   EXPECT_EQ(k.cpu_model, cost::local_cpu_model());
   EXPECT_FALSE(k.torch_version.empty());
   EXPECT_NE(progress.str().find("calibrating: GEMM fit:"), std::string::npos) << progress.str();
+  EXPECT_NE(progress.str().find("calibrating: op timings, pass 2 of 2:"), std::string::npos) << progress.str();
+  EXPECT_LT(progress.str().find("pass 2 of 2"), progress.str().find("GEMM fit:")) << "fitted before every pass";
   // The fit is of these very timings: the roofline with the fitted figures lands near most of them
   // (median GEMM error within 2x even on a loaded machine).
   std::vector<double> err;
