@@ -271,8 +271,8 @@ namespace {
 
 /// One pass of calibrate_cpu's op measurements (its steps 1-6): every timing its fits read.
 struct OpPass {
-  Timed tiny;                                                 // 1. a relu of 16 floats
-  std::vector<Timed> gemm, mem, att;                          // 2-4.
+  Timed tiny;                                                  // 1. a relu of 16 floats
+  std::vector<Timed> gemm, mem, att;                           // 2-4.
   std::vector<runtime::OptimizerTiming> opt_large, opt_small;  // 5. {sgd, adam} each
   std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of kChainBatches
 };
@@ -303,8 +303,7 @@ OpPass measure_ops(const CalibrateOptions& o) {
   p.opt_large = step_times(linears(16, 256));
   p.opt_small = step_times(linears(64, 16));
   for (const ir::Graph& g : sequence_chains())
-    for (const runtime::OpTiming& t :
-         runtime::time_model(g, kChainBatches, o.warmup, o.repeats, /*cpu_clock=*/true))
+    for (const runtime::OpTiming& t : runtime::time_model(g, kChainBatches, o.warmup, o.repeats, /*cpu_clock=*/true))
       p.chains.push_back(t.fwd_s + t.bwd_s);
   return p;
 }
