@@ -102,15 +102,16 @@ echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
 # (scripts/fidelity_rank.py). FID_RANK=0 skips them; FID_RANK_MODELS overrides the two models
 # ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (3). Each plan runs at least STEPS steps a
 # round, more where the fastest plan's round would last under a second (fidelity_rank.py --min-round-s).
-# Each model's ranking calibrates this machine first (--calibrate: the cached calibration is replaced),
-# and trains the same plan twice a round where no two plans are the same, as its noise floor.
+# Each model's ranking calibrates this machine again first (--calibrate; not with CALIBRATE=0), and
+# trains the same plan twice a round where no two plans are the same, as its noise floor.
 if [ "${FID_RANK:-1}" = 1 ]; then
+  RANK_CALIBRATE=$([ "${CALIBRATE:-1}" = 1 ] && echo --calibrate)
   RANK_OUT=$BUILD/fidelity-ranking.md
   { echo "# make fidelity: ranking tables, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), load before $(cut -d' ' -f1-3 /proc/loadavg)"; echo; } > "$RANK_OUT"
   for lm in ${FID_RANK_MODELS:-overhead-heavy=mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128 compute-heavy=mmt:branches=2,layers=2,seq=64,hidden=256,heads=4,ffn=1024}; do
     echo "-- ranking: ${lm%%=*} ${lm#*=}"
     python3 "$(dirname "$0")/fidelity_rank.py" "$GP" "${lm#*=}" "${FID_RANK_BATCH:-32}" "$RANK_OUT" \
-      --rounds "${FID_RANK_ROUNDS:-3}" --steps "$STEPS" --warmup "$WARMUP" --label "${lm%%=*}" --calibrate
+      --rounds "${FID_RANK_ROUNDS:-3}" --steps "$STEPS" --warmup "$WARMUP" --label "${lm%%=*}" $RANK_CALIBRATE
   done
   echo "(ranking tables in $RANK_OUT)"
 fi

@@ -79,6 +79,8 @@ Json calibration_to_json(const CpuCalibration& c) {
   j["optimizer_step_s_per_tensor"] = {{"sgd", c.sgd_step_s_per_tensor}, {"adam", c.adam_step_s_per_tensor}};
   if (c.allreduce_bandwidth_Bps > 0) j["link"]["allreduce_bandwidth_Bps"] = c.allreduce_bandwidth_Bps;
   j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
+  if (c.sequence_s_per_activation_byte > 0)
+    j["in_sequence"]["s_per_activation_byte"] = c.sequence_s_per_activation_byte;
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -137,6 +139,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     q.expect_object();
     c.sequence_overhead_s = non_negative(q.at("overhead_s"));
     c.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
+    if (q.has("s_per_activation_byte")) c.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
   return c;
 }

@@ -50,6 +50,7 @@ struct CpuCalibration {
   // last use). Fitted to two reference chains; 0: not measured.
   double sequence_overhead_s = 0;
   double sequence_s_per_weight_byte = 0;
+  double sequence_s_per_activation_byte = 0;
   bool operator==(const CpuCalibration&) const = default;
   /// The all-reduce's bandwidth: measured, else the link's.
   double reduce_bandwidth_Bps() const {

@@ -150,6 +150,7 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.device.adam_step_s_per_tensor = k->adam_step_s_per_tensor / pace;
     c.device.sequence_overhead_s = k->sequence_overhead_s / pace;
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
+    c.device.sequence_s_per_activation_byte = k->sequence_s_per_activation_byte / pace;
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
@@ -279,9 +280,13 @@ Json cluster_to_json(const Cluster& c) {
   if (c.device.sgd_step_s_per_tensor > 0 || c.device.adam_step_s_per_tensor > 0)
     j["device"]["optimizer_step_s_per_tensor"] = {{"sgd", c.device.sgd_step_s_per_tensor},
                                                   {"adam", c.device.adam_step_s_per_tensor}};
-  if (c.device.sequence_overhead_s > 0 || c.device.sequence_s_per_weight_byte > 0)  // the calibrated cpu preset
+  if (c.device.sequence_overhead_s > 0 || c.device.sequence_s_per_weight_byte > 0 ||
+      c.device.sequence_s_per_activation_byte > 0) {  // the calibrated cpu preset
     j["device"]["in_sequence"] = {{"overhead_s", c.device.sequence_overhead_s},
                                   {"s_per_weight_byte", c.device.sequence_s_per_weight_byte}};
+    if (c.device.sequence_s_per_activation_byte > 0)
+      j["device"]["in_sequence"]["s_per_activation_byte"] = c.device.sequence_s_per_activation_byte;
+  }
   return j;
 }
 
@@ -337,6 +342,8 @@ Cluster cluster_from_json(const JsonAt& j) {
     q.expect_object();
     c.device.sequence_overhead_s = non_negative(q.at("overhead_s"));
     c.device.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
+    if (q.has("s_per_activation_byte"))
+      c.device.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.

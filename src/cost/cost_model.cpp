@@ -61,6 +61,10 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
   return 0;
 }
 
+double activation_bytes(const OpWork& w, const ir::OpCosts& c, int64_t b) {
+  return w.view ? 0.0 : static_cast<double>(b) * (c.input_bytes + c.output_bytes + w.extra_bytes);
+}
+
 OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d, bool f16, int64_t b) {
   GP_ASSERT(b >= 1, "batch must be >= 1, got {}", b);
   double bd = static_cast<double>(b);
@@ -73,7 +77,7 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
     fwd_compute += bd * p.fwd_flops / rate;
     bwd_compute += bd * p.bwd_flops / rate;
   }
-  double act = w.view ? 0.0 : bd * (c.input_bytes + c.output_bytes + w.extra_bytes);
+  double act = activation_bytes(w, c, b);
   double weights_read = static_cast<double>(c.weight_read_bytes);
   double fwd_bytes = weights_read + act;
   // Backward reads the weights again and writes a dense gradient for every weight (for
@@ -82,10 +86,13 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
   double bwd_bytes = weights_read + static_cast<double>(c.param_bytes) + 2 * act;
   OpTime t;
   // In a step (sequence_*: the calibrated cpu preset) each call costs a little more, and the weights
-  // it touches come from further away than when the op is timed alone, again and again.
-  const double fwd_seq = d.sequence_overhead_s + weights_read * d.sequence_s_per_weight_byte;
+  // it touches come from further away than when the op is timed alone, again and again; so do its
+  // activations, when they are large.
+  const double fwd_seq = d.sequence_overhead_s + weights_read * d.sequence_s_per_weight_byte +
+                         act * d.sequence_s_per_activation_byte;
   const double bwd_seq = d.sequence_overhead_s +
-                         (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte;
+                         (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte +
+                         2 * act * d.sequence_s_per_activation_byte;
   t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + fwd_seq;
   t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + bwd_seq;
   t.source = Source::formula;

@@ -40,6 +40,8 @@ struct DeviceSpec {
   /// again from memory, gradients written back). docs/cost-model.md, "Ops in sequence".
   double sequence_overhead_s = 0;
   double sequence_s_per_weight_byte = 0;
+  /// ... and per activation byte it reads or writes (a step's activations leave the caches too).
+  double sequence_s_per_activation_byte = 0;
 };
 
 struct LinkSpec {
@@ -141,6 +143,9 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId op);
 /// with e_p the device's efficiency curve for the part's class. `f16` selects the f16 (tensor core)
 /// peak and curves. Source is always formula.
 OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d, bool f16, int64_t b);
+/// The activation bytes a forward call of the op reads and writes at batch `b` (inputs, output and
+/// its work's extra bytes; 0 for a view); backward moves about twice as many.
+double activation_bytes(const OpWork& w, const ir::OpCosts& c, int64_t b);
 
 /// Cost of ops and transfers on one cluster. Cheap to query; construction precomputes tables.
 class CostModel {

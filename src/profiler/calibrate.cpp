@@ -137,9 +137,15 @@ double gflops(const Timed& t) {
   return static_cast<double>(t.batch) * (c.fwd_flops + c.bwd_flops) / t.seconds / 1e9;
 }
 
-/// The two reference chains of calibrate_cpu's step 6.
-std::vector<ir::Graph> sequence_chains() {
-  std::vector<ir::Graph> out;
+/// A reference chain of calibrate_cpu's step 6 and the batches it is trained at.
+struct Chain {
+  ir::Graph graph;
+  std::vector<int64_t> batches;
+};
+
+/// The reference chains of calibrate_cpu's step 6.
+std::vector<Chain> sequence_chains() {
+  std::vector<Chain> out;
   {
     ir::ModelBuilder b("small_ops");
     std::string x = b.input("x", {8, 64});
@@ -148,7 +154,9 @@ std::vector<ir::Graph> sequence_chains() {
       x = b.op(fmt::format("a{}", i), ir::OpKind::add, {x, h});
     }
     b.output(x);
-    out.push_back(ir::Graph::build(b.build(), "calibration"));
+    // At 64 samples each op's activations are 128 KB (6 MB over the chain's 48 ops, beyond the
+    // 512 KB L2): a step's activations leave the caches as its weights do (method 4).
+    out.push_back({ir::Graph::build(b.build(), "calibration"), {1, 8, 64}});
   }
   {
     ir::ModelBuilder b("large_weights");
@@ -158,55 +166,91 @@ std::vector<ir::Graph> sequence_chains() {
       if (i < 7) x = b.unary(fmt::format("r{}", i), ir::OpKind::relu, x);
     }
     b.output(x);
-    out.push_back(ir::Graph::build(b.build(), "calibration"));
+    out.push_back({ir::Graph::build(b.build(), "calibration"), {1, 8}});
   }
   return out;
 }
 
-/// The batches each sequence chain is trained at.
-const std::vector<int64_t> kChainBatches = {1, 8};
+/// Non-negative weighted least squares of y = sum_j x_j b_j over (x, y, w) rows, for up to 3 unknowns:
+/// the best fit over every subset of them held free (the others 0) whose solution is non-negative
+/// (with 3 unknowns, trying all 7 subsets is exact).
+std::array<double, 3> nnls3(const std::vector<std::pair<std::array<double, 3>, std::array<double, 2>>>& rows) {
+  std::array<double, 3> best{};
+  double best_err = 0;
+  for (const auto& [x, yw] : rows) best_err += yw[1] * yw[0] * yw[0];  // all zero
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<int> free;
+    for (int j = 0; j < 3; ++j)
+      if (mask & (1 << j)) free.push_back(j);
+    const size_t n = free.size();
+    double m[3][4] = {};
+    for (const auto& [x, yw] : rows)
+      for (size_t a = 0; a < n; ++a) {
+        for (size_t b = 0; b < n; ++b) m[a][b] += yw[1] * x[free[a]] * x[free[b]];
+        m[a][3] += yw[1] * x[free[a]] * yw[0];
+      }
+    bool ok = true;  // Gauss-Jordan with partial pivoting on the n x n system
+    for (size_t col = 0; col < n && ok; ++col) {
+      size_t p = col;
+      for (size_t i = col + 1; i < n; ++i)
+        if (std::abs(m[i][col]) > std::abs(m[p][col])) p = i;
+      std::swap(m[col], m[p]);
+      if (!(std::abs(m[col][col]) > 0)) ok = false;
+      for (size_t i = 0; i < n && ok; ++i)
+        if (i != col) {
+          const double f = m[i][col] / m[col][col];
+          for (size_t j = col; j < 4; ++j) m[i][j] -= f * m[col][j];
+        }
+    }
+    if (!ok) continue;
+    std::array<double, 3> b{};
+    for (size_t a = 0; a < n; ++a) b[free[a]] = m[a][3] / m[a][a];
+    if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0 || !std::isfinite(v); })) continue;
+    double err = 0;
+    for (const auto& [x, yw] : rows) {
+      const double r = yw[0] - (x[0] * b[0] + x[1] * b[1] + x[2] * b[2]);
+      err += yw[1] * r * r;
+    }
+    if (err < best_err) best_err = err, best = b;
+  }
+  return best;
+}
 
-/// `chain_s`: forward + backward of each of sequence_chains() at each of kChainBatches, in order.
-std::pair<double, double> fit_in_sequence(const cost::CpuCalibration& k, const std::vector<double>& chain_s,
-                                          std::ostream* progress) {
+/// `chain_s`: forward + backward of each of sequence_chains() at each of its batches, in order. Sets
+/// k's sequence_overhead_s, sequence_s_per_weight_byte and sequence_s_per_activation_byte.
+void fit_in_sequence(cost::CpuCalibration& k, const std::vector<double>& chain_s, std::ostream* progress) {
   const cost::DeviceSpec d = device_of(k);
-  // Per timing: calls (forward and backward), weight bytes touched, extra seconds over the roofline,
-  // the roofline's seconds.
-  std::vector<std::array<double, 4>> pts;
+  // Per timing: (calls (forward and backward), weight bytes touched, activation bytes touched) and
+  // (extra seconds over the roofline, the weight 1 / the roofline's seconds squared).
+  std::vector<std::pair<std::array<double, 3>, std::array<double, 2>>> rows;
   std::vector<std::string> said;
   size_t next = 0;
-  for (const ir::Graph& g : sequence_chains()) {
-    const std::vector<int64_t>& batches = kChainBatches;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      double alone = 0, bytes = 0;
+  for (const auto& [g, batches] : sequence_chains()) {
+    for (int64_t batch : batches) {
+      double alone = 0, weights = 0, acts = 0;
       for (OpId id : g.op_ids()) {
-        cost::OpTime r = cost::roofline_time(cost::op_work(g, id), g.costs(id), d, false, batches[i]);
+        cost::OpTime r = cost::roofline_time(cost::op_work(g, id), g.costs(id), d, false, batch);
         alone += r.fwd_s + r.bwd_s;
-        bytes += 2.0 * static_cast<double>(g.costs(id).weight_read_bytes) +
-                 static_cast<double>(g.costs(id).param_bytes);
+        weights += 2.0 * static_cast<double>(g.costs(id).weight_read_bytes) +
+                   static_cast<double>(g.costs(id).param_bytes);
+        acts += 3.0 * cost::activation_bytes(cost::op_work(g, id), g.costs(id), batch);  // forward 1, backward 2
       }
       const double measured = chain_s.at(next++);
-      pts.push_back({2.0 * static_cast<double>(g.num_ops()), bytes, measured - alone, alone});
-      said.push_back(fmt::format("{} b={} {:.2f} ms ({:.2f}x its ops alone)", g.name(), batches[i], measured * 1e3,
-                                 measured / alone));
+      rows.push_back(
+          {{2.0 * static_cast<double>(g.num_ops()), weights, acts}, {measured - alone, 1 / (alone * alone)}});
+      said.push_back(
+          fmt::format("{} b={} {:.2f} ms ({:.2f}x its ops alone)", g.name(), batch, measured * 1e3, measured / alone));
     }
   }
-  // Least squares of extra = calls x c + bytes x s relative to each timing's roofline time, each
-  // figure then clamped at 0 (the model never runs ops faster in sequence).
-  double m00 = 0, m01 = 0, m11 = 0, r0 = 0, r1 = 0;
-  for (const auto& [calls, bytes, extra, alone] : pts) {
-    const double w = 1.0 / (alone * alone);
-    m00 += w * calls * calls, m01 += w * calls * bytes, m11 += w * bytes * bytes;
-    r0 += w * calls * extra, r1 += w * bytes * extra;
-  }
-  const double det = m00 * m11 - m01 * m01;
-  double c = det > 0 ? (r0 * m11 - r1 * m01) / det : 0, s = det > 0 ? (m00 * r1 - m01 * r0) / det : 0;
-  if (c < 0) c = 0, s = m11 > 0 ? std::max(0.0, r1 / m11) : 0;
-  if (s < 0) s = 0, c = m00 > 0 ? std::max(0.0, r0 / m00) : 0;
+  // Least squares of extra = calls x c + weight bytes x s_w + activation bytes x s_a relative to each
+  // timing's roofline time, every figure non-negative (the model never runs ops faster in sequence).
+  const std::array<double, 3> f = nnls3(rows);
+  k.sequence_overhead_s = f[0];
+  k.sequence_s_per_weight_byte = f[1];
+  k.sequence_s_per_activation_byte = f[2];
   say(progress, fmt::format("ops in sequence: {}; fitted {:.2f} us more per call, {:.3f} ns per weight byte "
-                            "touched ({:.1f} GB/s)",
-                            fmt::join(said, ", "), c * 1e6, s * 1e9, s > 0 ? 1e-9 / s : 0.0));
-  return {c, s};
+                            "touched ({:.1f} GB/s), {:.3f} ns per activation byte",
+                            fmt::join(said, ", "), f[0] * 1e6, f[1] * 1e9, f[1] > 0 ? 1e-9 / f[1] : 0.0, f[2] * 1e9));
 }
 
 }  // namespace
@@ -274,7 +318,7 @@ struct OpPass {
   Timed tiny;                                                  // 1. a relu of 16 floats
   std::vector<Timed> gemm, mem, att;                           // 2-4.
   std::vector<runtime::OptimizerTiming> opt_large, opt_small;  // 5. {sgd, adam} each
-  std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of kChainBatches
+  std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of its batches
 };
 
 /// The parameter sets of step 5: `count` linears of `width` (a weight and a bias each).
@@ -302,8 +346,8 @@ OpPass measure_ops(const CalibrateOptions& o) {
   };
   p.opt_large = step_times(linears(16, 256));
   p.opt_small = step_times(linears(64, 16));
-  for (const ir::Graph& g : sequence_chains())
-    for (const runtime::OpTiming& t : runtime::time_model(g, kChainBatches, o.warmup, o.repeats, /*cpu_clock=*/true))
+  for (const auto& [g, batches] : sequence_chains())
+    for (const runtime::OpTiming& t : runtime::time_model(g, batches, o.warmup, o.repeats, /*cpu_clock=*/true))
       p.chains.push_back(t.fwd_s + t.bwd_s);
   return p;
 }
@@ -407,11 +451,13 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   // 6. Ops in sequence: two reference chains trained as a step runs them (runtime::time_model: forward
   // to the loss, backward) against the sum of their ops' roofline times with the figures above, which
   // reproduce each op timed alone. Many small ops (16 residual blocks of linear 64, gelu, add on 8 x 64
-  // floats per sample: 256 KB of weights) and a few large ones (8 linears 1024 x 1024 on 4 x 1024 per
-  // sample: 32 MB of weights, as much in gradients, beyond the caches): the extra time of each =
-  // calls x sequence_overhead_s + weight bytes touched x sequence_s_per_weight_byte (issue 35: a
-  // 2-sample micro-batch of a 256-wide transformer measured 1.15-1.23x its ops timed alone).
-  std::tie(k.sequence_overhead_s, k.sequence_s_per_weight_byte) = fit_in_sequence(k, m.chains, progress);
+  // floats per sample: 256 KB of weights; at 64 samples 6 MB of activations) and a few large ones (8
+  // linears 1024 x 1024 on 4 x 1024 per sample: 32 MB of weights, as much in gradients, beyond the
+  // caches): the extra time of each = calls x sequence_overhead_s + weight bytes touched x
+  // sequence_s_per_weight_byte + activation bytes touched x sequence_s_per_activation_byte (issue 35:
+  // a 2-sample micro-batch of a 256-wide transformer measured 1.15-1.23x its ops timed alone; a
+  // 64-wide one's ops at 32 samples 1.16x forward, 1.08x backward).
+  fit_in_sequence(k, m.chains, progress);
 }
 
 }  // namespace

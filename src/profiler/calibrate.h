@@ -40,7 +40,8 @@ struct CalibrationResult {
 /// again. 2: the optimizer step timed with caches evicted and the finiteness check a step runs
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
 /// them (40 rounds per size), the idle link with 21 repeats per size. 4: that link with its receives
-/// posted before computing, as a stage posts them; the op timings in 3 passes, their medians fitted.
+/// posted before computing, as a stage posts them; the op timings in 3 passes, their medians fitted;
+/// a time per activation byte in sequence.
 inline constexpr int kCalibrationMethod = 4;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.

@@ -346,6 +346,44 @@ TEST(Calibration, OpsInSequenceCostPerCallAndPerWeightByte) {
   EXPECT_DOUBLE_EQ(over.device.sequence_overhead_s / over.device.kernel_overhead_s, 3e-6 / 20e-6);
 }
 
+// Calibration method 4: a step's activations leave the caches too. The calibrated preset adds a time
+// per activation byte a call moves (forward: its inputs and output; backward twice that), which
+// survives the cache and a plan's cluster, stretches with workers per core, and is absent (0) from a
+// cache or cluster written before it.
+TEST(Calibration, OpsInSequenceCostPerActivationByte) {
+  CpuCalibration k = made_up();
+  k.sequence_s_per_activation_byte = 0.05e-9;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["in_sequence"]["s_per_activation_byte"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: in_sequence.s_per_activation_byte: must be a non-negative number"));
+  CpuCalibration alone = k;
+  alone.sequence_s_per_activation_byte = 0;
+  Json old = calibration_to_json(k);
+  old["in_sequence"].erase("s_per_activation_byte");
+  EXPECT_EQ(calibration_from_json(old, "k.json"), alone);
+
+  ir::Graph g = relu_linear();
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &alone));
+  for (OpId id : {g.find("fc"), g.find("pre")})
+    for (int64_t b : {1, 16}) {
+      const ir::OpCosts& c = g.costs(id);
+      const double act = static_cast<double>(b) * (c.input_bytes + c.output_bytes);  // neither has extra bytes
+      ASSERT_GT(act, 0);
+      EXPECT_DOUBLE_EQ(activation_bytes(op_work(g, id), c, b), act);
+      EXPECT_NEAR(with.op_time(id, b).fwd_s - without.op_time(id, b).fwd_s, act * 0.05e-9, 1e-12);
+      EXPECT_NEAR(with.op_time(id, b).bwd_s - without.op_time(id, b).bwd_s, 2 * act * 0.05e-9, 1e-12);
+    }
+  Cluster c = cpu_preset(1, &k);
+  Cluster back = cluster_from_json(cluster_to_json(c), "c.json");
+  EXPECT_DOUBLE_EQ(back.device.sequence_s_per_activation_byte, 0.05e-9);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(c));
+  EXPECT_FALSE(cluster_to_json(cpu_preset(1, &alone))["device"].contains("in_sequence"));
+  Cluster over = cpu_preset(2 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.sequence_s_per_activation_byte / over.device.kernel_overhead_s, 0.05e-9 / 20e-6);
+}
+
 // Issue 35: LibTorch's optimizers loop over the parameter tensors; the calibrated preset prices a
 // step per parameter and per tensor, and the stage cost counts the stage's tensors (a linear's
 // weight and bias are two, a layernorm's two, an attention's eight).
