@@ -196,10 +196,12 @@ def main():
         per_pair = [[x / y for x, y in zip(meas[na], meas[nb])] for na, nb in noise]
         meds = [statistics.median(rs) for rs in per_pair]
         every = [r for rs in per_pair for r in rs]
-        lines.append("Noise floor, the same plan trained twice a round (%s): measured ratio %.2f-%.2f (median of "
-                     "the rounds), single rounds %.2f-%.2f. A pair off by less than this is within what the "
-                     "machine's noise alone makes of two identical plans." % (
-                         "; ".join("%s vs %s" % p for p in noise), min(meds), max(meds), min(every), max(every)))
+        span = lambda lo, hi: "%.2f" % lo if "%.2f" % lo == "%.2f" % hi else "%.2f-%.2f" % (lo, hi)
+        lines.append("Noise floor, the same plan trained twice a round (%s): measured ratio %s (median of the "
+                     "rounds), single rounds %s. A pair off by less than this is within what the machine's noise "
+                     "alone makes of two identical plans." % (
+                         "; ".join("%s vs %s" % p for p in noise), span(min(meds), max(meds)),
+                         span(min(every), max(every))))
         lines.append("")
     choice = ("the planner's choice is %.2fx the fastest's" % (cpu[first[0]] / cpu[cfastest[0]])
               if cfastest and cpu[first[0]] else "no figure for the planner's choice")
