@@ -388,7 +388,7 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   // linear's call costs beyond the relu's bare dispatch (bias, the backward's two GEMMs and its
   // autograd node); it decides small models (issue 35).
   for (size_t i = 0; i < m.gemm.size(); i += 6) {
-    const Timed& widest = m.gemm.at(i + 5);  // 256 x 4 rows
+    const Timed& widest = m.gemm.at(i + 5);  // 256 samples of 4 rows: 1024 rows
     const int64_t h = widest.graph.op(widest.op).output_shape.back();
     say(progress, fmt::format("linear {}x{} at 1..1024 rows: {:.1f} GFLOP/s at 1024 rows", h, h, gflops(widest)));
   }
