@@ -11,7 +11,7 @@ t_a / t_b in that round (both measured minutes apart at most), predicted ratio =
 their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
 
 The noise floor: where two of the plans are the same plan (the same stages, devices and micro-batch
-sizes: planners often agree), their measured ratio is what the machine's noise alone makes of a
+sizes on the same cluster, hence the same prediction: planners often agree), their measured ratio is what the machine's noise alone makes of a
 pair whose predicted ratio is 1.00; where none are, the planner's choice is trained a second time
 every round as a control (--control auto; on: always; off: never). The table's last line gives it;
 a control is not one of the plans the pairs count.
@@ -115,7 +115,12 @@ def main():
         sim = json.loads(run([gp, "simulate", "--plan", path, "--json"]))
         p = json.load(open(path))
         plans.append((name, path, p, sim["iteration_time_s"]))
-    same = [(x, y) for x, y in itertools.combinations(plans, 2) if shape(x[2]) == shape(y[2])]
+    # The same plan: the same stages, devices and micro-batch sizes on the same cluster, so the same
+    # prediction (a 1-device plan and a 2-worker plan that leaves one worker idle are not).
+    def identical(x, y):
+        return shape(x[2]) == shape(y[2]) and abs(x[3] / y[3] - 1) < 1e-9
+
+    same = [(x, y) for x, y in itertools.combinations(plans, 2) if identical(x, y)]
     control = None
     if a.control == "on" or (a.control == "auto" and not same):
         control = (plans[1][0] + ", again (control)",) + plans[1][1:]
@@ -155,7 +160,8 @@ def main():
     lines.append("| --- | ---: | ---: | ---: | :---: | ---: | ---: | :---: |")
     worst, ok, cworst, cok, cpairs = 1.0, 0, 1.0, 0, 0
     pairs = list(itertools.combinations(plans, 2))
-    for (na, _, xa, pa), (nb, _, xb, pb) in pairs:
+    for x, y in pairs:
+        (na, _, _, pa), (nb, _, _, pb) = x, y
         rs = [x / y for x, y in zip(meas[na], meas[nb])]
         mr, pr = statistics.median(rs), pa / pb
         q = mr / pr
@@ -173,7 +179,7 @@ def main():
         else:
             c_txt = "- | - | -"
         lines.append("| %s vs %s%s | %.2f | %.2f (%.2f-%.2f) | %.2f | %s | %s |" % (
-            na, nb, " (the same plan)" if shape(xa) == shape(xb) else "", pr, mr, min(rs), max(rs), q,
+            na, nb, " (the same plan)" if identical(x, y) else "", pr, mr, min(rs), max(rs), q,
             "yes" if good else "NO", c_txt))
     # The noise floor: what the machine makes of the same plan trained twice a round (predicted 1.00).
     noise = [(x[0], y[0]) for x, y in same] + ([(plans[1][0], control[0])] if control else [])
