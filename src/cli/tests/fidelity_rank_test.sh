@@ -13,16 +13,22 @@ export GRAPHPIPE_CALIBRATION=off
 fail() { echo "FAIL: $*"; exit 1; }
 M="mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64"
 python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/rank.md" --rounds 1 --steps 3 --min-round-s 0 --warmup 1 --label tiny \
+  --control on \
   > "$T/out" 2>&1 || { cat "$T/out"; fail "fidelity_rank.py exited $?"; }
 python3 - "$T/rank.md" <<'PY' || exit 1
 import re, sys
 text = open(sys.argv[1]).read()
 rows = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| ---")]
-plans = [r for r in rows if not r.startswith("| plan") and " vs " not in r]
-pairs = [r for r in rows if " vs " in r and not r.startswith("| a vs b")]
+control = [r for r in rows if "(control)" in r]
+plans = [r for r in rows if not r.startswith("| plan") and " vs " not in r and r not in control]
+pairs = [r for r in rows if " vs " in r and not r.startswith("| a vs b") and r not in control]
 assert len(plans) == 5, "want 5 plan rows, got %d:\n%s" % (len(plans), text)
 assert len(pairs) == 10, "want 10 pair rows, got %d:\n%s" % (len(pairs), text)
-for r in plans + pairs:
+# --control on: the planner's choice trained again (a plan row) and its ratio to the first run (a pair
+# row that is not counted), and the noise-floor line naming it.
+assert len(control) == 2 and "not counted" in control[1], "want the control's two rows:\n" + text
+assert "Noise floor, the same plan trained twice a round (" in text and "(control)" in text.split("Noise floor")[1], text
+for r in plans + pairs + control:
     # every figure positive; the CPU-time ones may be "-" (3 steps rarely rise above start-up's noise)
     nums = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", r)]
     assert len(nums) >= 3 and all(x > 0 for x in nums), "a figure is missing or not positive: " + r
