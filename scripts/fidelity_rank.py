@@ -11,10 +11,10 @@ t_a / t_b in that round (both measured minutes apart at most), predicted ratio =
 their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
 
 The noise floor: where two of the plans are the same plan (the same stages, devices and micro-batch
-sizes on the same cluster, hence the same prediction: planners often agree), their measured ratio is what the machine's noise alone makes of a
-pair whose predicted ratio is 1.00; where none are, the planner's choice is trained a second time
-every round as a control (--control auto; on: always; off: never). The table's last line gives it;
-a control is not one of the plans the pairs count.
+sizes on the same cluster, hence the same prediction: planners often agree), their measured ratio is
+what the machine's noise alone makes of a pair whose predicted ratio is 1.00; where none are, the
+planner's choice is trained a second time every round as a control (--control auto; on: always; off:
+never). A line under the tables gives it; a control is not one of the plans the pairs count.
 
 On a machine shared with other jobs the wall clock measures the contention too, and 2 workers in
 lockstep lose more to it than 1. A second figure is robust to it: the CPU time of the training
@@ -162,7 +162,7 @@ def main():
     pairs = list(itertools.combinations(plans, 2))
     for x, y in pairs:
         (na, _, _, pa), (nb, _, _, pb) = x, y
-        rs = [x / y for x, y in zip(meas[na], meas[nb])]
+        rs = [u / v for u, v in zip(meas[na], meas[nb])]
         mr, pr = statistics.median(rs), pa / pb
         q = mr / pr
         worst = max(worst, q, 1 / q)
