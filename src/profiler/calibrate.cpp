@@ -171,6 +171,24 @@ std::vector<Chain> sequence_chains() {
   return out;
 }
 
+/// Solves the n x n system (n <= 3) in the augmented rows m[0..n) by Gauss-Jordan elimination with
+/// partial pivoting: afterwards unknown a is m[a][3] / m[a][a]. False where a pivot is 0 (singular).
+bool solve_augmented(double (&m)[3][4], size_t n) {
+  for (size_t col = 0; col < n; ++col) {
+    size_t p = col;
+    for (size_t i = col + 1; i < n; ++i)
+      if (std::abs(m[i][col]) > std::abs(m[p][col])) p = i;
+    std::swap(m[col], m[p]);
+    if (!(std::abs(m[col][col]) > 0)) return false;
+    for (size_t i = 0; i < n; ++i)
+      if (i != col) {
+        const double f = m[i][col] / m[col][col];
+        for (size_t j = col; j < 4; ++j) m[i][j] -= f * m[col][j];
+      }
+  }
+  return true;
+}
+
 /// Non-negative weighted least squares of y = sum_j x_j b_j over (x, y, w) rows, for up to 3 unknowns:
 /// the best fit over every subset of them held free (the others 0) whose solution is non-negative
 /// (with 3 unknowns, trying all 7 subsets is exact).
@@ -189,20 +207,7 @@ std::array<double, 3> nnls3(const std::vector<std::pair<std::array<double, 3>, s
         for (size_t b = 0; b < n; ++b) m[a][b] += yw[1] * x[free[a]] * x[free[b]];
         m[a][3] += yw[1] * x[free[a]] * yw[0];
       }
-    bool ok = true;  // Gauss-Jordan with partial pivoting on the n x n system
-    for (size_t col = 0; col < n && ok; ++col) {
-      size_t p = col;
-      for (size_t i = col + 1; i < n; ++i)
-        if (std::abs(m[i][col]) > std::abs(m[p][col])) p = i;
-      std::swap(m[col], m[p]);
-      if (!(std::abs(m[col][col]) > 0)) ok = false;
-      for (size_t i = 0; i < n && ok; ++i)
-        if (i != col) {
-          const double f = m[i][col] / m[col][col];
-          for (size_t j = col; j < 4; ++j) m[i][j] -= f * m[col][j];
-        }
-    }
-    if (!ok) continue;
+    if (!solve_augmented(m, n)) continue;
     std::array<double, 3> b{};
     for (size_t a = 0; a < n; ++a) b[free[a]] = m[a][3] / m[a][a];
     if (std::any_of(b.begin(), b.end(), [](double v) { return v < 0 || !std::isfinite(v); })) continue;
@@ -229,11 +234,12 @@ void fit_in_sequence(cost::CpuCalibration& k, const std::vector<double>& chain_s
     for (int64_t batch : batches) {
       double alone = 0, weights = 0, acts = 0;
       for (OpId id : g.op_ids()) {
-        cost::OpTime r = cost::roofline_time(cost::op_work(g, id), g.costs(id), d, false, batch);
+        const cost::OpWork w = cost::op_work(g, id);
+        const ir::OpCosts& c = g.costs(id);
+        const cost::OpTime r = cost::roofline_time(w, c, d, false, batch);
         alone += r.fwd_s + r.bwd_s;
-        weights += 2.0 * static_cast<double>(g.costs(id).weight_read_bytes) +
-                   static_cast<double>(g.costs(id).param_bytes);
-        acts += 3.0 * cost::activation_bytes(cost::op_work(g, id), g.costs(id), batch);  // forward 1, backward 2
+        weights += 2.0 * static_cast<double>(c.weight_read_bytes) + static_cast<double>(c.param_bytes);
+        acts += 3.0 * cost::activation_bytes(w, c, batch);  // forward 1, backward 2
       }
       const double measured = chain_s.at(next++);
       rows.push_back(
@@ -289,21 +295,7 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
       m[i][3] += w * v[i] * y;
     }
   }
-  // Gaussian elimination with partial pivoting.
-  bool ok = true;
-  for (int c = 0; c < 3 && ok; ++c) {
-    int p = c;
-    for (int i = c + 1; i < 3; ++i)
-      if (std::abs(m[i][c]) > std::abs(m[p][c])) p = i;
-    std::swap(m[c], m[p]);
-    if (!(std::abs(m[c][c]) > 0)) ok = false;
-    for (int i = 0; i < 3 && ok; ++i) {
-      if (i == c) continue;
-      double f = m[i][c] / m[c][c];
-      for (int j = c; j < 4; ++j) m[i][j] -= f * m[c][j];
-    }
-  }
-  if (ok) {
+  if (solve_augmented(m, 3)) {
     double a = m[0][3] / m[0][0], c = m[1][3] / m[1][1], e = m[2][3] / m[2][2];
     if (a > 0 && c >= 0 && e >= 0 && std::isfinite(a + c + e)) return {1 / a, c / a, e};
   }
@@ -507,8 +499,9 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     if (static_cast<int>(passes.size()) < o.passes) pass();
     // Again with both workers computing between messages (LinkBenchOptions::busy): inside a step every
     // core runs a worker, and Gloo's threads wait for a core (2-core VM: 0.12-0.19 ms per message
-    // idle, 0.78-0.79 ms busy with the receives posted ahead; 2.7-4.2 ms posted late). The wait does not grow with the message: the busy link keeps the idle bandwidth and
-    // takes as its latency the mean over the sizes of a message's extra time less its transfer.
+    // idle, 0.78-0.98 ms busy with the receives posted ahead; 2.7-4.2 ms posted late). The wait does
+    // not grow with the message: the busy link keeps the idle bandwidth and takes as its latency the
+    // mean over the sizes of a message's extra time less its transfer.
     runtime::LinkBenchOptions bo;
     bo.sizes_bytes = {4096, 65536, 262144, 1 << 20};
     bo.repeats = 40;  // the mean of these per size (20 until method 3)
