@@ -20,7 +20,7 @@ namespace {
 
 struct CalibrateArgs {
   bool json = false, no_links = false, show = false;
-  int repeats = 7, passes = 3;
+  int repeats = 2, passes = 9;
   std::string compare, model;
 };
 
@@ -144,10 +144,12 @@ Registrar reg(75, [](CLI::App& root) {
       "loopback link idle and between computing cores) and cache it; --cluster cpu does this on first use");
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
-  c->add_option("--repeats", a->repeats, "Timed calls per op and batch; the median is used")->capture_default_str();
+  c->add_option("--repeats", a->repeats,
+                "Timed calls per op and batch in each pass (after one untimed call); their median is used")
+      ->capture_default_str();
   c->add_option("--passes", a->passes,
-                "Passes over the op timings, spread between the link measurements; each timing's median over "
-                "them is fitted (one pass: ~4 s on 2 cores)")
+                "Passes over the op timings, spread before, between and after the link measurements; each "
+                "timing's median over them is fitted (one pass: ~2.5 s on 2 cores)")
       ->capture_default_str();
   c->add_flag("--json", a->json, "Print graphpipe.calibration/1 with every timing on stdout");
   c->add_option("--compare", a->compare,

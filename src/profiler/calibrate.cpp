@@ -303,6 +303,37 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
   return {peak, n0, 0.0};
 }
 
+std::pair<double, double> fit_attention_figures(const std::vector<std::array<double, 3>>& pts) {
+  // Minimize sum ((u C + 2 v + o - t) / t)^2 over u >= 1, v >= 0: the 2 x 2 normal equations, and
+  // where their solution leaves the bounds the better of u = 1 (best v) and v = 0 (best u).
+  double m[3][4] = {};
+  for (const auto& [c, o, t] : pts) {
+    GP_CHECK(c > 0 && t > 0, "calibration: an attention timing is not positive ({} s, roofline {} s)", t, c);
+    const double v[2] = {c, 2.0}, w = 1 / (t * t);
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 2; ++j) m[i][j] += w * v[i] * v[j];
+      m[i][3] += w * v[i] * (t - o);
+    }
+  }
+  double u = 0, v = -1;
+  if (solve_augmented(m, 2)) u = m[0][3] / m[0][0], v = m[1][3] / m[1][1];
+  if (!(u >= 1) || !(v >= 0) || !std::isfinite(u + v)) {
+    double vn = 0, vd = 0, un = 0, ud = 0;
+    for (const auto& [c, o, t] : pts) {
+      vn += 2 * (t - c - o) / (t * t), vd += 4 / (t * t);
+      un += c * (t - o) / (t * t), ud += c * c / (t * t);
+    }
+    const double v1 = std::max(0.0, vn / vd), u0 = std::max(1.0, un / ud);
+    auto err = [&](double uu, double vv) {
+      double e = 0;
+      for (const auto& [c, o, t] : pts) e += std::pow((uu * c + 2 * vv + o - t) / t, 2);
+      return e;
+    };
+    std::tie(u, v) = err(1.0, v1) <= err(u0, 0.0) ? std::pair{1.0, v1} : std::pair{u0, 0.0};
+  }
+  return {std::clamp(1 / u, 1e-3, 1.0), v};
+}
+
 namespace {
 
 /// One pass of calibrate_cpu's op measurements (its steps 1-6): every timing its fits read.
@@ -330,11 +361,11 @@ OpPass measure_ops(const CalibrateOptions& o) {
   p.gemm = measure_gemms(o);
   for (ir::OpKind kind : {ir::OpKind::add, ir::OpKind::gelu, ir::OpKind::layernorm})
     for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o)) p.mem.push_back(std::move(t));
-  for (auto [seq, hidden] : {std::pair<int64_t, int64_t>{32, 128}, {64, 256}})
+  for (auto [seq, hidden] : {std::pair<int64_t, int64_t>{16, 64}, {32, 128}, {64, 256}})
     for (Timed& t : time_all(one_op("attn", {seq, hidden}, ir::OpKind::attention, 4), {1, 4, 16, 32}, o))
       p.att.push_back(std::move(t));
   auto step_times = [&](const ir::Graph& g) {
-    return runtime::time_optimizers(g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 9), /*cpu_clock=*/true, "cpu");
+    return runtime::time_optimizers(g, {"sgd", "adam"}, o.warmup, std::max(o.repeats, 3), /*cpu_clock=*/true, "cpu");
   };
   p.opt_large = step_times(linears(16, 256));
   p.opt_small = step_times(linears(64, 16));
@@ -369,6 +400,22 @@ OpPass median_pass(const std::vector<OpPass>& passes) {
   return m;
 }
 
+/// The attention figures of calibrate_cpu's step 4 (fit_attention_figures) from `att` and k's GEMM
+/// and memory figures.
+void fit_attention(const std::vector<Timed>& att, cost::CpuCalibration& k) {
+  k.attention_efficiency = 1;
+  k.attention_overhead_s = 0;
+  const cost::DeviceSpec d = device_of(k);
+  cost::DeviceSpec bare = d;
+  bare.kernel_overhead_s = 0;
+  std::vector<std::array<double, 3>> pts;
+  for (const Timed& t : att) {
+    const double c = roofline_s(t, bare);
+    pts.push_back({c, roofline_s(t, d) - c, t.seconds});
+  }
+  std::tie(k.attention_efficiency, k.attention_overhead_s) = fit_attention_figures(pts);
+}
+
 /// Steps 1-6's figures fitted to the timings `m` (median_pass).
 void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   // 1. Per-op overhead: a 16-element relu, forward + backward = 2 overheads.
@@ -397,20 +444,10 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
                                       [](cost::DeviceSpec& d, double v) { d.mem_bandwidth_Bps = v; });
   say(progress, fmt::format("memory-bound ops (add, gelu, layernorm): {:.2f} GB/s", k.mem_bandwidth_Bps / 1e9));
 
-  // 4. Attention (projections, batched QK^T and PV, softmax) of 32 x 128 and 64 x 256 sequences with
-  // 4 heads: the fraction of the GEMM curve it reaches and the op's fixed extra time per call, fitted
-  // in turn (coordinate descent on the squared log error; each round can only lower it).
-  k.attention_overhead_s = 0;
-  for (int round = 0; round < 6; ++round) {
-    k.attention_efficiency = fit_log_param(m.att, device_of(k), 1e-3, 1.0, [&](cost::DeviceSpec& d, double v) {
-      k.attention_efficiency = v;
-      d.efficiency = cost::calibrated_efficiency(k);
-    });
-    k.attention_overhead_s = fit_log_param(m.att, device_of(k), 1e-7, 1e-2, [&](cost::DeviceSpec& d, double v) {
-      k.attention_overhead_s = v;
-      d.efficiency = cost::calibrated_efficiency(k);
-    });
-  }
+  // 4. Attention (projections, batched QK^T and PV, softmax) of 16 x 64, 32 x 128 and 64 x 256
+  // sequences with 4 heads: the fraction of the GEMM curve it reaches and the op's fixed extra time
+  // per call (fit_attention).
+  fit_attention(m.att, k);
   say(progress, fmt::format("attention: {:.2f} of the GEMM curve, {:.1f} us more per call", k.attention_efficiency,
                             k.attention_overhead_s * 1e6));
 
@@ -482,7 +519,12 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count()));
   };
   GP_CHECK(o.passes >= 1, "calibration: passes must be at least 1, got {}", o.passes);
-  pass();
+  // A third of the passes before the idle link, a third between it and the busy one, the rest after.
+  auto passes_until = [&](int thirds) {
+    const int upto = std::max(1, o.passes * thirds / 3);
+    while (static_cast<int>(passes.size()) < upto) pass();
+  };
+  passes_until(1);
 
   // 7. The loopback link between two worker processes.
   if (o.links) {
@@ -496,7 +538,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     k.link_bandwidth_Bps = p.p2p->bandwidth_Bps;
     k.lockstep = p.lockstep.value_or(1);
     if (p.allreduce && p.allreduce->bandwidth_Bps > 0) k.allreduce_bandwidth_Bps = p.allreduce->bandwidth_Bps;
-    if (static_cast<int>(passes.size()) < o.passes) pass();
+    passes_until(2);
     // Again with both workers computing between messages (LinkBenchOptions::busy): inside a step every
     // core runs a worker, and Gloo's threads wait for a core (2-core VM: 0.12-0.19 ms per message
     // idle, 0.78-0.98 ms busy with the receives posted ahead; 2.7-4.2 ms posted late). The wait does

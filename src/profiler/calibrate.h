@@ -18,9 +18,9 @@
 namespace gp::profiler {
 
 struct CalibrateOptions {
-  int warmup = 2;
-  int repeats = 7;    // the median of these is used per op and batch
-  int passes = 3;     // passes over the op timings, spread over the calibration; the median of each is fitted
+  int warmup = 1;
+  int repeats = 2;    // the median of these is used per op and batch (and pass)
+  int passes = 9;     // passes over the op timings, spread over the calibration; the median of each is fitted
   bool links = true;  // measure the loopback link (spawns two `link-worker` processes of this binary)
 };
 
@@ -41,8 +41,10 @@ struct CalibrationResult {
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
 /// them (40 rounds per size), the idle link with 21 repeats per size. 4: that link with its receives
 /// posted before computing, as a stage posts them; the op timings in 3 passes, their medians fitted;
-/// a time per activation byte in sequence.
-inline constexpr int kCalibrationMethod = 4;
+/// a time per activation byte in sequence. 5: attention also at 16 x 64, its two figures fitted
+/// together by least squares (fit_attention); 9 short passes (1 + 2 calls per timing) for 3 long ones
+/// (2 + 7 calls).
+inline constexpr int kCalibrationMethod = 5;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);
@@ -57,6 +59,15 @@ std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& row
 /// autograd beyond the per-op overhead already taken off): y = x / P + r0 / P + c. Returns
 /// {P, N0, c}; where the three-term fit gives a negative N0 or c, fit_gemm's {P, N0} and c = 0.
 std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>& rows_flops_seconds);
+
+/// The attention fit of calibrate_cpu (method 5): points (C, o, t), where t is a timing, C its
+/// roofline time at the full GEMM curve without overheads and o the roofline's per-op overheads; fits
+/// t = u C + 2 c_att + o by least squares on relative error with u >= 1 and c_att >= 0, both terms
+/// together (linear in both), and returns {e = 1 / u (the fraction of the GEMM curve attention
+/// reaches, at most 1), c_att (its fixed time per forward or backward call)}. The coordinate descent
+/// on log error it replaces stopped anywhere along their valley: 197-392 us per call at e 0.80-1.00
+/// in three calibrations within minutes (issue 35). UserError where a point is not positive.
+std::pair<double, double> fit_attention_figures(const std::vector<std::array<double, 3>>& c_o_seconds);
 
 /// This machine's cache file for the LibTorch it was built with ("" when no cache directory).
 std::string calibration_cache_file();

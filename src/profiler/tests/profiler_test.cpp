@@ -197,6 +197,30 @@ TEST(Calibrate, GemmFitWithOverheadRecoversRateHalfRowsAndFixedTime) {
   EXPECT_GT(h[0], 0);
 }
 
+TEST(Calibrate, AttentionFitRecoversEfficiencyAndFixedTimeTogether) {
+  // t = C / e + 2 c_att + o with e = 0.8, c_att = 300 us, o = 20 us: small ops (C 50 us, mostly the
+  // fixed time) and large ones (C 50 ms) together pin both.
+  std::vector<std::array<double, 3>> pts;
+  for (double c : {50e-6, 200e-6, 1e-3, 5e-3, 20e-3, 50e-3}) pts.push_back({c, 20e-6, c / 0.8 + 600e-6 + 20e-6});
+  auto [e, v] = fit_attention_figures(pts);
+  EXPECT_NEAR(e, 0.8, 1e-9);
+  EXPECT_NEAR(v, 300e-6, 1e-12);
+  // Faster than the GEMM curve (e would be 1.25): e stays 1, the fixed time takes what is left.
+  std::vector<std::array<double, 3>> fast;
+  for (double c : {50e-6, 1e-3, 20e-3}) fast.push_back({c, 0.0, c * 0.8 + 100e-6});
+  auto [e1, v1] = fit_attention_figures(fast);
+  EXPECT_EQ(e1, 1.0);
+  EXPECT_GT(v1, 0);
+  // A line through below the origin (a negative fixed time, 20 us): none, e from the slope.
+  std::vector<std::array<double, 3>> neg;
+  for (double c : {1e-3, 5e-3, 20e-3}) neg.push_back({c, 0.0, c / 0.5 - 40e-6});
+  auto [e2, v2] = fit_attention_figures(neg);
+  EXPECT_EQ(v2, 0);
+  EXPECT_GT(e2, 0.5);
+  EXPECT_LT(e2, 0.52);
+  EXPECT_THROW(fit_attention_figures({{0.0, 0.0, 1e-3}}), UserError);
+}
+
 TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   CalibrateOptions o;
   o.warmup = 1;

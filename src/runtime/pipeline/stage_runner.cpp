@@ -76,6 +76,7 @@ StageRunner::StageRunner(const TrainOptions& opt, const PreparedRun& run, RankRo
   link_receive_streams();
   if (st_.devices.size() > 1) group_ = world_.subgroup(st_.devices, "stage" + std::to_string(st_.id));
   make_shared_groups(stage_of);
+  make_gradient_buffer();
 }
 
 // --- Steps ---
@@ -84,7 +85,7 @@ void StageRunner::begin_step(int64_t step) {
   step_ = step;
   loss_sum_ = 0;
   data_s_ = 0;
-  optim_->zero_grad();
+  zero_gradients();
   mbs_.clear();
   pieces_.clear();
   if (!ahead_.next_step_posted)
@@ -303,6 +304,11 @@ void StageRunner::backward_weight(int mb) {
 // Shared parameters held by other stages too are summed with all their holders instead.
 void StageRunner::allreduce() {
   if (!group_) return;
+  if (grad_buffer_.defined()) {  // one contiguous tensor: reduced in place, nothing joined or copied back
+    std::vector<torch::Tensor> flat{grad_buffer_};
+    group_->all_reduce(flat, detail::Reduce::sum).wait();
+    return;
+  }
   std::vector<torch::Tensor> grads;
   for (auto& p : module_->parameters()) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -591,6 +597,37 @@ void StageRunner::make_shared_groups(const std::vector<int>& stage_of) {
     if (fresh) shared_.push_back({world_.subgroup(ranks, "shared" + std::to_string(k)), {}});
     shared_[it->second].params.push_back(t);
   }
+}
+
+// The all-reduce of a replicated stage's gradients joined them into one new buffer and copied the
+// sums back, every step (1.56 MB in 58 tensors right after computing, 2 ranks on 2 cores: 4.8 ms
+// against 4.3 ms for one buffer; issue 35). Instead each parameter's gradient is a view of one buffer
+// kept for the whole training (as DDP's gradient_as_bucket_view): backward accumulates into the views
+// in place, the all-reduce reduces the buffer where it is.
+void StageRunner::make_gradient_buffer() {
+  if (!group_) return;
+  std::vector<torch::Tensor> params;
+  int64_t total = 0;
+  for (auto& p : module_->parameters())
+    if (!summed_with_holders(p)) {
+      if (!params.empty() && p.options().dtype() != params.front().options().dtype()) return;
+      params.push_back(p);
+      total += p.numel();
+    }
+  if (params.empty()) return;
+  grad_buffer_ = torch::zeros({total}, params.front().options().requires_grad(false));
+  int64_t off = 0;
+  for (auto& p : params) {
+    p.mutable_grad() = grad_buffer_.narrow(0, off, p.numel()).view_as(p);
+    off += p.numel();
+  }
+}
+
+void StageRunner::zero_gradients() {
+  if (!grad_buffer_.defined()) return optim_->zero_grad();  // every grad set to none
+  grad_buffer_.zero_();
+  for (auto& p : module_->parameters())
+    if (summed_with_holders(p)) p.mutable_grad() = torch::Tensor();
 }
 
 bool StageRunner::summed_with_holders(const torch::Tensor& p) const {

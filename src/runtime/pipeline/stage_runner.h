@@ -161,6 +161,9 @@ class StageRunner {
   void make_shared_groups(const std::vector<int>& stage_of);
   bool summed_with_holders(const torch::Tensor& p) const;
   void sum_shared_gradients();
+  // The replicas' all-reduced gradients in one buffer.
+  void make_gradient_buffer();
+  void zero_gradients();
 
   const TrainOptions& opt_;
   const plan::Plan& p_;
@@ -170,6 +173,9 @@ class StageRunner {
   detail::Communicator& world_;
   std::unique_ptr<detail::Communicator> group_;
   std::vector<SharedGroup> shared_;
+  // With replicas: the gradients all_reduced between them, each parameter's grad a view of it (none
+  // where the parameters differ in dtype); the other parameters' grads are set to none each step.
+  torch::Tensor grad_buffer_;
   const std::vector<schedule::Action>& actions_;
   std::unique_ptr<StageModule> module_;
   std::unique_ptr<torch::optim::Optimizer> optim_;
