@@ -33,6 +33,9 @@ for r in plans + pairs + control:
     nums = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", r)]
     assert len(nums) >= 3 and all(x > 0 for x in nums), "a figure is missing or not positive: " + r
 assert "Wall clock: pairs within 0.85-1.15:" in text and "CPU time / cores in use:" in text, text
+# The planner's choice against the fastest plan pools the rounds of identical plans (and the control's).
+m = re.search(r"the planner's choice \(([^)]*)\) is (\d+\.\d+)x the fastest's time \(identical plans' rounds pooled", text)
+assert m and float(m.group(2)) >= 1.0, "the planner's-choice line is missing or below 1:\n" + text
 assert text.startswith("**tiny** `mmt:"), text[:200]
 PY
 # A bad model is one line on stderr naming it, and a non-zero exit.
