@@ -45,6 +45,28 @@ CalibrationSource& source() {
 
 }  // namespace
 
+Json kind_overheads_to_json(const std::map<ir::OpKind, double>& m) {
+  Json j = Json::object();
+  for (const auto& [k, v] : m) j[ir::to_string(k)] = v;
+  return j;
+}
+
+std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j) {
+  j.expect_object();
+  std::map<ir::OpKind, double> m;
+  for (const auto& item : j.json().items()) {
+    JsonAt v = j.at(item.key().c_str());
+    ir::OpKind k{};
+    try {
+      k = ir::op_kind_from_string(item.key());
+    } catch (const UserError& e) {
+      v.fail(fmt::format("is not an op kind: {}", e.what()));
+    }
+    m[k] = non_negative(v);
+  }
+  return m;
+}
+
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
   EfficiencyTable t;
   t.source = fmt::format("calibrated on this machine ({}): GEMM N0 = {:.3g} rows, attention at {:.3g} of it",
@@ -81,6 +103,7 @@ Json calibration_to_json(const CpuCalibration& c) {
   j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
   if (c.sequence_s_per_activation_byte > 0)
     j["in_sequence"]["s_per_activation_byte"] = c.sequence_s_per_activation_byte;
+  if (!c.kind_overhead_s.empty()) j["kind_overhead_s"] = kind_overheads_to_json(c.kind_overhead_s);
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -141,6 +164,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     c.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
     if (q.has("s_per_activation_byte")) c.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
+  if (j.has("kind_overhead_s")) c.kind_overhead_s = kind_overheads_from_json(j.at("kind_overhead_s"));
   return c;
 }
 

@@ -5,6 +5,7 @@
 // See docs/cost-model.md ("The calibrated cpu preset").
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -51,6 +52,9 @@ struct CpuCalibration {
   double sequence_overhead_s = 0;
   double sequence_s_per_weight_byte = 0;
   double sequence_s_per_activation_byte = 0;
+  // Per memory-bound op kind: a call's fixed time beyond kernel_overhead_s (DeviceSpec::kind_overhead_s);
+  // empty: not measured (before method 5).
+  std::map<ir::OpKind, double> kind_overhead_s;
   bool operator==(const CpuCalibration&) const = default;
   /// The all-reduce's bandwidth: measured, else the link's.
   double reduce_bandwidth_Bps() const {
@@ -90,5 +94,10 @@ void set_calibration_source(CalibrationSource source);
 const std::optional<CpuCalibration>& active_calibration();
 /// $GRAPHPIPE_CALIBRATION ("" when unset).
 std::string calibration_env();
+
+/// DeviceSpec::kind_overhead_s as JSON: {"gelu": seconds, ...}; read back with every value a
+/// non-negative number and every key an op kind (UserError naming the file, field and value).
+Json kind_overheads_to_json(const std::map<ir::OpKind, double>& m);
+std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j);
 
 }  // namespace gp::cost

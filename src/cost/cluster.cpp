@@ -151,6 +151,7 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.device.sequence_overhead_s = k->sequence_overhead_s / pace;
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     c.device.sequence_s_per_activation_byte = k->sequence_s_per_activation_byte / pace;
+    for (const auto& [kind, s] : k->kind_overhead_s) c.device.kind_overhead_s[kind] = s / pace;
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
@@ -287,6 +288,8 @@ Json cluster_to_json(const Cluster& c) {
     if (c.device.sequence_s_per_activation_byte > 0)
       j["device"]["in_sequence"]["s_per_activation_byte"] = c.device.sequence_s_per_activation_byte;
   }
+  if (!c.device.kind_overhead_s.empty())
+    j["device"]["kind_overhead_s"] = kind_overheads_to_json(c.device.kind_overhead_s);
   return j;
 }
 
@@ -345,6 +348,7 @@ Cluster cluster_from_json(const JsonAt& j) {
     if (q.has("s_per_activation_byte"))
       c.device.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
+  if (d.has("kind_overhead_s")) c.device.kind_overhead_s = kind_overheads_from_json(d.at("kind_overhead_s"));
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.
   if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));

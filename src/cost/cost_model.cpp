@@ -93,8 +93,9 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
   const double bwd_seq = d.sequence_overhead_s +
                          (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte +
                          2 * act * d.sequence_s_per_activation_byte;
-  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + fwd_seq;
-  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + d.kernel_overhead_s + class_overhead + bwd_seq;
+  const double per_call = d.kernel_overhead_s + class_overhead + d.kind_overhead(w.kind);
+  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + per_call + fwd_seq;
+  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + per_call + bwd_seq;
   t.source = Source::formula;
   return t;
 }

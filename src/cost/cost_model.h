@@ -3,6 +3,7 @@
 // The planner calls this millions of times: per-op times are precomputed at power-of-two batches.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,14 @@ struct DeviceSpec {
   double sequence_s_per_weight_byte = 0;
   /// ... and per activation byte it reads or writes (a step's activations leave the caches too).
   double sequence_s_per_activation_byte = 0;
+  /// What a forward or backward call of an op of this kind costs beyond kernel_overhead_s (measured
+  /// on a relu) at any size: its own kernels and autograd nodes (a layernorm's, a gelu's erf). The
+  /// calibrated cpu preset measures the memory-bound kinds; empty elsewhere. docs/cost-model.md.
+  std::map<ir::OpKind, double> kind_overhead_s;
+  double kind_overhead(ir::OpKind k) const {
+    auto it = kind_overhead_s.find(k);
+    return it == kind_overhead_s.end() ? 0.0 : it->second;
+  }
 };
 
 struct LinkSpec {

@@ -128,6 +128,7 @@ OpWork op_work(const ir::Graph& g, OpId id) {
   OpWork w;
   w.extra_bytes = extra_bytes_per_sample(g, id);
   w.view = is_view(op.kind);
+  w.kind = op.kind;
   const double out_elems = op.output_shape.empty() ? 0.0 : static_cast<double>(ir::per_sample_elems(op.output_shape));
   WorkClass cls = work_class(op.kind);
   auto add = [&](double fwd, double bwd, double rows, double weight) {

@@ -85,8 +85,9 @@ struct WorkPart {
 struct OpWork {
   std::array<WorkPart, 2> parts{};
   int num_parts = 0;
-  double extra_bytes = 0;  // bytes moved per sample beyond inputs and output (attention scores)
-  bool view = false;       // flatten, reshape: no kernel touches the data
+  double extra_bytes = 0;              // bytes moved per sample beyond inputs and output (attention scores)
+  bool view = false;                   // flatten, reshape: no kernel touches the data
+  ir::OpKind kind = ir::OpKind::relu;  // for DeviceSpec::kind_overhead_s
 };
 OpWork op_work(const ir::Graph& g, OpId op);
 

@@ -44,6 +44,29 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
   return ir::Graph::build(b.build(), "calibration");
 }
 
+/// The memory-bound kinds whose fixed time per call calibrate_cpu measures (step 1b): the
+/// transformers', CNNs' and MLPs' elementwise ops, norms, reductions and losses.
+constexpr std::array kKindsTimed = {
+    ir::OpKind::add,     ir::OpKind::mul,       ir::OpKind::gelu, ir::OpKind::sigmoid, ir::OpKind::tanh,
+    ir::OpKind::softmax, ir::OpKind::layernorm, ir::OpKind::mean, ir::OpKind::concat,  ir::OpKind::cross_entropy};
+
+/// One op of `kind` on 16 x 64 floats per sample (1024; cross_entropy: 64 logits and a label), its
+/// inputs through a relu (so they require grad, as inside a stage).
+ir::Graph kind_op(ir::OpKind kind) {
+  ir::ModelBuilder b("kind");
+  const bool loss = kind == ir::OpKind::cross_entropy;
+  std::string x = b.input("x", loss ? ir::Shape{64} : ir::Shape{16, 64});
+  std::string pre = b.unary("pre", ir::OpKind::relu, x);
+  std::vector<std::string> in{pre};
+  if (kind == ir::OpKind::add || kind == ir::OpKind::mul || kind == ir::OpKind::concat)
+    in.push_back(b.unary("pre2", ir::OpKind::relu, x));
+  if (loss) in.push_back(b.input("label", {}, ir::DType::i64));
+  Json attrs = Json::object();
+  if (kind == ir::OpKind::concat || kind == ir::OpKind::mean) attrs["axis"] = 1;
+  b.output(b.op("op", kind, in, attrs));
+  return ir::Graph::build(b.build(), "calibration");
+}
+
 std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o) {
   OpId op = g.find("op");
   std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
@@ -97,6 +120,7 @@ cost::DeviceSpec device_of(const cost::CpuCalibration& k) {
   d.peak_flops_f32 = d.peak_flops_f16 = k.gemm_flops;
   d.mem_bandwidth_Bps = k.mem_bandwidth_Bps;
   d.kernel_overhead_s = k.kernel_overhead_s;
+  d.kind_overhead_s = k.kind_overhead_s;
   d.efficiency = cost::calibrated_efficiency(k);
   return d;
 }
@@ -339,6 +363,7 @@ namespace {
 /// One pass of calibrate_cpu's op measurements (its steps 1-6): every timing its fits read.
 struct OpPass {
   Timed tiny;                                                  // 1. a relu of 16 floats
+  std::vector<Timed> kinds;                                    // 1b. kKindsTimed at batch 1
   std::vector<Timed> gemm, mem, att;                           // 2-4.
   std::vector<runtime::OptimizerTiming> opt_large, opt_small;  // 5. {sgd, adam} each
   std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of its batches
@@ -358,6 +383,7 @@ OpPass measure_ops(const CalibrateOptions& o) {
   CalibrateOptions many = o;
   many.repeats = std::max(o.repeats, 21);
   p.tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many).front();
+  for (ir::OpKind kind : kKindsTimed) p.kinds.push_back(time_all(kind_op(kind), {1}, many).front());
   p.gemm = measure_gemms(o);
   for (ir::OpKind kind : {ir::OpKind::add, ir::OpKind::gelu, ir::OpKind::layernorm})
     for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o)) p.mem.push_back(std::move(t));
@@ -390,7 +416,7 @@ OpPass median_pass(const std::vector<OpPass>& passes) {
     return median_of(std::move(v));
   };
   m.tiny.seconds = each([](const OpPass& p) { return p.tiny.seconds; });
-  for (auto field : {&OpPass::gemm, &OpPass::mem, &OpPass::att})
+  for (auto field : {&OpPass::kinds, &OpPass::gemm, &OpPass::mem, &OpPass::att})
     for (size_t i = 0; i < (m.*field).size(); ++i)
       (m.*field)[i].seconds = each([&](const OpPass& p) { return (p.*field).at(i).seconds; });
   for (auto field : {&OpPass::opt_large, &OpPass::opt_small})
@@ -422,6 +448,20 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   k.kernel_overhead_s = m.tiny.seconds / 2;
   say(progress,
       fmt::format("per-op overhead {:.1f} us (relu of 16 floats, forward + backward)", k.kernel_overhead_s * 1e6));
+
+  // 1b. Each memory-bound kind's own fixed time per call: a call of 1024 floats, forward + backward,
+  // beyond the relu's two overheads (its 4-12 KB take well under a microsecond at any rate). On this
+  // VM these ops cost 1-4.4x the relu per call (a gelu's erf, a layernorm's statistics, backward's
+  // extra kernels), and without it the roofline priced a small transformer's ops 1.5x steeper in the
+  // batch than they ran (issue 35).
+  k.kind_overhead_s.clear();
+  std::vector<std::string> kinds_said;
+  for (const Timed& t : m.kinds) {
+    const ir::OpKind kind = t.graph.op(t.op).kind;
+    k.kind_overhead_s[kind] = std::max(0.0, t.seconds / 2 - k.kernel_overhead_s);
+    kinds_said.push_back(fmt::format("{} {:.1f}", ir::to_string(kind), k.kind_overhead_s[kind] * 1e6));
+  }
+  say(progress, fmt::format("per call beyond it, us: {}", fmt::join(kinds_said, ", ")));
 
   // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..1024 rows. The third term: what a
   // linear's call costs beyond the relu's bare dispatch (bias, the backward's two GEMMs and its
@@ -578,6 +618,7 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
                             t.seconds, roofline_s(t, d)});
   };
   record({m.tiny});
+  record(m.kinds);
   record(m.gemm);
   record(m.mem);
   record(m.att);

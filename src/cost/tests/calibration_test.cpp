@@ -384,6 +384,50 @@ TEST(Calibration, OpsInSequenceCostPerActivationByte) {
   EXPECT_DOUBLE_EQ(over.device.sequence_s_per_activation_byte / over.device.kernel_overhead_s, 0.05e-9 / 20e-6);
 }
 
+// Issue 35, method 5: each memory-bound kind's own fixed time per call, on top of the relu's.
+TEST(Calibration, KindOverheadPerCallOfThatKindOnly) {
+  CpuCalibration k = made_up();
+  k.kind_overhead_s = {{ir::OpKind::gelu, 24e-6}, {ir::OpKind::layernorm, 11e-6}};
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["kind_overhead_s"]["gelu"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_overhead_s.gelu: must be a non-negative number"));
+  bad = calibration_to_json(k);
+  bad["kind_overhead_s"]["nosuchkind"] = 1e-6;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_overhead_s.nosuchkind: is not an op kind"));
+  CpuCalibration none = k;
+  none.kind_overhead_s.clear();
+  EXPECT_FALSE(calibration_to_json(none).contains("kind_overhead_s"));  // older files: none measured
+  EXPECT_EQ(calibration_from_json(calibration_to_json(none), "k.json"), none);
+
+  ir::ModelBuilder b("g");
+  std::string x = b.input("x", {16, 32});
+  x = b.unary("act", ir::OpKind::gelu, b.unary("pre", ir::OpKind::relu, x));
+  b.output(b.linear("fc", x, 8));
+  ir::Graph g = ir::Graph::build(b.build());
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &none));
+  for (int64_t batch : {1, 32}) {
+    EXPECT_NEAR(with.op_time(g.find("act"), batch).fwd_s - without.op_time(g.find("act"), batch).fwd_s, 24e-6, 1e-12);
+    EXPECT_NEAR(with.op_time(g.find("act"), batch).bwd_s - without.op_time(g.find("act"), batch).bwd_s, 24e-6, 1e-12);
+    for (const char* other : {"pre", "fc"})
+      EXPECT_DOUBLE_EQ(with.op_step_time(g.find(other), batch), without.op_step_time(g.find(other), batch));
+  }
+  Cluster c = cpu_preset(1, &k);
+  Cluster back = cluster_from_json(cluster_to_json(c), "c.json");
+  EXPECT_EQ(back.device.kind_overhead_s, c.device.kind_overhead_s);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(c));
+  EXPECT_FALSE(cluster_to_json(cpu_preset(1, &none))["device"].contains("kind_overhead_s"));
+  Json bad_cluster = cluster_to_json(c);
+  bad_cluster["device"]["kind_overhead_s"]["relu6"] = 1e-6;
+  EXPECT_THAT(error_of([&] { cluster_from_json(bad_cluster, "c.json"); }),
+              HasSubstr("c.json: device.kind_overhead_s.relu6: is not an op kind"));
+  // More workers than cores stretch it as they stretch the relu's overhead.
+  Cluster over = cpu_preset(2 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.kind_overhead(ir::OpKind::gelu) / over.device.kernel_overhead_s, 24e-6 / 20e-6);
+}
+
 // Issue 35: LibTorch's optimizers loop over the parameter tensors; the calibrated preset prices a
 // step per parameter and per tensor, and the stage cost counts the stage's tensors (a linear's
 // weight and bias are two, a layernorm's two, an attention's eight).
