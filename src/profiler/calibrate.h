@@ -41,9 +41,9 @@ struct CalibrationResult {
 /// (issue 35). 3: the link between computing cores measured with the workers pinned as training pins
 /// them (40 rounds per size), the idle link with 21 repeats per size. 4: that link with its receives
 /// posted before computing, as a stage posts them; the op timings in 3 passes, their medians fitted;
-/// a time per activation byte in sequence. 5: attention also at 16 x 64, its two figures fitted
-/// together by least squares (fit_attention); 9 short passes (1 + 2 calls per timing) for 3 long ones
-/// (2 + 7 calls).
+/// a time per activation byte in sequence. 5: each memory-bound kind's own fixed time per call
+/// (kind_overhead_s); attention also at 16 x 64, its two figures fitted together by least squares
+/// (fit_attention_figures); 9 short passes (1 + 2 calls per timing) for 3 long ones (2 + 7 calls).
 inline constexpr int kCalibrationMethod = 5;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
