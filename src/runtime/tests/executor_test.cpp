@@ -62,6 +62,25 @@ TEST(Synthetic, SampleRangesConcatenateAndDependOnStep) {
   EXPECT_EQ(lab.max().item<int64_t>(), 4);
 }
 
+TEST(Synthetic, FeaturesAreStandardNormalWindowsThatDifferPerSampleAndInput) {
+  // A feature sample is the sum of two windows of one pool of normal(0, 1) values (over sqrt 2), at
+  // offsets per (input, sample, step), wrapping round the pool's end (a sample of 3M values always does).
+  ir::ModelBuilder b("features");
+  std::string a = b.input("a", {8, 16}), c = b.input("c", {8, 16}), big = b.input("big", {3 << 20});
+  for (const std::string& in : {a, c, big}) b.output(b.unary("relu_" + in, ir::OpKind::relu, in));
+  ir::Graph g = ir::Graph::build(b.build());
+  torch::Tensor xa = synthetic_input(g, 0, 0, 512, 5, 0), xc = synthetic_input(g, 1, 0, 512, 5, 0);
+  EXPECT_NEAR(xa.mean().item<double>(), 0.0, 0.02);
+  EXPECT_NEAR(xa.std().item<double>(), 1.0, 0.02);
+  torch::Tensor rows = xa.reshape({512, -1});
+  EXPECT_EQ(std::get<0>(at::unique_dim(rows, 0)).size(0), 512);  // no two samples alike
+  EXPECT_FALSE(torch::equal(xa, xc));                            // nor two inputs
+  torch::Tensor x = synthetic_input(g, 2, 0, 2, 5, 0);
+  EXPECT_NEAR(x.mean().item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(x.std().item<double>(), 1.0, 0.01);
+  EXPECT_TRUE(torch::equal(x[0].narrow(0, 0, 1 << 20), x[0].narrow(0, 1 << 20, 1 << 20)));  // the pool, again
+}
+
 TEST(Synthetic, TargetsAreAFunctionOfTheFeatures) {
   ir::Graph g = ir::Graph::build(testing::all_kinds_model());
   int source = teacher_source(g);
