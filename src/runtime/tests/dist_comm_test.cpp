@@ -187,11 +187,14 @@ TEST(DistComm, HostStagingKeepsTheSizeHeaderAndTimeouts) {
       2, 500ms,
       [=](int r, Communicator& c) {
         if (r == 0) {
+          // Waited for only once rank 1 gave up on tag 7: a send timing out first could close the
+          // connection under rank 1's wait (seen under load: "Connection closed by peer").
+          auto sent = c.send(torch::arange(10, torch::kFloat32), 1, 4);
+          finished_f.wait();  // stay connected but silent until rank 1 gave up on tag 7
           try {
-            c.send(torch::arange(10, torch::kFloat32), 1, 4).wait();
+            sent.wait();
           } catch (const CommError&) {  // the receiver rejected it: the payload is never taken
           }
-          finished_f.wait();  // stay connected but silent until rank 1 gave up on tag 7
           return;
         }
         auto t = torch::zeros({8});
