@@ -18,6 +18,7 @@ struct PlanArgs {
   std::string model, cluster = "summit", planner = "graphpipe", optimizer = "adam", profile, out, dot;
   std::string schedule = "1f1b";
   int devices = 0, batch = 0, micro_batch = 0;
+  bool no_data_parallel = false;
   double memory_limit_gb = 0, time_limit_s = 600;
   bool json = false, explain = false;
 };
@@ -47,6 +48,7 @@ void run(const PlanArgs& a) {
   planner::PlannerOptions o;
   o.mini_batch = a.batch;
   o.micro_batch = a.micro_batch;
+  o.whole_model = !a.no_data_parallel;
   o.planner = a.planner;
   o.schedule = a.schedule;
   o.memory_limit_bytes = a.memory_limit_gb * 1e9;
@@ -102,6 +104,9 @@ Registrar reg(20, [](CLI::App& root) {
   c->add_option("--micro-batch", a->micro_batch,
                 "Fix every stage's micro-batch size to M (must divide --batch); default: search "
                 "every power of two dividing it");
+  c->add_flag("--no-data-parallel", a->no_data_parallel,
+              "Pipelines only: leave out the whole model as one stage (on one device or replicated on "
+              "several), which the planner otherwise returns where it is predicted fastest");
   c->add_option("--planner", a->planner, planner::planner_kind_help("Planner"))->capture_default_str();
   c->add_option("--schedule", a->schedule,
                 plan::schedule_kind_help("The schedule to plan for (the estimate times it, the plan records it)"))

@@ -34,6 +34,10 @@ struct PlannerOptions {
   // (the returned plan is the same either way); false: search every size, so that per_micro_batch
   // holds every size's DP optimum (tests that compare it with an exhaustive search).
   bool bound_sizes = true;
+  // Offer every size's whole model as one stage on p devices (data parallelism; p = 1: no pipeline)
+  // beside the DPs' plans; false: pipelines only, as the planners before 2026-12-03 (`plan
+  // --no-data-parallel`: a pipeline to study even where one stage is predicted faster).
+  bool whole_model = true;
 };
 
 /// What the search found besides the plan: why, and what it tried.

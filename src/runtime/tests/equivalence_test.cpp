@@ -39,6 +39,7 @@ plan::Plan plan_for(const Preset& m, const std::string& planner, int devices, co
   o.mini_batch = batch;
   o.planner = planner;
   o.time_limit_s = 30;
+  o.whole_model = false;  // pipelines: the runtime under test (one stage is trained by other tests)
   plan::Plan p = planner::run_planner(cm, o);
   p.model_spec = m.spec;
   p.cluster_spec = cluster;
