@@ -456,11 +456,13 @@ class SizeSweep {
     // full; with few micro-batches a step is the sum of its stages, and a stage split that lowers
     // the bottleneck can run slower than no split at all (the 4-branch mmt on 2 cores at one
     // micro-batch of 32: the DPs' 2-stage plans 13.11 ms predicted, one stage on both cores 12.4).
-    std::vector<StageChoice> whole{StageChoice{cm_.graph().op_ids(), 1, 0, 0}};
-    for (const Search& sr : se_.list)
-      if (opt_.whole_model && std::find(rc.cut.begin(), rc.cut.end(), kind_name(sr.kind)) == rc.cut.end())
-        for (whole[0].dp = 1; whole[0].dp <= su_.n && mbs % whole[0].dp == 0; whole[0].dp *= 2)
-          offer(mbs, sr.kind, sr.order, whole, here[sr.kind], /*searched=*/false);
+    if (opt_.whole_model) {
+      std::vector<StageChoice> whole{StageChoice{cm_.graph().op_ids(), 1, 0, 0}};
+      for (const Search& sr : se_.list)
+        if (std::find(rc.cut.begin(), rc.cut.end(), kind_name(sr.kind)) == rc.cut.end())
+          for (whole[0].dp = 1; whole[0].dp <= su_.n && mbs % whole[0].dp == 0; whole[0].dp *= 2)
+            offer(mbs, sr.kind, sr.order, whole, here[sr.kind], /*searched=*/false);
+    }
     rc.search_tps_s = search_tps;
     rc.pruned = rc.cut.size() == se_.list.size();
     const Cand* top = nullptr;

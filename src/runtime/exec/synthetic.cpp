@@ -126,9 +126,9 @@ torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_
   const float* pool = normal_pool(seed);
   const float scale = 1.0F / std::sqrt(2.0F);
   auto* dst = out.data_ptr<float>();
+  const auto offset = [](uint64_t v) { return static_cast<int64_t>(v % static_cast<uint64_t>(kPoolValues)); };
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t h = stable_hash_ints(base, {sample_begin + i, step});
-    const auto offset = [](uint64_t v) { return static_cast<int64_t>(v % static_cast<uint64_t>(kPoolValues)); };
     int64_t a = offset(h), b = offset(splitmix64(h));
     float* row = dst + i * n;
     for (int64_t done = 0; done < n;) {
