@@ -44,7 +44,9 @@ struct CalibrationResult {
 /// a time per activation byte in sequence. 5: each memory-bound kind's own fixed time per call
 /// (kind_overhead_s); attention also at 16 x 64, its two figures fitted together by least squares
 /// (fit_attention_figures); 9 short passes (1 + 2 calls per timing) for 3 long ones (2 + 7 calls).
-inline constexpr int kCalibrationMethod = 5;
+/// 6: the all-reduce through shared memory, as `train` reduces between ranks of one host since
+/// `--local-all-reduce shm` (Gloo's loopback ring measured 5-10x longer).
+inline constexpr int kCalibrationMethod = 6;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);

@@ -38,6 +38,7 @@ struct TrainOptions {
   std::string device = "cpu";      // --device cpu|cuda: where parameters, optimizer state and activations live
   std::string pin_cores = "auto";  // --pin-cores auto|off: pin CPU workers where every core has one
   std::string comm = "auto";       // --comm auto|gloo|nccl|gloo-pairs (runtime/comm/comm_select.h)
+  std::string local_all_reduce = "shm";  // --local-all-reduce shm|gloo (runtime/comm/shm_reduce.h)
 };
 
 }  // namespace gp::runtime

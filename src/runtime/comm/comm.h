@@ -121,11 +121,17 @@ struct CommOptions {
   /// Gloo moves host memory: tensors on a GPU always go through a CPU copy (host staging). With this
   /// set CPU tensors do too (GP_HOST_STAGING=1), so CPU-only CI runs the GPU path's copies.
   bool force_host_staging = false;
+  /// All-reduce through shared memory where every rank of a group maps the same segment (one host;
+  /// comm/shm_reduce.h), Gloo elsewhere; false: always Gloo (`train --local-all-reduce gloo`).
+  bool shm_all_reduce = true;
 };
 
 /// Bytes this process copied through host staging (to the CPU before a send or all-reduce, back after
 /// a receive or all-reduce), for tests.
 std::atomic<int64_t>& host_staged_bytes();
+
+/// Bytes this process all-reduced through shared memory (comm/shm_reduce.h), for tests.
+std::atomic<int64_t>& shm_reduced_bytes();
 
 /// Fault injection (GP_FAULT kind=size): when set, the next send of this process carries one
 /// element too many; the receiver must reject it by its size header. Reset by that send.

@@ -8,10 +8,19 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
 #include <cstdlib>
+#include <deque>
+#include <future>
 #include <mutex>
+#include <random>
+#include <thread>
 
 #include "runtime/comm/comm.h"
+#include "runtime/comm/shm_reduce.h"
 
 namespace gp::runtime::detail {
 namespace {
@@ -39,11 +48,71 @@ void from_host(torch::Tensor& dst, const torch::Tensor& host) {
   dst.copy_(host);
 }
 
+// Runs jobs one at a time, in the order they were given, on a thread of its own: the all-reduces of a
+// communicator whose ranks reduce through shared memory, which progresses only while a thread of
+// every rank works on it. On this thread a rank's part goes on while its caller computes or waits on
+// something else, as Gloo's own threads do, so posting a collective never blocks the caller.
+class InOrderThread {
+ public:
+  InOrderThread() : thread_([this] { loop(); }) {}
+  ~InOrderThread() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  InOrderThread(const InOrderThread&) = delete;
+  InOrderThread& operator=(const InOrderThread&) = delete;
+  std::future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    auto done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      jobs_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+bool shm_dtype(torch::ScalarType t, ShmDtype* out) {
+  switch (t) {
+    case torch::kFloat: *out = ShmDtype::f32; return true;
+    case torch::kDouble: *out = ShmDtype::f64; return true;
+    case torch::kInt: *out = ShmDtype::i32; return true;
+    case torch::kLong: *out = ShmDtype::i64; return true;
+    default: return false;
+  }
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, CommOptions o)
       : store_(std::move(store)), rank_(rank), size_(size), o_(std::move(o)) {
     pg_ = make_gloo_backend(store_, rank, size, o_);
+    if (o_.shm_all_reduce && size_ > 1) reducer_ = std::make_unique<InOrderThread>();
   }
 
   int rank() const override { return rank_; }
@@ -124,8 +193,31 @@ class GlooCommunicator final : public Communicator {
     // Gloo reduces a list of equal-sized tensors as one per device: flatten into one buffer.
     torch::Tensor joined = join_for_reduce(ts);
     std::vector<torch::Tensor> flat{to_host(joined, o_.force_host_staging)};
-    c10::intrusive_ptr<c10d::Work> work;
     std::string what = fmt::format("all-reduce over {} ranks", size_);
+    if (reducer_) {
+      auto done = std::make_shared<std::future<void>>(reducer_->submit([this, flat, op, ao] {
+        if (!shm_decided_) join_shared_memory();
+        ShmDtype dt{};
+        if (shm_ && shm_dtype(flat[0].scalar_type(), &dt)) {
+          try {
+            shm_->all_reduce(flat[0].data_ptr(), flat[0].numel(), dt, op == Reduce::sum ? ShmOp::sum : ShmOp::max,
+                             o_.timeout);
+            shm_reduced_bytes() += static_cast<int64_t>(flat[0].nbytes());
+          } catch (const ShmError& e) {
+            throw CommError(e.what(), -1, e.timed_out());
+          }
+          return;
+        }
+        std::vector<torch::Tensor> v = flat;
+        guarded(fmt::format("all-reduce over {} ranks", size_), -1, [&] { pg_->allreduce(v, ao)->wait(o_.timeout); });
+      }));
+      return Pending([done, flat, joined, ts]() mutable {
+        done->get();
+        from_host(joined, flat[0]);
+        scatter_reduced(joined, ts);
+      });
+    }
+    c10::intrusive_ptr<c10d::Work> work;
     guarded(what, -1, [&] { work = pg_->allreduce(flat, ao); });
     auto timeout = o_.timeout;
     return Pending([work, what, timeout, flat, joined, ts]() mutable {
@@ -143,13 +235,47 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // Collective, on reducer_'s thread at the first all-reduce: rank 0 makes a segment and broadcasts its
+  // name; every rank maps it; all use it only if every rank could (another host cannot), else Gloo.
+  void join_shared_memory() {
+    shm_decided_ = true;
+    std::string why;
+    torch::Tensor msg = torch::zeros({256}, torch::kUInt8);
+    if (rank_ == 0) {
+      std::random_device rd;
+      const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+      shm_ = ShmReducer::create(size_, nonce, ShmReducer::kDefaultSlotBytes, &why);
+      std::memcpy(msg.data_ptr(), &nonce, sizeof nonce);
+      if (shm_)
+        std::memcpy(msg.data_ptr<uint8_t>() + 8, shm_->name().c_str(), std::min<size_t>(shm_->name().size(), 200));
+    }
+    std::vector<torch::Tensor> b{msg};
+    const std::string what = fmt::format("shared-memory set-up over {} ranks", size_);
+    guarded(what, -1, [&] { pg_->broadcast(b, c10d::BroadcastOptions{})->wait(o_.timeout); });
+    if (rank_ != 0) {
+      uint64_t nonce = 0;
+      std::memcpy(&nonce, msg.data_ptr(), sizeof nonce);
+      const std::string name(reinterpret_cast<const char*>(msg.data_ptr<uint8_t>() + 8));
+      if (!name.empty()) shm_ = ShmReducer::open(name, rank_, size_, nonce, &why);
+    }
+    std::vector<torch::Tensor> ok{torch::full({1}, shm_ ? 1 : 0, torch::kInt32)};
+    c10d::AllreduceOptions min;
+    min.reduceOp = c10d::ReduceOp::MIN;
+    guarded(what, -1, [&] { pg_->allreduce(ok, min)->wait(o_.timeout); });
+    if (rank_ == 0 && shm_) shm_->unlink();  // every rank mapped it or gave up: the name is not needed
+    if (ok[0].item<int32_t>() == 0) shm_.reset();
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
   CommOptions o_;
+  std::unique_ptr<ShmReducer> shm_;  // set up by join_shared_memory; null: Gloo reduces
+  bool shm_decided_ = false;
   // Posted payload receives whose header was refused, kept (with their buffers) until the backend is
   // gone: declared before pg_ so that they outlive it.
   std::vector<c10::intrusive_ptr<c10d::Work>> refused_;
   c10::intrusive_ptr<c10d::Backend> pg_;
+  std::unique_ptr<InOrderThread> reducer_;  // last: its thread, whose jobs use pg_ and shm_, stops first
 };
 
 }  // namespace
@@ -229,6 +355,11 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
 }
 
 std::atomic<int64_t>& host_staged_bytes() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
+
+std::atomic<int64_t>& shm_reduced_bytes() {
   static std::atomic<int64_t> bytes{0};
   return bytes;
 }

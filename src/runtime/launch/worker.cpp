@@ -181,7 +181,8 @@ std::vector<std::string> worker_args(const TrainOptions& o) {
   if (o.shuffle) a.emplace_back("--shuffle");
   opt("--eval-data", o.eval_data_dir);
   if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
-  a.insert(a.end(), {"--device", o.device, "--comm", o.comm, "--pin-cores", o.pin_cores});
+  a.insert(a.end(), {"--device", o.device, "--comm", o.comm, "--pin-cores", o.pin_cores, "--local-all-reduce",
+                     o.local_all_reduce});
   return a;
 }
 

@@ -179,6 +179,7 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
   co.hostname = (a == "127.0.0.1" || a == "localhost") ? "127.0.0.1" : local_address_towards(a);
   const char* staging = std::getenv("GP_HOST_STAGING");  // 1: stage CPU tensors too (tests the GPU path)
   co.force_host_staging = staging && std::string(staging) == "1";
+  co.shm_all_reduce = opt.local_all_reduce == "shm";
   return co;
 }
 

@@ -294,6 +294,69 @@ void run_pairs(int n, std::chrono::milliseconds comm_timeout, F fn) {
   run_ranks(n, comm_timeout, fn, 30s, false, CommKind::gloo_pairs);
 }
 
+// Gloo communicators of `n` ranks (threads) that all-reduce through shared memory or not.
+template <class F>
+void run_gloo_ranks(int n, bool shm, F fn) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < n; ++r)
+    done.push_back(std::async(std::launch::async, [=] {
+      CommOptions o;
+      o.timeout = 10s;
+      o.shm_all_reduce = shm;
+      auto comm = make_gloo_communicator(store, r, n, o);
+      fn(r, *comm);
+    }));
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (auto& f : done) ASSERT_EQ(f.wait_until(deadline), std::future_status::ready) << "rank thread hung";
+  for (auto& f : done) f.get();
+}
+
+// 3 MB over 3 ranks: three of the segment's 1 MiB chunks; in shared memory every rank ends with the
+// same bits, and Gloo's sum (another order) agrees to rounding.
+TEST(DistComm, SharedMemoryAllReduceAgreesWithGloosOnEveryRank) {
+  const int n = 3;
+  auto data = [](int r) {
+    return std::vector<torch::Tensor>{torch::sin(torch::arange(750000, torch::kFloat32) * float(r + 1)),
+                                      torch::full({5}, int64_t{r}, torch::kInt64)};
+  };
+  std::vector<std::vector<torch::Tensor>> shm(n), gloo(n);
+  for (bool use_shm : {true, false}) {
+    const int64_t before = shm_reduced_bytes();
+    run_gloo_ranks(n, use_shm, [&](int r, Communicator& c) {
+      auto ts = data(r);
+      c.all_reduce(ts, Reduce::sum).wait();
+      (use_shm ? shm : gloo)[static_cast<size_t>(r)] = ts;
+    });
+    // Joined into one float32 buffer (join_for_reduce): 750005 floats per rank, through shared memory.
+    EXPECT_EQ(shm_reduced_bytes() - before, use_shm ? int64_t{n} * 750005 * 4 : 0);
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(torch::equal(shm[static_cast<size_t>(r)][0], shm[0][0])) << "rank " << r;
+    EXPECT_TRUE(torch::allclose(shm[static_cast<size_t>(r)][0], gloo[static_cast<size_t>(r)][0], 1e-5, 1e-6));
+    EXPECT_TRUE(torch::equal(shm[static_cast<size_t>(r)][1], torch::full({5}, int64_t{3}, torch::kInt64)));
+  }
+  EXPECT_TRUE(torch::equal(shm[0][0], (data(0)[0] + data(1)[0]) + data(2)[0]));  // rank order
+}
+
+// Posting an all-reduce never blocks the caller, as with Gloo: rank 0 posts it, then sends what rank 1
+// must receive before rank 1 posts its own. A reduce done on the posting thread would deadlock here.
+TEST(DistComm, SharedMemoryAllReducePostedBeforeASendThePeerNeedsFirst) {
+  run_gloo_ranks(2, true, [](int r, Communicator& c) {
+    std::vector<torch::Tensor> ts{torch::full({4}, double(r + 1))};
+    if (r == 0) {
+      Pending sum = c.all_reduce(ts, Reduce::sum);
+      c.send(torch::ones({2}), 1, 3).wait();
+      sum.wait();
+    } else {
+      auto t = torch::empty({2});
+      c.recv(t, 0, 3);
+      c.all_reduce(ts, Reduce::sum).wait();
+    }
+    EXPECT_EQ(ts[0][3].item<double>(), 3.0);
+  });
+}
+
 TEST(PairwiseComm, ConnectThenSendAlongAChainAndASkipEdge) { run_pairs(3, 10s, chain_and_skip_edge); }
 
 // Both directions of a pair at once (activations one way, gradients the other): separate channels.
