@@ -85,7 +85,9 @@ struct Header {
 };
 
 size_t states_offset() { return round_up(sizeof(Header), 64); }
-size_t slots_offset(int size) { return round_up(states_offset() + sizeof(RankState) * static_cast<size_t>(size), 4096); }
+size_t slots_offset(int size) {
+  return round_up(states_offset() + sizeof(RankState) * static_cast<size_t>(size), 4096);
+}
 size_t segment_bytes(int size, int64_t slot_bytes) {
   return slots_offset(size) + static_cast<size_t>(size + 1) * static_cast<size_t>(slot_bytes);
 }
@@ -183,9 +185,9 @@ void ShmReducer::wait_all(int which, uint32_t target, std::chrono::steady_clock:
                                    size_, timeout.count(), p),
                        p, true);
       if (!process_alive(st[p].pid, st[p].start_ticks))
-        throw ShmError(fmt::format("shared-memory all-reduce over {} ranks: rank {} (pid {}) exited", size_, p,
-                                   st[p].pid),
-                       p, false);
+        throw ShmError(
+            fmt::format("shared-memory all-reduce over {} ranks: rank {} (pid {}) exited", size_, p, st[p].pid), p,
+            false);
       const auto slice = std::min<std::chrono::steady_clock::duration>(kSleepSlice, deadline - now);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count();
       const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
