@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
@@ -195,7 +196,7 @@ class GlooCommunicator final : public Communicator {
     std::vector<torch::Tensor> flat{to_host(joined, o_.force_host_staging)};
     std::string what = fmt::format("all-reduce over {} ranks", size_);
     if (reducer_) {
-      auto done = std::make_shared<std::future<void>>(reducer_->submit([this, flat, op, ao] {
+      auto done = std::make_shared<std::future<void>>(reducer_->submit([this, flat, op, ao, what] {
         if (!shm_decided_) join_shared_memory();
         ShmDtype dt{};
         if (shm_ && shm_dtype(flat[0].scalar_type(), &dt)) {
@@ -209,7 +210,7 @@ class GlooCommunicator final : public Communicator {
           return;
         }
         std::vector<torch::Tensor> v = flat;
-        guarded(fmt::format("all-reduce over {} ranks", size_), -1, [&] { pg_->allreduce(v, ao)->wait(o_.timeout); });
+        guarded(what, -1, [&] { pg_->allreduce(v, ao)->wait(o_.timeout); });
       }));
       return Pending([done, flat, joined, ts]() mutable {
         done->get();
@@ -245,6 +246,7 @@ class GlooCommunicator final : public Communicator {
       std::random_device rd;
       const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
       shm_ = ShmReducer::create(size_, nonce, ShmReducer::kDefaultSlotBytes, &why);
+      if (!shm_) std::fprintf(stderr, "[comm] all-reduce over %d ranks through Gloo: %s\n", size_, why.c_str());
       std::memcpy(msg.data_ptr(), &nonce, sizeof nonce);
       if (shm_)
         std::memcpy(msg.data_ptr<uint8_t>() + 8, shm_->name().c_str(), std::min<size_t>(shm_->name().size(), 200));
