@@ -100,7 +100,8 @@ echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
 # machine (1 device; 2 devices GraphPipe, PipeDream, data-parallel; GraphPipe at micro-batch 2) trained
 # interleaved, and for every pair the measured speed ratio against the predicted one
 # (scripts/fidelity_rank.py). FID_RANK=0 skips them; FID_RANK_MODELS overrides the two models
-# ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (3). Each plan runs at least STEPS steps a
+# ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (default: one full balanced order, 10
+# rounds for 5 plans, in which each plan trains in every slot and after every other plan equally often). Each plan runs at least STEPS steps a
 # round, more where the fastest plan's round would last under a second (fidelity_rank.py --min-round-s).
 # Each model's ranking calibrates this machine again first (--calibrate; not with CALIBRATE=0), and
 # trains the same plan twice a round where no two plans are the same, as its noise floor.
@@ -111,7 +112,7 @@ if [ "${FID_RANK:-1}" = 1 ]; then
   for lm in ${FID_RANK_MODELS:-overhead-heavy=mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128 compute-heavy=mmt:branches=2,layers=2,seq=64,hidden=256,heads=4,ffn=1024}; do
     echo "-- ranking: ${lm%%=*} ${lm#*=}"
     python3 "$(dirname "$0")/fidelity_rank.py" "$GP" "${lm#*=}" "${FID_RANK_BATCH:-32}" "$RANK_OUT" \
-      --rounds "${FID_RANK_ROUNDS:-3}" --steps "$STEPS" --warmup "$WARMUP" --label "${lm%%=*}" $RANK_CALIBRATE
+      ${FID_RANK_ROUNDS:+--rounds "$FID_RANK_ROUNDS"} --steps "$STEPS" --warmup "$WARMUP" --label "${lm%%=*}" $RANK_CALIBRATE
   done
   echo "(ranking tables in $RANK_OUT)"
 fi

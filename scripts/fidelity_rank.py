@@ -5,7 +5,8 @@ For one model and mini-batch it makes 5 plans for this machine (--cluster cpu): 
 with GraphPipe, with PipeDream, data-parallel (the 1-device plan's stage on both workers), and
 GraphPipe at a fixed small micro-batch. Each plan's prediction is `graphpipe simulate`'s iteration
 time (the same simulator the planner scores plans with). The plans are then trained interleaved:
-ROUNDS rounds, every plan in turn per round, STEPS steps each; a plan's time in a round is the median
+ROUNDS rounds, every plan in turn per round in a balanced order (each plan in each slot, and after each
+other plan, equally often over a full set of rounds: the default), STEPS steps each; a plan's time in a round is the median
 of its steps after WARMUP. For every pair (a, b): measured ratio = median over the rounds of
 t_a / t_b in that round (both measured minutes apart at most), predicted ratio = pred_a / pred_b, and
 their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
@@ -58,6 +59,24 @@ def cpu_of(cmd):
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def balanced_orders(n):
+    """The order the plans train in, round by round: a Williams design. Over its rounds every plan
+    trains once in every position and right after every other plan equally often (once for an even
+    count; twice, in n rounds and their mirror, for an odd one), so neither a slot in the round nor
+    the plan before it can favour one plan of a pair (in one run of a fixed order the same plan ran 0.78-0.88x as
+    fast in one slot as in the next, all three rounds)."""
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def shape(plan):
     return "%d stage(s): %s" % (len(plan["stages"]), ", ".join(
         "%s mb %d" % ("+".join(map(str, s["devices"])), s["micro_batch_size"]) for s in plan["stages"]))
@@ -69,7 +88,9 @@ def main():
     ap.add_argument("model")
     ap.add_argument("batch", type=int)
     ap.add_argument("out")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of training every plan once (default: one full balanced order, the plan "
+                         "count's rounds if even, twice it if odd)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--min-round-s", type=float, default=1.0,
                     help="more steps per plan and round where the fastest plan's predicted steps would run "
@@ -129,8 +150,12 @@ def main():
     a.steps = max(a.steps, a.warmup + math.ceil(a.min_round_s / min(pred for *_, pred in plans)))
     meas = {name: [] for name, *_ in trained}
     cpus = {name: [] for name, *_ in trained}
+    orders = balanced_orders(len(trained))
+    if a.rounds is None:
+        a.rounds = len(orders)
     for r in range(a.rounds):
-        for name, path, _, pred in trained:
+        for k in orders[r % len(orders)]:
+            name, path, _, pred = trained[k]
             log = os.path.join(tmp, "log.jsonl")
             cpus[name].append(cpu_of([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1", "--log", log]))
             t = [json.loads(l)["step_time_s"] for l in open(log) if l.strip()][a.warmup:]
@@ -145,8 +170,9 @@ def main():
         c = (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()) if a.steps > 2 else 0
         cpu[name] = c if c > 0 else None  # too few steps to rise above the start-up's noise: no figure
     lines = []
-    lines.append("**%s** `%s`, mini-batch %d, %d rounds of %d steps (first %d left out), %d cores, load after %s%s" % (
-        a.label or "model", a.model, a.batch, a.rounds, a.steps, a.warmup, os.cpu_count(),
+    full = "a full balanced order" if a.rounds % len(orders) == 0 else "not a whole balanced order of %d" % len(orders)
+    lines.append("**%s** `%s`, mini-batch %d, %d rounds (%s) of %d steps (first %d left out), %d cores, load after %s%s" % (
+        a.label or "model", a.model, a.batch, a.rounds, full, a.steps, a.warmup, os.cpu_count(),
         " ".join(open("/proc/loadavg").read().split()[:3]), calibrated))
     lines.append("")
     lines.append("| plan | shape | predicted s | measured s (median of rounds) | measured / predicted | CPU s per step / cores in use | CPU / predicted |")

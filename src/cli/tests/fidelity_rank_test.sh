@@ -38,6 +38,22 @@ m = re.search(r"the planner's choice \(([^)]*)\) is (\d+\.\d+)x the fastest's ti
 assert m and float(m.group(2)) >= 1.0, "the planner's-choice line is missing or below 1:\n" + text
 assert text.startswith("**tiny** `mmt:"), text[:200]
 PY
+# The order plans train in: over a full set of rounds, every plan in every slot and right after every
+# other plan equally often; and a run shorter than that says so in its header.
+python3 - "$SCRIPTS" "$T/rank.md" <<'PY' || exit 1
+import collections, sys
+sys.path.insert(0, sys.argv[1])
+from fidelity_rank import balanced_orders
+for n in range(1, 9):
+    rows = balanced_orders(n)
+    assert len(rows) == (n if n % 2 == 0 else 2 * n), (n, rows)
+    assert all(sorted(r) == list(range(n)) for r in rows), (n, rows)
+    slot = collections.Counter((k, i) for r in rows for i, k in enumerate(r))
+    after = collections.Counter((r[i - 1], r[i]) for r in rows for i in range(1, n))
+    assert len(slot) == n * n and len(set(slot.values())) == 1, (n, slot)
+    assert n < 2 or (len(after) == n * (n - 1) and len(set(after.values())) == 1), (n, after)
+assert "1 rounds (not a whole balanced order of 6)" in open(sys.argv[2]).read()
+PY
 # A bad model is one line on stderr naming it, and a non-zero exit.
 if python3 "$SCRIPTS/fidelity_rank.py" "$GP" "nosuchmodel" 8 "$T/bad.md" --rounds 1 > "$T/bad" 2>&1; then
   fail "a bad model spec was accepted"
