@@ -63,8 +63,8 @@ def balanced_orders(n):
     """The order the plans train in, round by round: a Williams design. Over its rounds every plan
     trains once in every position and right after every other plan equally often (once for an even
     count; twice, in n rounds and their mirror, for an odd one), so neither a slot in the round nor
-    the plan before it can favour one plan of a pair (in one run of a fixed order the same plan ran 0.78-0.88x as
-    fast in one slot as in the next, all three rounds)."""
+    the plan before it can favour one plan of a pair (in one run of a fixed order the same plan ran
+    0.78-0.88x as fast in one slot as in the next, all three rounds)."""
     first = [0]
     lo, hi = 1, n - 1
     while len(first) < n:
