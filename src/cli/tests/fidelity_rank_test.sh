@@ -52,7 +52,17 @@ for n in range(1, 9):
     after = collections.Counter((r[i - 1], r[i]) for r in rows for i in range(1, n))
     assert len(slot) == n * n and len(set(slot.values())) == 1, (n, slot)
     assert n < 2 or (len(after) == n * (n - 1) and len(set(after.values())) == 1), (n, after)
-assert "1 rounds (not a whole balanced order of 6)" in open(sys.argv[2]).read()
+text = open(sys.argv[2]).read()
+assert "1 rounds (not a whole balanced order of 6)" in text, text
+# Steal: the worst share stolen from a core in use (running or stolen over half the run); an idle
+# core's steal does not count. Each plan row gives its steal.
+from fidelity_rank import steal_share
+before = {"cpu0": (0, 0, 0), "cpu1": (0, 0, 0)}
+assert steal_share(before, {"cpu0": (70, 30, 0), "cpu1": (95, 5, 0)}) == 0.3
+assert steal_share(before, {"cpu0": (10, 30, 60), "cpu1": (95, 5, 0)}) == 0.05
+assert steal_share(before, {"cpu0": (0, 0, 100)}) == 0
+plan_rows = [l for l in text.splitlines() if l.startswith("| ") and " mb " in l and " vs " not in l]
+assert plan_rows and all(l.rstrip(" |").endswith("%)") for l in plan_rows), plan_rows
 PY
 # A bad model is one line on stderr naming it, and a non-zero exit.
 if python3 "$SCRIPTS/fidelity_rank.py" "$GP" "nosuchmodel" 8 "$T/bad.md" --rounds 1 > "$T/bad" 2>&1; then
