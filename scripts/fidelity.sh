@@ -101,8 +101,9 @@ echo "(load after: $(cut -d' ' -f1-3 /proc/loadavg); table in $OUT)"
 # interleaved, and for every pair the measured speed ratio against the predicted one
 # (scripts/fidelity_rank.py). FID_RANK=0 skips them; FID_RANK_MODELS overrides the two models
 # ("label=spec" words); FID_RANK_BATCH (32), FID_RANK_ROUNDS (default: one full balanced order, 10
-# rounds for 5 plans, in which each plan trains in every slot and after every other plan equally often). Each plan runs at least STEPS steps a
-# round, more where the fastest plan's round would last under a second (fidelity_rank.py --min-round-s).
+# rounds for 5 plans, in which each plan trains in every slot and right after every other plan equally
+# often). Each plan runs at least STEPS steps a round, more where the fastest plan's round would last
+# under a second (fidelity_rank.py --min-round-s).
 # Each model's ranking calibrates this machine again first (--calibrate; not with CALIBRATE=0), and
 # trains the same plan twice a round where no two plans are the same, as its noise floor.
 if [ "${FID_RANK:-1}" = 1 ]; then

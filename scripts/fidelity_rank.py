@@ -5,11 +5,12 @@ For one model and mini-batch it makes 5 plans for this machine (--cluster cpu): 
 with GraphPipe, with PipeDream, data-parallel (the 1-device plan's stage on both workers), and
 GraphPipe at a fixed small micro-batch. Each plan's prediction is `graphpipe simulate`'s iteration
 time (the same simulator the planner scores plans with). The plans are then trained interleaved:
-ROUNDS rounds, every plan in turn per round in a balanced order (each plan in each slot, and after each
-other plan, equally often over a full set of rounds: the default), STEPS steps each; a plan's time in a round is the median
-of its steps after WARMUP. For every pair (a, b): measured ratio = median over the rounds of
-t_a / t_b in that round (both measured minutes apart at most), predicted ratio = pred_a / pred_b, and
-their quotient (1.00 = the model ranks and spaces the two exactly as the machine does).
+ROUNDS rounds, every plan in turn per round in a balanced order (each plan in each slot, and right
+after each other plan, equally often over a full set of rounds: the default), STEPS steps each; a
+plan's time in a round is the median of its steps after WARMUP. For every pair (a, b): measured
+ratio = median over the rounds of t_a / t_b in that round (both measured minutes apart at most),
+predicted ratio = pred_a / pred_b, and their quotient (1.00 = the model ranks and spaces the two
+exactly as the machine does).
 
 The noise floor: where two of the plans are the same plan (the same stages, devices and micro-batch
 sizes on the same cluster, hence the same prediction: planners often agree), their measured ratio is
@@ -25,7 +26,7 @@ core waits (a lower bound where a pipeline leaves cores idle in its bubbles). Th
 both clocks.
 
 Steal: on a VM the hypervisor gives a vCPU's time to other guests now and then (/proc/stat's steal:
-2-3% of a busy core's time on the 2-core VM usually, 30% in bursts of seconds). Plans whose workers
+0-3% of a busy core's time on the 2-core VM usually, 30% in bursts of seconds). Plans whose workers
 run in lockstep lose the most stalled core's share, a single worker only its own, so a burst skews
 a pair. Each run records the largest steal share of the cores it used; a run over --max-steal (10%)
 is trained again, up to --steal-retries (2) times, and the tables give each plan's steal.
@@ -138,7 +139,7 @@ def main():
                     help="run `graphpipe calibrate` first (replaces this machine's cached calibration)")
     ap.add_argument("--max-steal", type=float, default=0.10,
                     help="train a plan's round again (up to --steal-retries times) where the hypervisor took "
-                         "more than this share of a core it used (/proc/stat's steal; on this VM 2-3%% "
+                         "more than this share of a core it used (/proc/stat's steal; on this VM 0-3%% "
                          "usually, 30%% in bursts, which slows plans in lockstep most)")
     ap.add_argument("--steal-retries", type=int, default=2)
     ap.add_argument("--label", default="")
@@ -198,7 +199,8 @@ def main():
             name, path, _, pred = trained[k]
             log = os.path.join(tmp, "log.jsonl")
             for attempt in range(a.steal_retries + 1):
-                c, st = cpu_of([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1", "--log", log])
+                c, st = cpu_of([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1",
+                                "--log", log])
                 t = [json.loads(l)["step_time_s"] for l in open(log) if l.strip()][a.warmup:]
                 load = open("/proc/loadavg").read().split()[0]
                 again = st > a.max_steal and attempt < a.steal_retries
@@ -218,11 +220,13 @@ def main():
         c = (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()) if a.steps > 2 else 0
         cpu[name] = c if c > 0 else None  # too few steps to rise above the start-up's noise: no figure
     lines = []
-    full = "a full balanced order" if a.rounds % len(orders) == 0 else "not a whole balanced order of %d" % len(orders)
+    full = ("a full balanced order" if a.rounds % len(orders) == 0
+            else "not a whole balanced order of %d" % len(orders))
     lines.append("**%s** `%s`, mini-batch %d, %d rounds (%s) of %d steps (first %d left out; %d run(s) trained "
                  "again for steal over %.0f%%), %d cores, load after %s%s" % (
-        a.label or "model", a.model, a.batch, a.rounds, full, a.steps, a.warmup, retried, 100 * a.max_steal, os.cpu_count(),
-        " ".join(open("/proc/loadavg").read().split()[:3]), calibrated))
+                     a.label or "model", a.model, a.batch, a.rounds, full, a.steps, a.warmup, retried,
+                     100 * a.max_steal, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3]),
+                     calibrated))
     lines.append("")
     lines.append("| plan | shape | predicted s | measured s (median of rounds) | measured / predicted | CPU s per step / cores in use | CPU / predicted | steal, median (max) |")
     lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -230,7 +234,8 @@ def main():
         m = statistics.median(meas[name])
         c_txt = "%.4f | %.2f" % (cpu[name], cpu[name] / pred) if cpu.get(name) else "- | -"
         lines.append("| %s | %s | %.4f | %.4f | %.2f | %s | %.0f%% (%.0f%%) |" % (
-            name, shape(p), pred, m, m / pred, c_txt, 100 * statistics.median(steals[name]), 100 * max(steals[name])))
+            name, shape(p), pred, m, m / pred, c_txt, 100 * statistics.median(steals[name]),
+            100 * max(steals[name])))
     lines.append("")
     lines.append("| a vs b | predicted t_a/t_b | measured t_a/t_b (rounds' range) | measured / predicted | within 0.85-1.15 | CPU-time t_a/t_b | CPU / predicted | within |")
     lines.append("| --- | ---: | ---: | ---: | :---: | ---: | ---: | :---: |")
