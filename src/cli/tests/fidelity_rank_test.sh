@@ -64,6 +64,13 @@ assert steal_share(before, {"cpu0": (0, 0, 100)}) == 0
 plan_rows = [l for l in text.splitlines() if l.startswith("| ") and " mb " in l and " vs " not in l]
 assert plan_rows and all(l.rstrip(" |").endswith("%)") for l in plan_rows), plan_rows
 PY
+# scripts/worker_probe.py: one round of a 1-worker plan, alone and beside its twin; each line has the
+# wall time, the main thread's CPU time and the steal share.
+"$GP" plan --model "$M" --cluster cpu --devices 1 --batch 8 --out "$T/one.json" > /dev/null || fail "plan for the probe"
+python3 "$SCRIPTS/worker_probe.py" "$GP" "$T/one.json" --rounds 1 --warmup-s 1 --measure-s 1 --twin > "$T/probe" 2>&1 \
+  || { cat "$T/probe"; fail "worker_probe.py exited $?"; }
+[ "$(grep -c 'wall .* ms a step | main thread CPU .* | steal [0-9]*%' "$T/probe")" = 2 ] && grep -q "one.json + twin" "$T/probe" \
+  || { cat "$T/probe"; fail "worker_probe.py's lines"; }
 # A bad model is one line on stderr naming it, and a non-zero exit.
 if python3 "$SCRIPTS/fidelity_rank.py" "$GP" "nosuchmodel" 8 "$T/bad.md" --rounds 1 > "$T/bad" 2>&1; then
   fail "a bad model spec was accepted"
