@@ -63,16 +63,19 @@ def probe(gp, plan, a, log, pin=None):
     cmd = [gp, "train", "--plan", plan, "--steps", "1000000", "--seed", "1", "--log", log]
     if pin is not None:
         cmd = ["taskset", "-c", str(pin)] + cmd + ["--pin-cores", "off"]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = open(log + ".stderr", "w+")  # a file, not a pipe: a full pipe would stall the run
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         time.sleep(a.warmup_s)
         if p.poll() is not None:
-            sys.exit("worker_probe: %s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr.read().strip()[-400:]))
+            err.seek(0)
+            sys.exit("worker_probe: %s exited %d: %s" % (" ".join(cmd), p.returncode, err.read().strip()[-400:]))
         c1, t1, n1 = core_ticks(), thread_ticks(p.pid), lines(log)
         time.sleep(a.measure_s)
         c2, t2, n2 = core_ticks(), thread_ticks(p.pid), lines(log)
     finally:
         stop(p)
+        err.close()
     steps = n2 - n1
     if steps <= 0:
         sys.exit("worker_probe: %s took no step in %.1f s" % (plan, a.measure_s))
@@ -80,8 +83,9 @@ def probe(gp, plan, a, log, pin=None):
     mains = [(t2[k] - t1.get(k, 0)) * per for k in sorted(t2) if k[0] == k[1]]
     workers = max(1, len(mains))
     others = sum(t2[k] - t1.get(k, 0) for k in t2 if k[0] != k[1]) * per / workers
-    return "wall %.2f ms a step | main thread CPU %s ms a step | other threads %.2f ms a step per worker | steal %.0f%%" % (
-        a.measure_s * 1e3 / steps, ", ".join("%.2f" % m for m in mains), others, 100 * steal_share(c1, c2))
+    return ("wall %.2f ms a step | main thread CPU %s ms a step | other threads %.2f ms a step per worker | "
+            "steal %.0f%%" % (a.measure_s * 1e3 / steps, ", ".join("%.2f" % m for m in mains), others,
+                              100 * steal_share(c1, c2)))
 
 
 def main():
@@ -94,14 +98,23 @@ def main():
     ap.add_argument("--twin", action="store_true",
                     help="1-worker plans: also a run beside a copy of itself on the other core")
     a = ap.parse_args()
+    workers = {}
+    for plan in a.plans:  # a bad file is one line naming it, exit 2, before anything runs
+        try:
+            with open(plan) as f:
+                workers[plan] = len({d for s in json.load(f)["stages"] for d in s["devices"]})
+        except KeyError as e:
+            print("worker_probe: %s: not a plan (no field %s)" % (plan, e), file=sys.stderr)
+            sys.exit(2)
+        except (OSError, ValueError, TypeError) as e:
+            print("worker_probe: %s: not a readable plan (%s)" % (plan, e), file=sys.stderr)
+            sys.exit(2)
     log = os.path.join(tempfile.mkdtemp(prefix="gp-probe-"), "log.jsonl")
     for r in range(a.rounds):
         for plan in a.plans:
             name = os.path.basename(plan)
             print("round %d/%d  %-24s %s" % (r + 1, a.rounds, name, probe(a.gp, plan, a, log)), flush=True)
-            with open(plan) as f:
-                workers = {d for s in json.load(f)["stages"] for d in s["devices"]}
-            if a.twin and len(workers) == 1 and os.cpu_count() >= 2:
+            if a.twin and workers[plan] == 1 and os.cpu_count() >= 2:
                 twin_log = log + ".twin"
                 twin = subprocess.Popen(["taskset", "-c", "1", a.gp, "train", "--plan", plan, "--steps", "1000000",
                                          "--seed", "1", "--pin-cores", "off", "--log", twin_log],

@@ -71,6 +71,10 @@ python3 "$SCRIPTS/worker_probe.py" "$GP" "$T/one.json" --rounds 1 --warmup-s 1 -
   || { cat "$T/probe"; fail "worker_probe.py exited $?"; }
 [ "$(grep -c 'wall .* ms a step | main thread CPU .* | steal [0-9]*%' "$T/probe")" = 2 ] && grep -q "one.json + twin" "$T/probe" \
   || { cat "$T/probe"; fail "worker_probe.py's lines"; }
+echo '{}' > "$T/notaplan.json"
+python3 "$SCRIPTS/worker_probe.py" "$GP" "$T/notaplan.json" > "$T/probe-bad" 2>&1
+[ $? = 2 ] && grep -q "notaplan.json: not a plan (no field 'stages')" "$T/probe-bad" \
+  || { cat "$T/probe-bad"; fail "worker_probe.py on a file that is not a plan"; }
 # A bad model is one line on stderr naming it, and a non-zero exit.
 if python3 "$SCRIPTS/fidelity_rank.py" "$GP" "nosuchmodel" 8 "$T/bad.md" --rounds 1 > "$T/bad" 2>&1; then
   fail "a bad model spec was accepted"
