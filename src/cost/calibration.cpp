@@ -67,6 +67,45 @@ std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j) {
   return m;
 }
 
+Json kind_pace_to_json(const std::map<ir::OpKind, std::vector<PacePoint>>& m) {
+  Json j = Json::object();
+  for (const auto& [k, points] : m) {
+    Json list = Json::array();
+    for (const PacePoint& p : points) list.push_back({p.elems, p.fwd_s, p.bwd_s});
+    j[ir::to_string(k)] = list;
+  }
+  return j;
+}
+
+std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j) {
+  j.expect_object();
+  std::map<ir::OpKind, std::vector<PacePoint>> m;
+  for (const auto& item : j.json().items()) {
+    JsonAt list = j.at(item.key().c_str());
+    ir::OpKind k{};
+    try {
+      k = ir::op_kind_from_string(item.key());
+    } catch (const UserError& e) {
+      list.fail(fmt::format("is not an op kind: {}", e.what()));
+    }
+    if (!list.json().is_array() || list.json().empty())
+      list.fail(fmt::format("must be a non-empty list of [elements, forward s, backward s], found {}",
+                            list.json().dump()));
+    std::vector<PacePoint>& points = m[k];
+    for (size_t i = 0; i < list.json().size(); ++i) {
+      JsonAt p = list.at(i);
+      if (!p.json().is_array() || p.json().size() != 3)
+        p.fail(fmt::format("must be [elements, forward s, backward s], found {}", p.json().dump()));
+      PacePoint pt{positive(p.at(size_t{0})), non_negative(p.at(size_t{1})), non_negative(p.at(size_t{2}))};
+      if (!points.empty() && pt.elems <= points.back().elems)
+        p.at(size_t{0}).fail(fmt::format("must be larger than the point before it ({}), found {}", points.back().elems,
+                                 pt.elems));
+      points.push_back(pt);
+    }
+  }
+  return m;
+}
+
 EfficiencyTable calibrated_efficiency(const CpuCalibration& k) {
   EfficiencyTable t;
   t.source = fmt::format("calibrated on this machine ({}): GEMM N0 = {:.3g} rows, attention at {:.3g} of it",
@@ -104,6 +143,7 @@ Json calibration_to_json(const CpuCalibration& c) {
   if (c.sequence_s_per_activation_byte > 0)
     j["in_sequence"]["s_per_activation_byte"] = c.sequence_s_per_activation_byte;
   if (!c.kind_overhead_s.empty()) j["kind_overhead_s"] = kind_overheads_to_json(c.kind_overhead_s);
+  if (!c.kind_pace.empty()) j["kind_pace"] = kind_pace_to_json(c.kind_pace);
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -165,6 +205,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     if (q.has("s_per_activation_byte")) c.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
   if (j.has("kind_overhead_s")) c.kind_overhead_s = kind_overheads_from_json(j.at("kind_overhead_s"));
+  if (j.has("kind_pace")) c.kind_pace = kind_pace_from_json(j.at("kind_pace"));
   return c;
 }
 

@@ -55,6 +55,9 @@ struct CpuCalibration {
   // Per memory-bound op kind: a call's fixed time beyond kernel_overhead_s (DeviceSpec::kind_overhead_s);
   // empty: not measured (before method 5).
   std::map<ir::OpKind, double> kind_overhead_s;
+  // The same kinds' pace per element at three call sizes (DeviceSpec::kind_pace); empty: not measured
+  // (before method 7).
+  std::map<ir::OpKind, std::vector<PacePoint>> kind_pace;
   bool operator==(const CpuCalibration&) const = default;
   /// The all-reduce's bandwidth: measured, else the link's.
   double reduce_bandwidth_Bps() const {
@@ -99,5 +102,11 @@ std::string calibration_env();
 /// non-negative number and every key an op kind (UserError naming the file, field and value).
 Json kind_overheads_to_json(const std::map<ir::OpKind, double>& m);
 std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j);
+
+/// DeviceSpec::kind_pace as JSON: {"gelu": [[elements, fwd seconds, bwd seconds], ...], ...}; read
+/// back with every key an op kind and every list non-empty, its elements positive and increasing and
+/// its times non-negative (UserError naming the file, field and value).
+Json kind_pace_to_json(const std::map<ir::OpKind, std::vector<PacePoint>>& m);
+std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j);
 
 }  // namespace gp::cost

@@ -152,6 +152,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     c.device.sequence_s_per_activation_byte = k->sequence_s_per_activation_byte / pace;
     for (const auto& [kind, s] : k->kind_overhead_s) c.device.kind_overhead_s[kind] = s / pace;
+    for (const auto& [kind, points] : k->kind_pace)
+      for (const PacePoint& p : points) c.device.kind_pace[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
@@ -290,6 +292,7 @@ Json cluster_to_json(const Cluster& c) {
   }
   if (!c.device.kind_overhead_s.empty())
     j["device"]["kind_overhead_s"] = kind_overheads_to_json(c.device.kind_overhead_s);
+  if (!c.device.kind_pace.empty()) j["device"]["kind_pace"] = kind_pace_to_json(c.device.kind_pace);
   return j;
 }
 
@@ -349,6 +352,7 @@ Cluster cluster_from_json(const JsonAt& j) {
       c.device.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
   }
   if (d.has("kind_overhead_s")) c.device.kind_overhead_s = kind_overheads_from_json(d.at("kind_overhead_s"));
+  if (d.has("kind_pace")) c.device.kind_pace = kind_pace_from_json(d.at("kind_pace"));
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.
   if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));

@@ -61,6 +61,18 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
   return 0;
 }
 
+PacePoint pace_at(const std::vector<PacePoint>& points, double elems) {
+  GP_ASSERT(!points.empty(), "pace_at: no points");
+  if (elems <= points.front().elems) return points.front();
+  if (elems >= points.back().elems) return points.back();
+  size_t i = 1;
+  while (points[i].elems < elems) ++i;
+  const PacePoint& a = points[i - 1];
+  const PacePoint& z = points[i];
+  const double f = std::log(elems / a.elems) / std::log(z.elems / a.elems);
+  return {elems, a.fwd_s + f * (z.fwd_s - a.fwd_s), a.bwd_s + f * (z.bwd_s - a.bwd_s)};
+}
+
 double activation_bytes(const OpWork& w, const ir::OpCosts& c, int64_t b) {
   return w.view ? 0.0 : static_cast<double>(b) * (c.input_bytes + c.output_bytes + w.extra_bytes);
 }
@@ -78,6 +90,7 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
     bwd_compute += bd * p.bwd_flops / rate;
   }
   double act = activation_bytes(w, c, b);
+  const auto paced = d.kind_pace.find(w.kind);
   double weights_read = static_cast<double>(c.weight_read_bytes);
   double fwd_bytes = weights_read + act;
   // Backward reads the weights again and writes a dense gradient for every weight (for
@@ -94,8 +107,16 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
                          (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte +
                          2 * act * d.sequence_s_per_activation_byte;
   const double per_call = d.kernel_overhead_s + class_overhead + d.kind_overhead(w.kind);
-  t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + per_call + fwd_seq;
-  t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + per_call + bwd_seq;
+  if (paced != d.kind_pace.end() && !w.view) {
+    // A kind timed at several sizes (the calibrated cpu preset): its measured pace, caches and all.
+    const double n = bd * w.elems;
+    const PacePoint p = pace_at(paced->second, n);
+    t.fwd_s = n * p.fwd_s + per_call + fwd_seq;
+    t.bwd_s = n * p.bwd_s + per_call + bwd_seq;
+  } else {
+    t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + per_call + fwd_seq;
+    t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + per_call + bwd_seq;
+  }
   t.source = Source::formula;
   return t;
 }

@@ -14,6 +14,17 @@
 
 namespace gp::cost {
 
+/// A memory-bound op kind's measured pace at one call size: the time per element of the call's
+/// largest tensor (OpWork::elems x batch) beyond its fixed time per call, forward and backward.
+struct PacePoint {
+  double elems = 0;
+  double fwd_s = 0, bwd_s = 0;
+  bool operator==(const PacePoint&) const = default;
+};
+/// The pace at `elems` per call: interpolated on log(elems) between the points (sorted by elems),
+/// the nearest point's outside them.
+PacePoint pace_at(const std::vector<PacePoint>& points, double elems);
+
 struct DeviceSpec {
   std::string name;  // "V100-16GB"
   double memory_bytes = 0;
@@ -51,6 +62,12 @@ struct DeviceSpec {
     auto it = kind_overhead_s.find(k);
     return it == kind_overhead_s.end() ? 0.0 : it->second;
   }
+  /// The measured pace of a memory-bound kind at two or more call sizes (the calibrated cpu preset
+  /// times relu, add, gelu, layernorm, ... at 1 K, 32 K and 512 K elements): an op of a kind here
+  /// costs elements x pace_at(...) beyond its per-call time, forward and backward, in place of the
+  /// roofline's FLOP and bandwidth terms. They priced a gelu's erf at 0.6-0.75 and an add's backward
+  /// (a pass-through) at 2-4x what they measured. Empty elsewhere. docs/cost-model.md.
+  std::map<ir::OpKind, std::vector<PacePoint>> kind_pace;
 };
 
 struct LinkSpec {
@@ -149,8 +166,9 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId op);
 ///   fwd = max(compute(fwd_flops), (weight_read_bytes + act) / mem_bw) + kernel_overhead
 ///   bwd = max(compute(bwd_flops), (weight_read_bytes + param_bytes + 2*act) / mem_bw)
 ///         + kernel_overhead
-/// with e_p the device's efficiency curve for the part's class. `f16` selects the f16 (tensor core)
-/// peak and curves. Source is always formula.
+/// with e_p the device's efficiency curve for the part's class; a kind in d.kind_pace costs
+/// n x pace_at(n) (n = b x elems) in place of the max(...) instead. `f16` selects the f16 (tensor
+/// core) peak and curves. Source is always formula.
 OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d, bool f16, int64_t b);
 /// The activation bytes a forward call of the op reads and writes at batch `b` (inputs, output and
 /// its work's extra bytes; 0 for a view); backward moves about twice as many.

@@ -130,6 +130,13 @@ OpWork op_work(const ir::Graph& g, OpId id) {
   w.view = is_view(op.kind);
   w.kind = op.kind;
   const double out_elems = op.output_shape.empty() ? 0.0 : static_cast<double>(ir::per_sample_elems(op.output_shape));
+  w.elems = out_elems;
+  for (const std::string& in : op.inputs) {
+    const OpId p = g.find(in);
+    const ir::Input* gi = p.valid() ? nullptr : g.find_input(in);
+    const ir::Shape* s = p.valid() ? &g.op(p).output_shape : gi ? &gi->shape : nullptr;
+    if (s && !s->empty()) w.elems = std::max(w.elems, static_cast<double>(ir::per_sample_elems(*s)));
+  }
   WorkClass cls = work_class(op.kind);
   auto add = [&](double fwd, double bwd, double rows, double weight) {
     if (fwd <= 0 && bwd <= 0) return;

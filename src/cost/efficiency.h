@@ -82,12 +82,14 @@ struct WorkPart {
 ///     S = hidden^2) and the rest (batched QK^T and PV matmuls + softmax; rows = h * seq,
 ///     S = seq * hidden / h), both of class attention.
 ///   others: one part of class other (rows = output elements; the other curves are flat).
+/// `elems`: the per-sample elements of the op's largest input or output (DeviceSpec::kind_s_per_elem).
 struct OpWork {
   std::array<WorkPart, 2> parts{};
   int num_parts = 0;
   double extra_bytes = 0;              // bytes moved per sample beyond inputs and output (attention scores)
   bool view = false;                   // flatten, reshape: no kernel touches the data
   ir::OpKind kind = ir::OpKind::relu;  // for DeviceSpec::kind_overhead_s
+  double elems = 0;                    // per sample: its largest tensor's elements (inputs, output)
 };
 OpWork op_work(const ir::Graph& g, OpId op);
 

@@ -27,7 +27,8 @@ struct Timed {
   ir::Graph graph;
   OpId op;
   int64_t batch = 0;
-  double seconds = 0;  // forward + backward, median of the repeats
+  double seconds = 0;           // forward + backward, median of the repeats
+  double fwd_s = 0, bwd_s = 0;  // each's median
 };
 
 /// x [per_sample] -> relu (so the measured op's input requires grad, as inside a stage) -> the op
@@ -44,11 +45,15 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
   return ir::Graph::build(b.build(), "calibration");
 }
 
-/// The memory-bound kinds whose fixed time per call calibrate_cpu measures (step 1b): the
-/// transformers', CNNs' and MLPs' elementwise ops, norms, reductions and losses.
-constexpr std::array kKindsTimed = {
-    ir::OpKind::add,     ir::OpKind::mul,       ir::OpKind::gelu, ir::OpKind::sigmoid, ir::OpKind::tanh,
-    ir::OpKind::softmax, ir::OpKind::layernorm, ir::OpKind::mean, ir::OpKind::concat,  ir::OpKind::cross_entropy};
+/// The memory-bound kinds whose fixed time per call and pace per element calibrate_cpu measures (step
+/// 1b): the transformers', CNNs' and MLPs' elementwise ops, norms, reductions and losses.
+constexpr std::array kKindsTimed = {ir::OpKind::relu,    ir::OpKind::add,       ir::OpKind::mul,
+                                    ir::OpKind::gelu,    ir::OpKind::sigmoid,   ir::OpKind::tanh,
+                                    ir::OpKind::softmax, ir::OpKind::layernorm, ir::OpKind::mean,
+                                    ir::OpKind::concat,  ir::OpKind::cross_entropy};
+/// The batches each is timed at: 1 K, 32 K and 512 K floats per tensor (4 KB in the L1 cache, 128 KB in
+/// the L2, 2 MB beyond it; cross_entropy 1/16 of that).
+constexpr std::array<int64_t, 3> kKindBatches = {1, 32, 512};
 
 /// One op of `kind` on 16 x 64 floats per sample (1024; cross_entropy: 64 logits and a label), its
 /// inputs through a relu (so they require grad, as inside a stage).
@@ -71,7 +76,8 @@ std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batc
   OpId op = g.find("op");
   std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
   std::vector<Timed> out;
-  for (size_t i = 0; i < batches.size(); ++i) out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s});
+  for (size_t i = 0; i < batches.size(); ++i)
+    out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s, t[i].fwd_s, t[i].bwd_s});
   return out;
 }
 
@@ -121,6 +127,7 @@ cost::DeviceSpec device_of(const cost::CpuCalibration& k) {
   d.mem_bandwidth_Bps = k.mem_bandwidth_Bps;
   d.kernel_overhead_s = k.kernel_overhead_s;
   d.kind_overhead_s = k.kind_overhead_s;
+  d.kind_pace = k.kind_pace;
   d.efficiency = cost::calibrated_efficiency(k);
   return d;
 }
@@ -327,6 +334,24 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
   return {peak, n0, 0.0};
 }
 
+std::pair<double, std::vector<cost::PacePoint>> fit_kind_pace(const std::array<std::array<double, 3>, 3>& pts,
+                                                                double kernel_overhead_s) {
+  const auto& [n1, f1, b1] = pts[0];
+  const auto& [n2, f2, b2] = pts[1];
+  const auto& [n3, f3, b3] = pts[2];
+  GP_CHECK(0 < n1 && n1 < n2 && n2 < n3, "calibration: kind timings at {}, {}, {} elements: not increasing", n1, n2,
+           n3);
+  // Forward and backward apart: the fixed time c and the pace e between the two smaller sizes, then the
+  // larger's pace beyond c; every figure at least 0 (noise can make a difference negative).
+  auto part = [&](double t1, double t2, double t3) {
+    const double e12 = std::max(0.0, (t2 - t1) / (n2 - n1));
+    const double c = std::max(0.0, t1 - n1 * e12);
+    return std::array<double, 3>{c, e12, std::max(0.0, (t3 - c) / n3)};
+  };
+  const std::array<double, 3> f = part(f1, f2, f3), b = part(b1, b2, b3);
+  return {std::max(0.0, (f[0] + b[0]) / 2 - kernel_overhead_s), {{n2, f[1], b[1]}, {n3, f[2], b[2]}}};
+}
+
 std::pair<double, double> fit_attention_figures(const std::vector<std::array<double, 3>>& pts) {
   // Minimize sum ((u C + 2 v + o - t) / t)^2 over u >= 1, v >= 0: the 2 x 2 normal equations, and
   // where their solution leaves the bounds the better of u = 1 (best v) and v = 0 (best u).
@@ -363,7 +388,7 @@ namespace {
 /// One pass of calibrate_cpu's op measurements (its steps 1-6): every timing its fits read.
 struct OpPass {
   Timed tiny;                                                  // 1. a relu of 16 floats
-  std::vector<Timed> kinds;                                    // 1b. kKindsTimed at batch 1
+  std::vector<Timed> kinds;                                    // 1b. kKindsTimed at kKindBatches
   std::vector<Timed> gemm, mem, att;                           // 2-4.
   std::vector<runtime::OptimizerTiming> opt_large, opt_small;  // 5. {sgd, adam} each
   std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of its batches
@@ -383,7 +408,9 @@ OpPass measure_ops(const CalibrateOptions& o) {
   CalibrateOptions many = o;
   many.repeats = std::max(o.repeats, 21);
   p.tiny = time_all(one_op("overhead", {16}, ir::OpKind::relu, 0), {1}, many).front();
-  for (ir::OpKind kind : kKindsTimed) p.kinds.push_back(time_all(kind_op(kind), {1}, many).front());
+  for (ir::OpKind kind : kKindsTimed)
+    for (Timed& t : time_all(kind_op(kind), {kKindBatches.begin(), kKindBatches.end()}, many))
+      p.kinds.push_back(std::move(t));
   p.gemm = measure_gemms(o);
   for (ir::OpKind kind : {ir::OpKind::add, ir::OpKind::gelu, ir::OpKind::layernorm})
     for (Timed& t : time_all(one_op("mem", {64, 256}, kind, 0), {1, 8, 64}, o)) p.mem.push_back(std::move(t));
@@ -418,7 +445,8 @@ OpPass median_pass(const std::vector<OpPass>& passes) {
   m.tiny.seconds = each([](const OpPass& p) { return p.tiny.seconds; });
   for (auto field : {&OpPass::kinds, &OpPass::gemm, &OpPass::mem, &OpPass::att})
     for (size_t i = 0; i < (m.*field).size(); ++i)
-      (m.*field)[i].seconds = each([&](const OpPass& p) { return (p.*field).at(i).seconds; });
+      for (auto part : {&Timed::seconds, &Timed::fwd_s, &Timed::bwd_s})
+        (m.*field)[i].*part = each([&](const OpPass& p) { return (p.*field).at(i).*part; });
   for (auto field : {&OpPass::opt_large, &OpPass::opt_small})
     for (size_t i = 0; i < (m.*field).size(); ++i)
       (m.*field)[i].step_s = each([&](const OpPass& p) { return (p.*field).at(i).step_s; });
@@ -454,14 +482,29 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   // VM these ops cost 1-4.4x the relu per call (a gelu's erf, a layernorm's statistics, backward's
   // extra kernels); without this the roofline priced a small transformer's ops (hidden 64) at
   // 0.67-0.71x what they measured, at every batch from 1 to 32 (issue 35).
+  // Timed at three sizes (method 7): a fixed time per call from the two smaller and, at the two larger,
+  // the pace per element beyond it (fit_kind_pace): an add's backward passes its gradient through
+  // (0.1 ns per element) where its forward streams three tensors, a gelu's erf costs 1-2 ns, and
+  // beyond the L2 cache the pace slows.
   k.kind_overhead_s.clear();
+  k.kind_pace.clear();
   std::vector<std::string> kinds_said;
-  for (const Timed& t : m.kinds) {
-    const ir::OpKind kind = t.graph.op(t.op).kind;
-    k.kind_overhead_s[kind] = std::max(0.0, t.seconds / 2 - k.kernel_overhead_s);
-    kinds_said.push_back(fmt::format("{} {:.1f}", ir::to_string(kind), k.kind_overhead_s[kind] * 1e6));
+  for (size_t i = 0; i + kKindBatches.size() <= m.kinds.size(); i += kKindBatches.size()) {
+    const Timed& first = m.kinds[i];
+    const ir::OpKind kind = first.graph.op(first.op).kind;
+    const double elems = cost::op_work(first.graph, first.op).elems;
+    std::array<std::array<double, 3>, 3> pts{};
+    for (size_t j = 0; j < kKindBatches.size(); ++j) {
+      const Timed& t = m.kinds[i + j];
+      pts[j] = {static_cast<double>(t.batch) * elems, t.fwd_s, t.bwd_s};
+    }
+    std::tie(k.kind_overhead_s[kind], k.kind_pace[kind]) = fit_kind_pace(pts, k.kernel_overhead_s);
+    const auto& pace = k.kind_pace[kind];
+    kinds_said.push_back(fmt::format("{} {:.1f} us + {:.2f}/{:.2f} ns per element ({:.2f}/{:.2f} beyond the L2)",
+                                     ir::to_string(kind), k.kind_overhead_s[kind] * 1e6, pace.front().fwd_s * 1e9,
+                                     pace.front().bwd_s * 1e9, pace.back().fwd_s * 1e9, pace.back().bwd_s * 1e9));
   }
-  say(progress, fmt::format("per call beyond it, us: {}", fmt::join(kinds_said, ", ")));
+  say(progress, fmt::format("per call beyond it, forward/backward: {}", fmt::join(kinds_said, ", ")));
 
   // 2. GEMM: linear layers of 64, 256 and 1024 features, 1..1024 rows. The third term: what a
   // linear's call costs beyond the relu's bare dispatch (bias, the backward's two GEMMs and its
@@ -480,7 +523,11 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
                             k.gemm_flops / 1e9, k.gemm_n0_rows, k.gemm_overhead_s * 1e6));
 
   // 3. Memory-bound ops of a transformer layer on [64, 256] floats per sample (64 KB .. 4 MB calls).
-  k.mem_bandwidth_Bps = fit_log_param(m.mem, device_of(k), 1e8, 1e13,
+  // The kinds timed in step 1b keep their pace; the bandwidth prices the others (batchnorm, dropout,
+  // pooling, ...), fitted to these timings as if they were not.
+  cost::DeviceSpec unpaced = device_of(k);
+  unpaced.kind_pace.clear();
+  k.mem_bandwidth_Bps = fit_log_param(m.mem, unpaced, 1e8, 1e13,
                                       [](cost::DeviceSpec& d, double v) { d.mem_bandwidth_Bps = v; });
   say(progress, fmt::format("memory-bound ops (add, gelu, layernorm): {:.2f} GB/s", k.mem_bandwidth_Bps / 1e9));
 

@@ -46,7 +46,9 @@ struct CalibrationResult {
 /// (fit_attention_figures); 9 short passes (1 + 2 calls per timing) for 3 long ones (2 + 7 calls).
 /// 6: the all-reduce through shared memory, as `train` reduces between ranks of one host since
 /// `--local-all-reduce shm` (Gloo's loopback ring measured 5-10x longer).
-inline constexpr int kCalibrationMethod = 6;
+/// 7: each memory-bound kind (and relu) also at 32 K and 512 K elements, its pace per element
+/// (fit_kind_pace, DeviceSpec::kind_pace).
+inline constexpr int kCalibrationMethod = 7;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);
@@ -61,6 +63,16 @@ std::pair<double, double> fit_gemm(const std::vector<std::array<double, 3>>& row
 /// autograd beyond the per-op overhead already taken off): y = x / P + r0 / P + c. Returns
 /// {P, N0, c}; where the three-term fit gives a negative N0 or c, fit_gemm's {P, N0} and c = 0.
 std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>& rows_flops_seconds);
+
+/// A memory-bound kind's figures (method 7) from its timings at three call sizes, (elements of its
+/// largest tensor per call, forward s, backward s), elements increasing: forward and backward apart,
+/// the fixed time per call c from the two smaller (the line through them, at least 0) and the pace
+/// (t - c) / elements at the two larger. Returns {the kind's time per call beyond kernel_overhead_s
+/// (the mean of forward's and backward's c less it, at least 0), the pace at the two larger sizes}.
+/// With them the roofline reproduces the three timings (pace_at interpolates between the two and
+/// holds the nearer outside them). UserError where the sizes are not increasing.
+std::pair<double, std::vector<cost::PacePoint>> fit_kind_pace(const std::array<std::array<double, 3>, 3>& pts,
+                                                                double kernel_overhead_s);
 
 /// The attention fit of calibrate_cpu (method 5): points (C, o, t), where t is a timing, C its
 /// roofline time at the full GEMM curve without overheads and o the roofline's per-op overheads; fits

@@ -428,6 +428,79 @@ TEST(Calibration, KindOverheadPerCallOfThatKindOnly) {
   EXPECT_DOUBLE_EQ(over.device.kind_overhead(ir::OpKind::gelu) / over.device.kernel_overhead_s, 24e-6 / 20e-6);
 }
 
+// Issue 35, method 7: a memory-bound kind timed at several sizes costs elements x its pace there,
+// forward and backward apart, in place of the FLOP and bandwidth terms; other kinds keep the roofline.
+TEST(Calibration, KindPacePerElementReplacesTheRooflineOfThatKind) {
+  const std::vector<PacePoint> pts{{1000, 1e-9, 0.1e-9}, {100000, 2e-9, 0.4e-9}};
+  EXPECT_EQ(pace_at(pts, 10), pts.front());  // outside: the nearer point's
+  EXPECT_EQ(pace_at(pts, 1e7), pts.back());
+  const PacePoint mid = pace_at(pts, 10000);  // halfway on log(elements)
+  EXPECT_DOUBLE_EQ(mid.fwd_s, 1.5e-9);
+  EXPECT_DOUBLE_EQ(mid.bwd_s, 0.25e-9);
+
+  CpuCalibration k = made_up();
+  k.kind_pace = {{ir::OpKind::gelu, pts}};
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["kind_pace"]["gelu"][1][0] = 500;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_pace.gelu[1][0]: must be larger than the point before it (1000), found 500"));
+  bad = calibration_to_json(k);
+  bad["kind_pace"]["gelu"][0][2] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_pace.gelu[0][2]: must be a non-negative number"));
+  bad = calibration_to_json(k);
+  bad["kind_pace"]["gelu"] = Json::array();
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_pace.gelu: must be a non-empty list"));
+  bad = calibration_to_json(k);
+  bad["kind_pace"]["nosuchkind"] = bad["kind_pace"]["gelu"];
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_pace.nosuchkind: is not an op kind"));
+  CpuCalibration none = k;
+  none.kind_pace.clear();
+  EXPECT_FALSE(calibration_to_json(none).contains("kind_pace"));  // before method 7
+
+  // The gelu's largest tensor is its input or output, 16 x 32 = 512 elements per sample.
+  ir::ModelBuilder b("g");
+  std::string x = b.input("x", {16, 32});
+  x = b.unary("act", ir::OpKind::gelu, b.unary("pre", ir::OpKind::relu, x));
+  b.output(b.linear("fc", x, 8));
+  ir::Graph g = ir::Graph::build(b.build());
+  EXPECT_EQ(op_work(g, g.find("act")).elems, 512);
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &none));
+  for (int64_t batch : {1, 32, 8192}) {
+    const double n = 512.0 * static_cast<double>(batch);
+    const PacePoint p = pace_at(pts, n);
+    const OpTime t = with.op_time(g.find("act"), batch);
+    EXPECT_NEAR(t.fwd_s, n * p.fwd_s + 20e-6, 1e-12) << batch;  // + the per-op overhead
+    EXPECT_NEAR(t.bwd_s, n * p.bwd_s + 20e-6, 1e-12) << batch;
+    for (const char* other : {"pre", "fc"})
+      EXPECT_DOUBLE_EQ(with.op_step_time(g.find(other), batch), without.op_step_time(g.find(other), batch));
+  }
+  Cluster c = cpu_preset(1, &k);
+  EXPECT_EQ(cluster_from_json(cluster_to_json(c), "c.json").device.kind_pace, c.device.kind_pace);
+  EXPECT_FALSE(cluster_to_json(cpu_preset(1, &none))["device"].contains("kind_pace"));
+  // More workers than cores stretch it as they stretch the per-op overhead.
+  Cluster over = cpu_preset(2 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.kind_pace.at(ir::OpKind::gelu)[1].fwd_s / over.device.kernel_overhead_s,
+                   2e-9 / 20e-6);
+}
+
+// A reduction's and a concat's largest tensor is an input; a loss's its logits.
+TEST(Calibration, OpWorkElementsAreTheLargestTensors) {
+  ir::ModelBuilder b("g");
+  std::string x = b.input("x", {16, 64});
+  std::string m = b.op("m", ir::OpKind::mean, {x}, {{"axis", 1}});
+  std::string c = b.op("c", ir::OpKind::concat, {m, m}, {{"axis", 1}});
+  std::string y = b.linear("fc", c, 10);
+  b.output(b.op("loss", ir::OpKind::cross_entropy, {y, b.input("label", {}, ir::DType::i64)}));
+  ir::Graph g = ir::Graph::build(b.build());
+  EXPECT_EQ(op_work(g, g.find("m")).elems, 1024);
+  EXPECT_EQ(op_work(g, g.find("c")).elems, 128);
+  EXPECT_EQ(op_work(g, g.find("loss")).elems, 10);
+}
+
 // Issue 35: LibTorch's optimizers loop over the parameter tensors; the calibrated preset prices a
 // step per parameter and per tensor, and the stage cost counts the stage's tensors (a linear's
 // weight and bias are two, a layernorm's two, an attention's eight).

@@ -221,6 +221,32 @@ TEST(Calibrate, AttentionFitRecoversEfficiencyAndFixedTimeTogether) {
   EXPECT_THROW(fit_attention_figures({{0.0, 0.0, 1e-3}}), UserError);
 }
 
+TEST(Calibrate, KindPaceFitReproducesTheThreeTimings) {
+  // Forward: 3 us + 0.5 ns per element up to 32 K, 0.8 ns per element at 512 K; backward 5 us + 0.1 ns.
+  const double n1 = 1024, n2 = 32768, n3 = 524288;
+  auto fwd = [](double n, double e) { return 3e-6 + n * e; };
+  std::array<std::array<double, 3>, 3> pts{{{n1, fwd(n1, 0.5e-9), 5e-6 + n1 * 0.1e-9},
+                                            {n2, fwd(n2, 0.5e-9), 5e-6 + n2 * 0.1e-9},
+                                            {n3, fwd(n3, 0.8e-9), 5e-6 + n3 * 0.1e-9}}};
+  auto [overhead, pace] = fit_kind_pace(pts, 2e-6);
+  EXPECT_NEAR(overhead, 4e-6 - 2e-6, 1e-15);  // the mean of 3 and 5 us, less the per-op overhead
+  ASSERT_EQ(pace.size(), 2u);
+  EXPECT_EQ(pace[0].elems, n2);
+  EXPECT_EQ(pace[1].elems, n3);
+  EXPECT_NEAR(pace[0].fwd_s, 0.5e-9, 1e-18);
+  EXPECT_NEAR(pace[1].fwd_s, 0.8e-9, 1e-18);
+  EXPECT_NEAR(pace[0].bwd_s, 0.1e-9, 1e-18);
+  EXPECT_NEAR(pace[1].bwd_s, 0.1e-9, 1e-18);
+  // Noise that makes the larger call cheaper than the smaller: no negative pace or fixed time.
+  std::array<std::array<double, 3>, 3> noisy{{{n1, 10e-6, 10e-6}, {n2, 9e-6, 9e-6}, {n3, 8e-6, 8e-6}}};
+  auto [o2, p2] = fit_kind_pace(noisy, 2e-6);
+  EXPECT_NEAR(o2, 8e-6, 1e-15);
+  EXPECT_EQ(p2[0].fwd_s, 0);
+  EXPECT_EQ(p2[1].bwd_s, 0);
+  std::array<std::array<double, 3>, 3> unordered{{{n2, 1e-6, 1e-6}, {n1, 1e-6, 1e-6}, {n3, 1e-6, 1e-6}}};
+  EXPECT_THROW(fit_kind_pace(unordered, 0), UserError);
+}
+
 TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   CalibrateOptions o;
   o.warmup = 1;
@@ -253,6 +279,8 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
                 p.fitted_s * 1e3);
   }
   ASSERT_EQ(err.size(), 18u);  // 3 widths x (1 row + 4, 16, 64, 256, 1024 rows)
+  EXPECT_EQ(k.kind_pace.size(), 11u);  // relu and the ten memory-bound kinds, each at its two larger sizes
+  EXPECT_EQ(k.kind_pace.at(ir::OpKind::gelu).size(), 2u);
   std::nth_element(err.begin(), err.begin() + 9, err.end());
   EXPECT_LT(err[9], std::log(2.0));
 }
