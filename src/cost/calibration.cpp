@@ -89,8 +89,8 @@ std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j
       list.fail(fmt::format("is not an op kind: {}", e.what()));
     }
     if (!list.json().is_array() || list.json().empty())
-      list.fail(fmt::format("must be a non-empty list of [elements, forward s, backward s], found {}",
-                            list.json().dump()));
+      list.fail(
+          fmt::format("must be a non-empty list of [elements, forward s, backward s], found {}", list.json().dump()));
     std::vector<PacePoint>& points = m[k];
     for (size_t i = 0; i < list.json().size(); ++i) {
       JsonAt p = list.at(i);
@@ -98,8 +98,8 @@ std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j
         p.fail(fmt::format("must be [elements, forward s, backward s], found {}", p.json().dump()));
       PacePoint pt{positive(p.at(size_t{0})), non_negative(p.at(size_t{1})), non_negative(p.at(size_t{2}))};
       if (!points.empty() && pt.elems <= points.back().elems)
-        p.at(size_t{0}).fail(fmt::format("must be larger than the point before it ({}), found {}", points.back().elems,
-                                 pt.elems));
+        p.at(size_t{0}).fail(
+            fmt::format("must be larger than the point before it ({}), found {}", points.back().elems, pt.elems));
       points.push_back(pt);
     }
   }

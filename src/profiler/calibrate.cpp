@@ -47,9 +47,9 @@ ir::Graph one_op(const std::string& name, ir::Shape per_sample, ir::OpKind kind,
 
 /// The memory-bound kinds whose fixed time per call and pace per element calibrate_cpu measures (step
 /// 1b): the transformers', CNNs' and MLPs' elementwise ops, norms, reductions and losses.
-constexpr std::array kKindsTimed = {ir::OpKind::relu,    ir::OpKind::add,       ir::OpKind::mul,
-                                    ir::OpKind::gelu,    ir::OpKind::sigmoid,   ir::OpKind::tanh,
-                                    ir::OpKind::softmax, ir::OpKind::layernorm, ir::OpKind::mean,
+constexpr std::array kKindsTimed = {ir::OpKind::relu,    ir::OpKind::add,          ir::OpKind::mul,
+                                    ir::OpKind::gelu,    ir::OpKind::sigmoid,      ir::OpKind::tanh,
+                                    ir::OpKind::softmax, ir::OpKind::layernorm,    ir::OpKind::mean,
                                     ir::OpKind::concat,  ir::OpKind::cross_entropy};
 /// The batches each is timed at: 1 K, 32 K and 512 K floats per tensor (4 KB in the L1 cache, 128 KB in
 /// the L2, 2 MB beyond it; cross_entropy 1/16 of that).
@@ -335,7 +335,7 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
 }
 
 std::pair<double, std::vector<cost::PacePoint>> fit_kind_pace(const std::array<std::array<double, 3>, 3>& pts,
-                                                                double kernel_overhead_s) {
+                                                              double kernel_overhead_s) {
   const auto& [n1, f1, b1] = pts[0];
   const auto& [n2, f2, b2] = pts[1];
   const auto& [n3, f3, b3] = pts[2];

@@ -72,7 +72,7 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
 /// With them the roofline reproduces the three timings (pace_at interpolates between the two and
 /// holds the nearer outside them). UserError where the sizes are not increasing.
 std::pair<double, std::vector<cost::PacePoint>> fit_kind_pace(const std::array<std::array<double, 3>, 3>& pts,
-                                                                double kernel_overhead_s);
+                                                              double kernel_overhead_s);
 
 /// The attention fit of calibrate_cpu (method 5): points (C, o, t), where t is a timing, C its
 /// roofline time at the full GEMM curve without overheads and o the roofline's per-op overheads; fits

@@ -483,8 +483,7 @@ TEST(Calibration, KindPacePerElementReplacesTheRooflineOfThatKind) {
   EXPECT_FALSE(cluster_to_json(cpu_preset(1, &none))["device"].contains("kind_pace"));
   // More workers than cores stretch it as they stretch the per-op overhead.
   Cluster over = cpu_preset(2 * cores(), &k);
-  EXPECT_DOUBLE_EQ(over.device.kind_pace.at(ir::OpKind::gelu)[1].fwd_s / over.device.kernel_overhead_s,
-                   2e-9 / 20e-6);
+  EXPECT_DOUBLE_EQ(over.device.kind_pace.at(ir::OpKind::gelu)[1].fwd_s / over.device.kernel_overhead_s, 2e-9 / 20e-6);
 }
 
 // A reduction's and a concat's largest tensor is an input; a loss's its logits.

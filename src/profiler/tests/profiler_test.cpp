@@ -278,7 +278,7 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
     std::printf("[calibration] %-32s measured %.4g ms model %.4g ms\n", p.what.c_str(), p.measured_s * 1e3,
                 p.fitted_s * 1e3);
   }
-  ASSERT_EQ(err.size(), 18u);  // 3 widths x (1 row + 4, 16, 64, 256, 1024 rows)
+  ASSERT_EQ(err.size(), 18u);          // 3 widths x (1 row + 4, 16, 64, 256, 1024 rows)
   EXPECT_EQ(k.kind_pace.size(), 11u);  // relu and the ten memory-bound kinds, each at its two larger sizes
   EXPECT_EQ(k.kind_pace.at(ir::OpKind::gelu).size(), 2u);
   std::nth_element(err.begin(), err.begin() + 9, err.end());
