@@ -78,6 +78,14 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
     std::printf(
         "  ops in sequence (as in a step) against alone: %.2f us more per call, %.3f ns per weight byte touched\n",
         k.sequence_overhead_s * 1e6, k.sequence_s_per_weight_byte * 1e9);
+  if (!k.kind_in_sequence.empty()) {
+    std::string kinds;
+    for (const auto& [kind, pts] : k.kind_in_sequence)
+      kinds += fmt::format("{}{} {:+.0f}/{:+.0f}", kinds.empty() ? "" : ", ", ir::to_string(kind),
+                           pts.back().fwd_s * 1e6, pts.back().bwd_s * 1e6);
+    std::printf("  each kind in sequence, us per call forward/backward at %.0f K floats: %s\n",
+                k.kind_in_sequence.begin()->second.back().elems / 1024, kinds.c_str());
+  }
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
   if (k.busy_link_latency_s > 0)

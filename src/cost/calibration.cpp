@@ -16,6 +16,12 @@ double positive(const JsonAt& j) {
   return v;
 }
 
+double finite(const JsonAt& j) {
+  double v = j.num();
+  if (!std::isfinite(v)) j.fail(fmt::format("must be a finite number, found {}", j.json().dump()));
+  return v;
+}
+
 double non_negative(const JsonAt& j) {
   double v = j.num();
   if (!std::isfinite(v) || v < 0) j.fail(fmt::format("must be a non-negative number, found {}", j.json().dump()));
@@ -77,7 +83,7 @@ Json kind_pace_to_json(const std::map<ir::OpKind, std::vector<PacePoint>>& m) {
   return j;
 }
 
-std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j) {
+std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j, bool signed_times) {
   j.expect_object();
   std::map<ir::OpKind, std::vector<PacePoint>> m;
   for (const auto& item : j.json().items()) {
@@ -96,7 +102,8 @@ std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j
       JsonAt p = list.at(i);
       if (!p.json().is_array() || p.json().size() != 3)
         p.fail(fmt::format("must be [elements, forward s, backward s], found {}", p.json().dump()));
-      PacePoint pt{positive(p.at(size_t{0})), non_negative(p.at(size_t{1})), non_negative(p.at(size_t{2}))};
+      auto time = [&](size_t i) { return signed_times ? finite(p.at(i)) : non_negative(p.at(i)); };
+      PacePoint pt{positive(p.at(size_t{0})), time(1), time(2)};
       if (!points.empty() && pt.elems <= points.back().elems)
         p.at(size_t{0}).fail(
             fmt::format("must be larger than the point before it ({}), found {}", points.back().elems, pt.elems));
@@ -144,6 +151,7 @@ Json calibration_to_json(const CpuCalibration& c) {
     j["in_sequence"]["s_per_activation_byte"] = c.sequence_s_per_activation_byte;
   if (!c.kind_overhead_s.empty()) j["kind_overhead_s"] = kind_overheads_to_json(c.kind_overhead_s);
   if (!c.kind_pace.empty()) j["kind_pace"] = kind_pace_to_json(c.kind_pace);
+  if (!c.kind_in_sequence.empty()) j["kind_in_sequence"] = kind_pace_to_json(c.kind_in_sequence);
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
   return j;
@@ -206,6 +214,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
   }
   if (j.has("kind_overhead_s")) c.kind_overhead_s = kind_overheads_from_json(j.at("kind_overhead_s"));
   if (j.has("kind_pace")) c.kind_pace = kind_pace_from_json(j.at("kind_pace"));
+  if (j.has("kind_in_sequence")) c.kind_in_sequence = kind_pace_from_json(j.at("kind_in_sequence"), true);
   return c;
 }
 

@@ -58,6 +58,9 @@ struct CpuCalibration {
   // The same kinds' pace per element at three call sizes (DeviceSpec::kind_pace); empty: not measured
   // (before method 7).
   std::map<ir::OpKind, std::vector<PacePoint>> kind_pace;
+  // Per kind, a call's extra time inside a step at two call sizes (DeviceSpec::kind_in_sequence);
+  // empty: not measured (before method 8).
+  std::map<ir::OpKind, std::vector<PacePoint>> kind_in_sequence;
   bool operator==(const CpuCalibration&) const = default;
   /// The all-reduce's bandwidth: measured, else the link's.
   double reduce_bandwidth_Bps() const {
@@ -107,6 +110,7 @@ std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j);
 /// back with every key an op kind and every list non-empty, its elements positive and increasing and
 /// its times non-negative (UserError naming the file, field and value).
 Json kind_pace_to_json(const std::map<ir::OpKind, std::vector<PacePoint>>& m);
-std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j);
+/// `signed_times`: the times may be negative (DeviceSpec::kind_in_sequence), finite all the same.
+std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j, bool signed_times = false);
 
 }  // namespace gp::cost

@@ -154,6 +154,9 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     for (const auto& [kind, s] : k->kind_overhead_s) c.device.kind_overhead_s[kind] = s / pace;
     for (const auto& [kind, points] : k->kind_pace)
       for (const PacePoint& p : points) c.device.kind_pace[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
+    for (const auto& [kind, points] : k->kind_in_sequence)
+      for (const PacePoint& p : points)
+        c.device.kind_in_sequence[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every
@@ -293,6 +296,8 @@ Json cluster_to_json(const Cluster& c) {
   if (!c.device.kind_overhead_s.empty())
     j["device"]["kind_overhead_s"] = kind_overheads_to_json(c.device.kind_overhead_s);
   if (!c.device.kind_pace.empty()) j["device"]["kind_pace"] = kind_pace_to_json(c.device.kind_pace);
+  if (!c.device.kind_in_sequence.empty())
+    j["device"]["kind_in_sequence"] = kind_pace_to_json(c.device.kind_in_sequence);
   return j;
 }
 
@@ -353,6 +358,7 @@ Cluster cluster_from_json(const JsonAt& j) {
   }
   if (d.has("kind_overhead_s")) c.device.kind_overhead_s = kind_overheads_from_json(d.at("kind_overhead_s"));
   if (d.has("kind_pace")) c.device.kind_pace = kind_pace_from_json(d.at("kind_pace"));
+  if (d.has("kind_in_sequence")) c.device.kind_in_sequence = kind_pace_from_json(d.at("kind_in_sequence"), true);
   c.intra = link_from_json(j.at("intra"));
   // A single-node cluster never uses the inter-node link; it may be omitted there.
   if (c.num_nodes > 1 || j.has("inter")) c.inter = link_from_json(j.at("inter"));

@@ -107,15 +107,22 @@ OpTime roofline_time(const OpWork& w, const ir::OpCosts& c, const DeviceSpec& d,
                          (weights_read + static_cast<double>(c.param_bytes)) * d.sequence_s_per_weight_byte +
                          2 * act * d.sequence_s_per_activation_byte;
   const double per_call = d.kernel_overhead_s + class_overhead + d.kind_overhead(w.kind);
+  double fwd_call = per_call, bwd_call = per_call;
+  if (auto seq = d.kind_in_sequence.find(w.kind); seq != d.kind_in_sequence.end() && !w.view) {
+    // Signed; a call never costs less than nothing beyond its work.
+    const PacePoint e = pace_at(seq->second, bd * w.elems);
+    fwd_call = std::max(0.0, per_call + e.fwd_s);
+    bwd_call = std::max(0.0, per_call + e.bwd_s);
+  }
   if (paced != d.kind_pace.end() && !w.view) {
     // A kind timed at several sizes (the calibrated cpu preset): its measured pace, caches and all.
     const double n = bd * w.elems;
     const PacePoint p = pace_at(paced->second, n);
-    t.fwd_s = n * p.fwd_s + per_call + fwd_seq;
-    t.bwd_s = n * p.bwd_s + per_call + bwd_seq;
+    t.fwd_s = n * p.fwd_s + fwd_call + fwd_seq;
+    t.bwd_s = n * p.bwd_s + bwd_call + bwd_seq;
   } else {
-    t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + per_call + fwd_seq;
-    t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + per_call + bwd_seq;
+    t.fwd_s = std::max(fwd_compute, fwd_bytes / d.mem_bandwidth_Bps) + fwd_call + fwd_seq;
+    t.bwd_s = std::max(bwd_compute, bwd_bytes / d.mem_bandwidth_Bps) + bwd_call + bwd_seq;
   }
   t.source = Source::formula;
   return t;

@@ -68,6 +68,14 @@ struct DeviceSpec {
   /// roofline's FLOP and bandwidth terms. They priced a gelu's erf at 0.6-0.75 and an add's backward
   /// (a pass-through) at 2-4x what they measured. Empty elsewhere. docs/cost-model.md.
   std::map<ir::OpKind, std::vector<PacePoint>> kind_pace;
+  /// What a call of an op of this kind costs more (or less: negative) inside a step than timed alone,
+  /// at two or more call sizes (PacePoint::elems; fwd_s and bwd_s are per call here, not per element),
+  /// interpolated as pace_at does: the calibrated cpu preset trains chains of 8 ops of each kind. Timed
+  /// alone, an op's tensors stay in the L2 cache and each backward starts the autograd engine; in a
+  /// step they come from further away and one engine run serves every op (a 4-head attention on
+  /// 32 x 16 x 64 floats: +0.13 ms forward and +0.34 ms backward over 0.43 and 0.78 alone; a relu's
+  /// backward: -5 us). Empty elsewhere. docs/cost-model.md, "Ops in sequence".
+  std::map<ir::OpKind, std::vector<PacePoint>> kind_in_sequence;
 };
 
 struct LinkSpec {

@@ -48,7 +48,9 @@ struct CalibrationResult {
 /// `--local-all-reduce shm` (Gloo's loopback ring measured 5-10x longer).
 /// 7: each memory-bound kind (and relu) also at 32 K and 512 K elements, its pace per element
 /// (fit_kind_pace, DeviceSpec::kind_pace).
-inline constexpr int kCalibrationMethod = 7;
+/// 8: each kind's own extra time per call in sequence (kind_in_sequence) from chains of 8 ops of it,
+/// before the reference chains' fit.
+inline constexpr int kCalibrationMethod = 8;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);

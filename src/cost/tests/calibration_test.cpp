@@ -486,6 +486,40 @@ TEST(Calibration, KindPacePerElementReplacesTheRooflineOfThatKind) {
   EXPECT_DOUBLE_EQ(over.device.kind_pace.at(ir::OpKind::gelu)[1].fwd_s / over.device.kernel_overhead_s, 2e-9 / 20e-6);
 }
 
+// Issue 35, method 8: a kind's extra per call in a step, signed, interpolated like the pace, on the
+// call's fixed time (never below nothing); JSON keeps the sign.
+TEST(Calibration, KindInSequenceAddsSignedTimePerCall) {
+  CpuCalibration k = made_up();
+  k.kind_in_sequence = {{ir::OpKind::gelu, {{512, -30e-6, 5e-6}, {16384, 10e-6, 40e-6}}}};
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["kind_in_sequence"]["gelu"][0][1] = "x";
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: kind_in_sequence.gelu[0][1]"));
+  CpuCalibration none = k;
+  none.kind_in_sequence.clear();
+  EXPECT_FALSE(calibration_to_json(none).contains("kind_in_sequence"));
+
+  ir::ModelBuilder b("g");
+  std::string x = b.input("x", {16, 32});  // 512 elements per sample
+  x = b.unary("act", ir::OpKind::gelu, b.unary("pre", ir::OpKind::relu, x));
+  b.output(b.linear("fc", x, 8));
+  ir::Graph g = ir::Graph::build(b.build());
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &none));
+  const OpId act = g.find("act");
+  // Batch 1: -30 us on a 20 us call leaves nothing of the call forward; +5 us backward.
+  EXPECT_NEAR(with.op_time(act, 1).fwd_s, without.op_time(act, 1).fwd_s - 20e-6, 1e-12);
+  EXPECT_NEAR(with.op_time(act, 1).bwd_s - without.op_time(act, 1).bwd_s, 5e-6, 1e-12);
+  // Batch 32 (16 K elements) and beyond: the larger point's.
+  for (int64_t batch : {32, 1024}) {
+    EXPECT_NEAR(with.op_time(act, batch).fwd_s - without.op_time(act, batch).fwd_s, 10e-6, 1e-12);
+    EXPECT_NEAR(with.op_time(act, batch).bwd_s - without.op_time(act, batch).bwd_s, 40e-6, 1e-12);
+    EXPECT_DOUBLE_EQ(with.op_step_time(g.find("fc"), batch), without.op_step_time(g.find("fc"), batch));
+  }
+  Cluster c = cpu_preset(1, &k);
+  EXPECT_EQ(cluster_from_json(cluster_to_json(c), "c.json").device.kind_in_sequence, c.device.kind_in_sequence);
+}
+
 // A reduction's and a concat's largest tensor is an input; a loss's its logits.
 TEST(Calibration, OpWorkElementsAreTheLargestTensors) {
   ir::ModelBuilder b("g");

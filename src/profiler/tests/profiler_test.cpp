@@ -281,6 +281,9 @@ TEST(Calibrate, MeasuresThisMachineAndTheRooflineReproducesTheGemms) {
   ASSERT_EQ(err.size(), 18u);          // 3 widths x (1 row + 4, 16, 64, 256, 1024 rows)
   EXPECT_EQ(k.kind_pace.size(), 11u);  // relu and the ten memory-bound kinds, each at its two larger sizes
   EXPECT_EQ(k.kind_pace.at(ir::OpKind::gelu).size(), 2u);
+  ASSERT_EQ(k.kind_in_sequence.size(), 1u);  // the attention's, at 1 K and 32 K floats
+  EXPECT_EQ(k.kind_in_sequence.at(ir::OpKind::attention).size(), 2u);
+  EXPECT_EQ(k.kind_in_sequence.at(ir::OpKind::attention)[1].elems, 32 * 1024);
   std::nth_element(err.begin(), err.begin() + 9, err.end());
   EXPECT_LT(err[9], std::log(2.0));
 }
