@@ -148,7 +148,8 @@ Registrar reg(75, [](CLI::App& root) {
   auto a = std::make_shared<CalibrateArgs>();
   auto* c = root.add_subcommand(
       "calibrate",
-      "Measure this machine for the cpu preset (GEMM rate, bandwidth, per-op overhead, optimizer step, "
+      "Measure this machine for the cpu preset (GEMM rate, bandwidth, per-op overhead, each memory-bound kind's "
+      "time per element, attention alone and in sequence, optimizer step, "
       "loopback link idle and between computing cores) and cache it; --cluster cpu does this on first use");
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
