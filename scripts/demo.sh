@@ -88,15 +88,23 @@ ROUNDS=${DEMO_ROUNDS:-4}
 STEPS6=$(python3 -c 'import json, math, sys
 print(max(12, 2 + math.ceil(1.0 / min(json.load(open(f))["predicted"]["iteration_time_s"] for f in sys.argv[1:]))))' "$T/small.json" "$T/alt.json")
 echo "== 6. Predicted vs measured: this plan ($TDEV workers) and an alternative ($ALT_DEV worker(s)), $ROUNDS interleaved rounds of $STEPS6 steps"
+# Each run's /proc/stat before and after: the hypervisor's steal of the cores it used (as make fidelity).
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
+ticks() { python3 -c 'import json, sys; sys.path.insert(0, sys.argv[1]); from fidelity_rank import core_ticks
+json.dump(core_ticks(), open(sys.argv[2], "w"))' "$SCRIPTS" "$1"; }
 for r in $(seq "$ROUNDS"); do
   ORDER="small alt"; [ $((r % 2)) = 0 ] && ORDER="alt small"
   for k in $ORDER; do
+    ticks "$T/$k-$r.before"
     "$GP" train --plan "$T/$k.json" --steps "$STEPS6" --seed 7 --lr 0.01 --log "$T/$k-$r.jsonl" >/dev/null
+    ticks "$T/$k-$r.after"
   done
 done
-python3 - "$T" "$ROUNDS" "$TDEV" "$ALT_DEV" <<'PY'
+python3 - "$T" "$ROUNDS" "$TDEV" "$ALT_DEV" "$SCRIPTS" <<'PY'
 import json, os, statistics, sys
 d, rounds, n, alt_n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sys.path.insert(0, sys.argv[5])
+from fidelity_rank import steal_share
 def pred(k):
     return json.load(open("%s/%s.json" % (d, k)))["predicted"]["iteration_time_s"]
 def med(k, r):
@@ -112,6 +120,13 @@ print("   alternative / this plan:      predicted %.2fx | measured %.2fx | ratio
       % (p, meas, meas / p))
 print("   this plan / alternative:      predicted %.2fx | measured %.2fx | ratio of ratios %.2f" % (1 / p, 1 / meas, p / meas))
 load = float(open("/proc/loadavg").read().split()[0])
-print("   (load average %.1f on %d cores%s)" % (load, os.cpu_count(),
-      ": other jobs share this machine; the predictions are for it idle" if load > os.cpu_count() * 0.75 else ""))
+def steal(k, r):
+    ticks = lambda end: {c: tuple(v) for c, v in json.load(open("%s/%s-%d.%s" % (d, k, r, end))).items()}
+    return steal_share(ticks("before"), ticks("after"))
+stolen = [steal(k, r) for k in ("small", "alt") for r in range(1, rounds + 1)]
+print("   (load average %.1f on %d cores%s; the hypervisor's steal of the cores in use: median %.0f%%, largest %.0f%%%s)"
+      % (load, os.cpu_count(),
+         ": other jobs share this machine; the predictions are for it idle" if load > os.cpu_count() * 0.75 else "",
+         100 * statistics.median(stolen), 100 * max(stolen),
+         ": the host gave a core's time to other guests, the measured times include it" if max(stolen) > 0.10 else ""))
 PY
