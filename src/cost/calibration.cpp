@@ -44,6 +44,15 @@ std::string slug(const std::string& s) {
   return out.empty() ? "unknown" : out;
 }
 
+/// The op kind a member's key names (`v`: the member, for the error).
+ir::OpKind kind_key(const JsonAt& v, const std::string& key) {
+  try {
+    return ir::op_kind_from_string(key);
+  } catch (const UserError& e) {
+    v.fail(fmt::format("is not an op kind: {}", e.what()));
+  }
+}
+
 CalibrationSource& source() {
   static CalibrationSource s;
   return s;
@@ -62,13 +71,7 @@ std::map<ir::OpKind, double> kind_overheads_from_json(const JsonAt& j) {
   std::map<ir::OpKind, double> m;
   for (const auto& item : j.json().items()) {
     JsonAt v = j.at(item.key().c_str());
-    ir::OpKind k{};
-    try {
-      k = ir::op_kind_from_string(item.key());
-    } catch (const UserError& e) {
-      v.fail(fmt::format("is not an op kind: {}", e.what()));
-    }
-    m[k] = non_negative(v);
+    m[kind_key(v, item.key())] = non_negative(v);
   }
   return m;
 }
@@ -88,12 +91,7 @@ std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j
   std::map<ir::OpKind, std::vector<PacePoint>> m;
   for (const auto& item : j.json().items()) {
     JsonAt list = j.at(item.key().c_str());
-    ir::OpKind k{};
-    try {
-      k = ir::op_kind_from_string(item.key());
-    } catch (const UserError& e) {
-      list.fail(fmt::format("is not an op kind: {}", e.what()));
-    }
+    const ir::OpKind k = kind_key(list, item.key());
     if (!list.json().is_array() || list.json().empty())
       list.fail(
           fmt::format("must be a non-empty list of [elements, forward s, backward s], found {}", list.json().dump()));
@@ -102,7 +100,7 @@ std::map<ir::OpKind, std::vector<PacePoint>> kind_pace_from_json(const JsonAt& j
       JsonAt p = list.at(i);
       if (!p.json().is_array() || p.json().size() != 3)
         p.fail(fmt::format("must be [elements, forward s, backward s], found {}", p.json().dump()));
-      auto time = [&](size_t i) { return signed_times ? finite(p.at(i)) : non_negative(p.at(i)); };
+      auto time = [&](size_t at) { return signed_times ? finite(p.at(at)) : non_negative(p.at(at)); };
       PacePoint pt{positive(p.at(size_t{0})), time(1), time(2)};
       if (!points.empty() && pt.elems <= points.back().elems)
         p.at(size_t{0}).fail(
