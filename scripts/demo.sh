@@ -56,6 +56,8 @@ t = [json.loads(l)["step_time_s"] for l in open(sys.argv[2]) if l.strip()][2:]
 m = statistics.median(t)
 print("   side by side: predicted %.4f s per iteration | measured %.4f s (median of %d steps) | measured/predicted %.2f"
       % (pred, m, len(t), m / pred))
+print("   (%.2f s of steps: this machine's cores run in fast and slow blocks of 0.5-5 s; part 6 measures rounds of"
+      " a second or more, interleaved with another plan)" % sum(t))
 load, cores = float(open("/proc/loadavg").read().split()[0]), os.cpu_count()
 if load > cores:
     print("   (load average %.1f on %d cores: other jobs share this machine, and the prediction is for it idle)"
