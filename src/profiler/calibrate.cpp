@@ -358,9 +358,10 @@ std::array<double, 3> fit_gemm_overhead(const std::vector<std::array<double, 3>>
 
 std::pair<double, std::vector<cost::PacePoint>> fit_kind_pace(const std::array<std::array<double, 3>, 3>& pts,
                                                               double kernel_overhead_s) {
-  const auto& [n1, f1, b1] = pts[0];
-  const auto& [n2, f2, b2] = pts[1];
-  const auto& [n3, f3, b3] = pts[2];
+  // (Plain names, not structured bindings: clang 14 does not let the lambda below capture those.)
+  const double n1 = pts[0][0], f1 = pts[0][1], b1 = pts[0][2];
+  const double n2 = pts[1][0], f2 = pts[1][1], b2 = pts[1][2];
+  const double n3 = pts[2][0], f3 = pts[2][1], b3 = pts[2][2];
   GP_CHECK(0 < n1 && n1 < n2 && n2 < n3, "calibration: kind timings at {}, {}, {} elements: not increasing", n1, n2,
            n3);
   // Forward and backward apart: the fixed time c and the pace e between the two smaller sizes, then the
