@@ -35,7 +35,7 @@ STEPS=${DEMO_STEPS:-30}
 # that, but a machine is best shown not oversubscribed). DEMO_TRAIN_DEVICES overrides.
 TDEV=${DEMO_TRAIN_DEVICES:-$(nproc)}
 echo "== 4. Plan $SMALL for THIS machine ($TDEV worker processes on $(nproc) cores, at most one per core) and train it"
-echo "   (--cluster cpu: this machine's calibrated rates; the first use measures them, 35-40 s on 2 cores, then"
+echo "   (--cluster cpu: this machine's calibrated rates; the first use measures them, about 25 s on 2 cores, then"
 echo "   they are cached; see 'graphpipe calibrate')"
 "$GP" plan --model "$SMALL" --cluster cpu --devices "$TDEV" --batch 32 --out "$T/small.json" | sed -n '1,9p'
 python3 - "$T/small.json" <<'PY'
