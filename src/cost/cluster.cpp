@@ -152,11 +152,10 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     c.device.sequence_s_per_activation_byte = k->sequence_s_per_activation_byte / pace;
     for (const auto& [kind, s] : k->kind_overhead_s) c.device.kind_overhead_s[kind] = s / pace;
-    for (const auto& [kind, points] : k->kind_pace)
-      for (const PacePoint& p : points) c.device.kind_pace[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
-    for (const auto& [kind, points] : k->kind_in_sequence)
-      for (const PacePoint& p : points)
-        c.device.kind_in_sequence[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
+    for (auto [from, to] :
+         {std::pair{&k->kind_pace, &c.device.kind_pace}, std::pair{&k->kind_in_sequence, &c.device.kind_in_sequence}})
+      for (const auto& [kind, points] : *from)
+        for (const PacePoint& p : points) (*to)[kind].push_back({p.elems, p.fwd_s / pace, p.bwd_s / pace});
     for (auto* table : {&c.device.efficiency.f32, &c.device.efficiency.f16})
       for (EfficiencyCurve& curve : *table) curve.overhead_s /= pace;  // CPU time, as kernel_overhead_s
     // With a worker on every core, a message waits for a core as well: the link measured with every

@@ -72,34 +72,40 @@ ir::Graph kind_op(ir::OpKind kind) {
   return ir::Graph::build(b.build(), "calibration");
 }
 
-/// The kinds whose extra time per call in sequence calibrate_cpu measures (step 6b): the attention, the
-/// one op of many kernels and intermediate tensors. (The memory-bound kinds and the linear, each
-/// inserted 4 times among the blocks of a residual chain, measured -35..+24 us per call that moved by
-/// 15-30 us between two calibrations a minute apart; the reference chains' fit prices them.)
-constexpr std::array kKindsChained = {ir::OpKind::attention};
-/// ... at 1 K and 32 K floats per tensor (beyond that, the extra holds: the op alone leaves the L2 too).
+/// Step 6b times the attention in sequence, the one op of many kernels and intermediate tensors (the
+/// memory-bound kinds and the linear, each inserted 4 times among the blocks of a residual chain,
+/// measured -35..+24 us per call that moved by 15-30 us between two calibrations a minute apart; the
+/// reference chains' fit prices them), at 1 K and 32 K floats per tensor (beyond that the extra holds:
+/// the op alone leaves the L2 too), in a chain of kChainOps.
 constexpr std::array<int64_t, 2> kChainBatches = {1, 32};
 constexpr int kChainOps = 8;
 
-/// x [16, 64] -> linear 64 -> `ops` ops of `kind` (an attention of 4 heads) -> mean over the 16 ->
-/// linear 10 -> cross_entropy: a chain trained as a step runs it, each op's output the next one's input.
-ir::Graph kind_chain(ir::OpKind kind, int ops) {
+/// x [16, 64] -> linear 64 -> `ops` attentions of 4 heads -> mean over the 16 -> linear 10 ->
+/// cross_entropy: a chain trained as a step runs it, each op's output the next one's input.
+ir::Graph attention_chain(int ops) {
   ir::ModelBuilder b("chain");
   // A linear first, so that every op after it has its backward to compute.
   std::string x = b.linear("pre", b.input("x", {16, 64}), 64);
-  for (int i = 0; i < ops; ++i) x = b.op(fmt::format("op{}", i), kind, {x}, {{"heads", 4}});
+  for (int i = 0; i < ops; ++i) x = b.op(fmt::format("op{}", i), ir::OpKind::attention, {x}, {{"heads", 4}});
   std::string y = b.linear("fc", b.op("pool", ir::OpKind::mean, {x}, {{"axis", 1}}), 10);
   b.output(b.op("loss", ir::OpKind::cross_entropy, {y, b.input("label", {}, ir::DType::i64)}));
   return ir::Graph::build(b.build(), "calibration");
 }
 
-std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o) {
-  OpId op = g.find("op");
-  std::vector<runtime::OpTiming> t = runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true);
+/// `t`, timings of `g` at `batches`, as Timed records of `op`.
+std::vector<Timed> as_timed(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches,
+                            const std::vector<runtime::OpTiming>& t) {
   std::vector<Timed> out;
   for (size_t i = 0; i < batches.size(); ++i)
     out.push_back({g, op, batches[i], t[i].fwd_s + t[i].bwd_s, t[i].fwd_s, t[i].bwd_s});
   return out;
+}
+
+/// The op named `name` of `g` timed alone at each batch.
+std::vector<Timed> time_all(const ir::Graph& g, const std::vector<int64_t>& batches, const CalibrateOptions& o,
+                            const std::string& name = "op") {
+  const OpId op = g.find(name);
+  return as_timed(g, op, batches, runtime::time_op(g, op, batches, o.warmup, o.repeats, /*cpu_clock=*/true));
 }
 
 std::string utc_now() {
@@ -415,9 +421,8 @@ struct OpPass {
   std::vector<Timed> gemm, mem, att;                           // 2-4.
   std::vector<runtime::OptimizerTiming> opt_large, opt_small;  // 5. {sgd, adam} each
   std::vector<double> chains;  // 6. forward + backward of each sequence chain at each of its batches
-  // 6b. At kChainBatches: kind_chain without ops, then per kKindsChained kind with kChainOps and one
-  // of them alone.
-  std::vector<Timed> chain_base, kind_chains, kind_alone;
+  // 6b. At kChainBatches: attention_chain without attentions, with kChainOps, and one of them alone.
+  std::vector<Timed> chain_base, attn_chain, attn_alone;
 };
 
 /// The parameter sets of step 5: `count` linears of `width` (a weight and a bias each).
@@ -452,20 +457,13 @@ OpPass measure_ops(const CalibrateOptions& o) {
     for (const runtime::OpTiming& t : runtime::time_model(g, batches, o.warmup, o.repeats, /*cpu_clock=*/true))
       p.chains.push_back(t.fwd_s + t.bwd_s);
   const std::vector<int64_t> cb(kChainBatches.begin(), kChainBatches.end());
-  auto whole = [&](const ir::Graph& g, std::vector<Timed>& out) {
-    std::vector<runtime::OpTiming> t = runtime::time_model(g, cb, o.warmup, o.repeats, /*cpu_clock=*/true);
-    for (size_t i = 0; i < cb.size(); ++i)
-      out.push_back({g, g.find("loss"), cb[i], t[i].fwd_s + t[i].bwd_s, t[i].fwd_s, t[i].bwd_s});
+  auto whole = [&](const ir::Graph& g) {
+    return as_timed(g, g.find("loss"), cb, runtime::time_model(g, cb, o.warmup, o.repeats, /*cpu_clock=*/true));
   };
-  whole(kind_chain(ir::OpKind::attention, 0), p.chain_base);
-  for (ir::OpKind kind : kKindsChained) {
-    const ir::Graph g = kind_chain(kind, kChainOps);
-    whole(g, p.kind_chains);
-    const OpId k0 = g.find("op1");  // its input comes from one like it
-    std::vector<runtime::OpTiming> t = runtime::time_op(g, k0, cb, o.warmup, o.repeats, /*cpu_clock=*/true);
-    for (size_t i = 0; i < cb.size(); ++i)
-      p.kind_alone.push_back({g, k0, cb[i], t[i].fwd_s + t[i].bwd_s, t[i].fwd_s, t[i].bwd_s});
-  }
+  p.chain_base = whole(attention_chain(0));
+  const ir::Graph chain = attention_chain(kChainOps);
+  p.attn_chain = whole(chain);
+  p.attn_alone = time_all(chain, cb, o, "op1");  // its input comes from one like it
   return p;
 }
 
@@ -485,7 +483,7 @@ OpPass median_pass(const std::vector<OpPass>& passes) {
   };
   m.tiny.seconds = each([](const OpPass& p) { return p.tiny.seconds; });
   for (auto field : {&OpPass::kinds, &OpPass::gemm, &OpPass::mem, &OpPass::att, &OpPass::chain_base,
-                     &OpPass::kind_chains, &OpPass::kind_alone})
+                     &OpPass::attn_chain, &OpPass::attn_alone})
     for (size_t i = 0; i < (m.*field).size(); ++i)
       for (auto part : {&Timed::seconds, &Timed::fwd_s, &Timed::bwd_s})
         (m.*field)[i].*part = each([&](const OpPass& p) { return (p.*field).at(i).*part; });
@@ -625,23 +623,15 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
   // below have no attention: a small transformer trained 1.2-1.35x what its ops cost alone while the
   // fit found nothing to add. Signed (a kind may run faster in a step than alone).
   k.kind_in_sequence.clear();
-  std::vector<std::string> seq_said;
-  const size_t nb = kChainBatches.size();
-  for (size_t i = 0; i + nb <= m.kind_chains.size(); i += nb) {
-    const Timed& first = m.kind_alone.at(i);
-    const ir::OpKind kind = first.graph.op(first.op).kind;
-    const double elems = cost::op_work(first.graph, first.op).elems;
-    std::vector<cost::PacePoint>& pts = k.kind_in_sequence[kind];
-    for (size_t j = 0; j < nb; ++j) {
-      const Timed &chain = m.kind_chains.at(i + j), &base = m.chain_base.at(j), &alone = m.kind_alone.at(i + j);
-      pts.push_back({static_cast<double>(chain.batch) * elems, (chain.fwd_s - base.fwd_s) / kChainOps - alone.fwd_s,
-                     (chain.bwd_s - base.bwd_s) / kChainOps - alone.bwd_s});
-    }
-    seq_said.push_back(
-        fmt::format("{} {:+.1f}/{:+.1f}", ir::to_string(kind), pts.back().fwd_s * 1e6, pts.back().bwd_s * 1e6));
+  std::vector<cost::PacePoint>& pts = k.kind_in_sequence[ir::OpKind::attention];
+  for (size_t j = 0; j < kChainBatches.size(); ++j) {
+    const Timed &chain = m.attn_chain.at(j), &base = m.chain_base.at(j), &alone = m.attn_alone.at(j);
+    pts.push_back({static_cast<double>(chain.batch) * cost::op_work(alone.graph, alone.op).elems,
+                   (chain.fwd_s - base.fwd_s) / kChainOps - alone.fwd_s,
+                   (chain.bwd_s - base.bwd_s) / kChainOps - alone.bwd_s});
   }
-  say(progress,
-      fmt::format("in sequence, us more per call forward/backward at 32 K floats: {}", fmt::join(seq_said, ", ")));
+  say(progress, fmt::format("in sequence, us more per call forward/backward at 32 K floats: attention {:+.1f}/{:+.1f}",
+                            pts.back().fwd_s * 1e6, pts.back().bwd_s * 1e6));
   fit_in_sequence(k, m.chains, progress);
 }
 
