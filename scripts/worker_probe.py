@@ -63,6 +63,8 @@ def probe(gp, plan, a, log, pin=None):
     cmd = [gp, "train", "--plan", plan, "--steps", "1000000", "--seed", "1", "--log", log]
     if pin is not None:
         cmd = ["taskset", "-c", str(pin)] + cmd + ["--pin-cores", "off"]
+    if os.path.exists(log):  # the previous run's: counted before this run's train truncated it, its lines went missing
+        os.remove(log)
     err = open(log + ".stderr", "w+")  # a file, not a pipe: a full pipe would stall the run
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:

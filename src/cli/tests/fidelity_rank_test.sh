@@ -14,7 +14,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 M="mmt:branches=2,layers=1,hidden=32,seq=8,heads=2,ffn=64"
 python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/rank.md" --rounds 1 --steps 3 --min-round-s 0 --warmup 1 --label tiny \
   --control on \
-  > "$T/out" 2>&1 || { cat "$T/out"; fail "fidelity_rank.py exited $?"; }
+  > "$T/out" 2>&1 || { rc=$?; cat "$T/out"; fail "fidelity_rank.py exited $rc"; }
 python3 - "$T/rank.md" <<'PY' || exit 1
 import re, sys
 text = open(sys.argv[1]).read()
@@ -68,7 +68,7 @@ PY
 # wall time, the main thread's CPU time and the steal share.
 "$GP" plan --model "$M" --cluster cpu --devices 1 --batch 8 --out "$T/one.json" > /dev/null || fail "plan for the probe"
 python3 "$SCRIPTS/worker_probe.py" "$GP" "$T/one.json" --rounds 1 --warmup-s 1 --measure-s 1 --twin > "$T/probe" 2>&1 \
-  || { cat "$T/probe"; fail "worker_probe.py exited $?"; }
+  || { rc=$?; cat "$T/probe"; fail "worker_probe.py exited $rc"; }
 [ "$(grep -c 'wall .* ms a step | main thread CPU .* | steal [0-9]*%' "$T/probe")" = 2 ] && grep -q "one.json + twin" "$T/probe" \
   || { cat "$T/probe"; fail "worker_probe.py's lines"; }
 echo '{}' > "$T/notaplan.json"
