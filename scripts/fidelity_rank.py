@@ -130,8 +130,16 @@ def main():
                     help="more steps per plan and round where the fastest plan's predicted steps would run "
                          "shorter than this (a 12 ms step's median of 10 moved 0.6-1.3x between rounds)")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--micro-batch", type=int, default=2)
-    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--micro-batch", default="2",
+                    help="the fixed micro-batch size(s) of the small-micro-batch plan(s), comma-separated")
+    ap.add_argument("--devices", type=int, default=2,
+                    help="the pipelines' devices; 1: a machine of one device (a GPU box), ranked on 1-device "
+                         "plans alone: the planner's and one at each --micro-batch")
+    ap.add_argument("--cluster", default="cpu", help="the cluster the plans are made for (plan --cluster)")
+    ap.add_argument("--profile", default=None, help="op times measured on that machine (plan --profile)")
+    ap.add_argument("--device", default="cpu",
+                    help="train --device; with cuda the CPU-time clock is not measured (a GPU's time is not "
+                         "the host processes' CPU time)")
     ap.add_argument("--control", choices=["auto", "on", "off"], default="auto",
                     help="train the planner's choice twice per round, as a noise floor: auto = where no two "
                          "plans are the same plan")
@@ -145,20 +153,30 @@ def main():
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     gp, n = a.gp, a.devices
+    mbs = [int(m) for m in a.micro_batch.split(",")]
+    if a.calibrate and a.cluster != "cpu":
+        sys.exit("fidelity_rank: --calibrate measures this machine for --cluster cpu, not %s" % a.cluster)
     tmp = tempfile.mkdtemp(prefix="gp-rank-")
     calibrated = ""
     if a.calibrate:
         print("-- graphpipe calibrate", flush=True)
         calibrated = run([gp, "calibrate"]).strip().splitlines()
         calibrated = ", calibrated just before: " + "; ".join(l.strip() for l in calibrated[1:3])
-    base = [gp, "plan", "--model", a.model, "--cluster", "cpu", "--batch", str(a.batch)]
-    specs = [
-        ("1 device", base + ["--devices", "1"]),
-        ("%d dev GraphPipe" % n, base + ["--devices", str(n)]),
-        ("%d dev PipeDream" % n, base + ["--devices", str(n), "--planner", "pipedream"]),
-        ("%d dev data-parallel" % n, None),
-        ("%d dev GraphPipe mb %d" % (n, a.micro_batch), base + ["--devices", str(n), "--micro-batch", str(a.micro_batch)]),
-    ]
+    base = [gp, "plan", "--model", a.model, "--cluster", a.cluster, "--batch", str(a.batch)]
+    base += ["--profile", a.profile] if a.profile else []
+    if n == 1:
+        specs = [("1 device", base + ["--devices", "1"])]
+        specs += [("1 device mb %d" % m, base + ["--devices", "1", "--micro-batch", str(m)]) for m in mbs]
+    else:
+        specs = [
+            ("1 device", base + ["--devices", "1"]),
+            ("%d dev GraphPipe" % n, base + ["--devices", str(n)]),
+            ("%d dev PipeDream" % n, base + ["--devices", str(n), "--planner", "pipedream"]),
+            ("%d dev data-parallel" % n, None),
+        ]
+        specs += [("%d dev GraphPipe mb %d" % (n, m), base + ["--devices", str(n), "--micro-batch", str(m)])
+                  for m in mbs]
+    first_i = 0 if n == 1 else 1  # the planner's own plan for this machine (all its devices)
     plans = []  # (name, path, plan, predicted)
     for i, (name, cmd) in enumerate(specs):
         path = os.path.join(tmp, "p%d.json" % i)
@@ -183,7 +201,7 @@ def main():
     same = [(x, y) for x, y in itertools.combinations(plans, 2) if identical(x, y)]
     control = None
     if a.control == "on" or (a.control == "auto" and not same):
-        control = (plans[1][0] + ", again (control)",) + plans[1][1:]
+        control = (plans[first_i][0] + ", again (control)",) + plans[first_i][1:]
     trained = plans + ([control] if control else [])
     # Short steps: enough of them that each round of the fastest plan lasts min_round_s.
     a.steps = max(a.steps, a.warmup + math.ceil(a.min_round_s / min(pred for *_, pred in plans)))
@@ -200,7 +218,7 @@ def main():
             log = os.path.join(tmp, "log.jsonl")
             for attempt in range(a.steal_retries + 1):
                 c, st = cpu_of([gp, "train", "--plan", path, "--steps", str(a.steps), "--seed", "1",
-                                "--log", log])
+                                "--device", a.device, "--log", log])
                 t = [json.loads(l)["step_time_s"] for l in open(log) if l.strip()][a.warmup:]
                 load = open("/proc/loadavg").read().split()[0]
                 again = st > a.max_steal and attempt < a.steal_retries
@@ -215,6 +233,9 @@ def main():
             meas[name].append(statistics.median(t))
     cpu = {}  # CPU seconds per step / cores in use
     for name, path, p, _ in plans:
+        if a.device != "cpu":
+            cpu[name] = None
+            continue
         short = cpu_of([gp, "train", "--plan", path, "--steps", "2", "--seed", "1"])[0]
         used = len({d for s in p["stages"] for d in s["devices"]})
         c = (statistics.median(cpus[name]) - short) / (a.steps - 2) / min(used, os.cpu_count()) if a.steps > 2 else 0
@@ -263,12 +284,12 @@ def main():
             na, nb, " (the same plan)" if identical(x, y) else "", pr, mr, min(rs), max(rs), q,
             "yes" if good else "NO", c_txt))
     # The noise floor: what the machine makes of the same plan trained twice a round (predicted 1.00).
-    noise = [(x[0], y[0]) for x, y in same] + ([(plans[1][0], control[0])] if control else [])
+    first = plans[first_i]
+    noise = [(x[0], y[0]) for x, y in same] + ([(first[0], control[0])] if control else [])
     if control:
-        rs = [x / y for x, y in zip(meas[plans[1][0]], meas[control[0]])]
+        rs = [x / y for x, y in zip(meas[first[0]], meas[control[0]])]
         lines.append("| %s vs %s | 1.00 | %.2f (%.2f-%.2f) | %.2f | not counted | - | - | - |" % (
-            plans[1][0], control[0], statistics.median(rs), min(rs), max(rs), statistics.median(rs)))
-    first = plans[1]  # the planner's own plan for this machine (all its devices)
+            first[0], control[0], statistics.median(rs), min(rs), max(rs), statistics.median(rs)))
     # Identical plans are one plan trained more than once: their rounds pooled (the control's too), so
     # the planner's choice is not "slower than the fastest" when the fastest is itself, by noise.
     def runs(x):
@@ -301,8 +322,11 @@ def main():
         lines.append("")
     choice = ("the planner's choice is %.2fx the fastest's" % (cpu[first[0]] / cpu[cfastest[0]])
               if cfastest and cpu[first[0]] else "no figure for the planner's choice")
-    lines.append("CPU time / cores in use: pairs within 0.85-1.15: %d of %d with a figure (worst off by %.2fx); "
-                 "fastest: %s; %s." % (cok, cpairs, cworst, cfastest[0] if cfastest else "-", choice))
+    if a.device != "cpu":
+        lines.append("CPU time / cores in use: not measured (--device %s)." % a.device)
+    else:
+        lines.append("CPU time / cores in use: pairs within 0.85-1.15: %d of %d with a figure (worst off by %.2fx); "
+                     "fastest: %s; %s." % (cok, cpairs, cworst, cfastest[0] if cfastest else "-", choice))
     lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -14,6 +14,16 @@
 #   7. the communicators on the GPU: --comm gloo-pairs (NCCL's channels and order, host-staged) == --single;
 #      --comm nccl with one GPU per rank where there are at least 2 GPUs (NCCL refuses two ranks on one
 #      GPU, so a 1-GPU machine cannot run it)
+#   8. the ranking table on this GPU (scripts/fidelity_rank.py --devices 1 --cluster h200 --device cuda with
+#      the measured profile): the planner's 1-GPU plan against fixed small micro-batches, interleaved
+# The checks run in the order 1, 2, 3 (the first model), 5, 6, 7, 8, 3 (the others), 4: with BUDGET_S set,
+# a check that would start later than BUDGET_S seconds in is skipped (and listed), so that a leased
+# machine's minutes go to the most important checks first.
+# A graphpipe already built elsewhere can be used: BUILD=DIR with DIR/graphpipe and, in DIR/lib, the
+# shared libraries it needs beyond LibTorch and CUDA's (Debian's libonnx, libonnx_proto, libprotobuf). It
+# must be built against the same torch version as this machine's (graphpipe --version says which); the
+# script puts this machine's torch/lib and CUDA runtime first on LD_LIBRARY_PATH and builds afresh in
+# build-gpu if that binary does not start.
 # Exit 0 when every check ran and the equality checks passed; failures are listed at the end.
 # A dry run of the script itself on a CPU machine: DEVICE=cpu BUILD=build MODELS=candle-uno BATCHES=1,2
 # MID=candle-uno:hidden=256 scripts/gpu-check.sh /tmp/gc (the figures then mean nothing).
@@ -27,18 +37,46 @@ BATCHES=${BATCHES:-1,2,4,8,16,32,64}
 DEVICE=${DEVICE:-cuda}
 MODELS=${MODELS:-"mmt dlrm candle-uno"}
 MID=${MID:-mmt:layers=2}  # a mid-sized model whose op signatures the first model's profile covers
-mkdir -p "$OUT/profiles" "$OUT/work"
-W=$OUT/work
+BUDGET_S=${BUDGET_S:-0}
+W=${WORK:-$OUT/work}  # the plans, logs and simulations (WORK: elsewhere, e.g. to bring back only the results)
+RANK_MODEL=${RANK_MODEL:-$MID}
+RANK_BATCH=${RANK_BATCH:-32}
+RANK_MBS=${RANK_MBS:-4,8}
+mkdir -p "$OUT/profiles" "$W"
 exec > >(tee "$OUT/gpu-check.log") 2>&1
 exec 3>&1  # say() writes here, past the redirections of the command it announces
 START=$(date +%s)
 FAILED=()
+SKIPPED=()
 say() { echo "[$(($(date +%s) - START))s] $*" >&3; }
 run() { say "\$ $*"; "$@"; }
 fail() { FAILED+=("$1"); say "FAILED: $1"; }
+# due NAME: false (and NAME listed as skipped) once BUDGET_S seconds have passed.
+due() {
+  [ "$BUDGET_S" = 0 ] || [ $(($(date +%s) - START)) -lt "$BUDGET_S" ] && return 0
+  SKIPPED+=("$1")
+  say "skipped $1: past BUDGET_S=$BUDGET_S s"
+  return 1
+}
 
 say "gpu-check: $(date -u +%F) on $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4 | paste -sd';')"
 say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
+# This machine's LibTorch and CUDA runtime first, then a prebuilt binary's own libraries.
+TORCH_LIB=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
+CUDART=$("$PY" - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+hits = [h for r in roots for h in sorted(glob.glob(os.path.join(r, "**", "libcudart.so.1[0-9]*"), recursive=True))]
+print(os.path.dirname(hits[0]) if hits else "")
+EOF
+)
+export LD_LIBRARY_PATH=${TORCH_LIB:+$TORCH_LIB:}${CUDART:+$CUDART:}$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+if [ -x "$GP" ] && ! "$GP" --version >"$W/version.txt" 2>&1; then
+  say "$GP does not start here ($(tail -2 "$W/version.txt" | paste -sd' ')); building afresh in build-gpu"
+  BUILD=build-gpu
+  GP=$BUILD/graphpipe
+fi
 if [ ! -x "$GP" ]; then
   say "building $GP (scripts/build-gpu.sh, log $OUT/build.log)"
   scripts/build-gpu.sh "$BUILD" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; fail build; exit 1; }
@@ -60,6 +98,8 @@ EOF
 }
 
 run "$GP" --version
+"$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count(),
+  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 || true
 
 # 1. --single on the GPU equals the CPU.
 SMALL="mmt:branches=2,layers=2,hidden=64,seq=16,heads=4,ffn=128"
@@ -70,24 +110,97 @@ compare "$W/single-cuda.jsonl" "$W/single-cpu.jsonl" 1e-4 "check 1: --single cud
 
 # 2. Pipelines whose ranks share the GPU (every rank: GPU LOCAL_RANK % 1 = 0; Gloo with host staging).
 for n in 2 4; do
-  run "$GP" plan --model "$SMALL" --cluster h200 --devices "$n" --batch 16 --optimizer sgd \
+  due "check 2 ($n ranks)" || continue
+  # --no-data-parallel: a pipeline of 2+ stages (a model this small fits one H200 whole)
+  run "$GP" plan --model "$SMALL" --cluster h200 --devices "$n" --batch 16 --optimizer sgd --no-data-parallel \
     --out "$W/plan$n.json" >/dev/null || { fail "plan $n"; continue; }
   "$PY" -c "import json,sys; p=json.load(open(sys.argv[1])); print('plan%s: %d stages on %d ranks' % (sys.argv[2], len(p['stages']), sum(len(s['devices']) for s in p['stages'])))" "$W/plan$n.json" "$n"
-  run "$GP" train --plan "$W/plan$n.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" \
+  trace=()
+  [ "$n" = 4 ] && trace=(--trace "$OUT/pipe4-$DEVICE.trace.json")  # the measured timeline, for Perfetto
+  run "$GP" train --plan "$W/plan$n.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" "${trace[@]}" \
     --log "$W/pipe$n-cuda.jsonl" >/dev/null || { fail "pipeline $n cuda"; continue; }
   compare "$W/pipe$n-cuda.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 2: $n-rank pipeline on one $DEVICE device vs --single" ||
     fail "check 2 ($n ranks)"
 done
 
-# 3. Profiles of the paper models' ops on this GPU.
-for m in $MODELS; do
-  run "$GP" profile --model "$m" --device "$DEVICE" --batches "$BATCHES" --warmup 3 --repeats 10 \
-    --out "$OUT/profiles/h200-$m.json" 2>"$W/profile-$m.err" | tail -1 || { tail -5 "$W/profile-$m.err"; fail "profile $m"; }
-done
+# 3. Profiles of the paper models' ops on this GPU (the first model here, the others after check 8).
+profile() {
+  due "check 3 ($1)" || return 0
+  run timeout "${PROFILE_TIMEOUT_S:-200}" "$GP" profile --model "$1" --device "$DEVICE" --batches "$BATCHES" --warmup 3 --repeats 10 \
+    --out "$OUT/profiles/h200-$1.json" 2>"$W/profile-$1.err" | tail -1 || { tail -5 "$W/profile-$1.err"; fail "profile $1"; }
+}
+read -r -a MODEL_LIST <<<"$MODELS"
+profile "${MODEL_LIST[0]}"
+
+# 5. Measured single-GPU step time vs the prediction (mmt's layers share the profiled signatures), the
+# prediction made with the measured profile and with the preset's datasheet figures alone.
+PROF="$OUT/profiles/h200-${MID%%:*}.json"
+if [ -f "$PROF" ] && due "check 5"; then
+  run "$GP" plan --model "$MID" --cluster h200 --devices 1 --batch 32 --micro-batch 32 \
+    --profile "$PROF" --out "$W/mid.plan.json" >/dev/null &&
+    "$GP" simulate --plan "$W/mid.plan.json" --json >"$W/mid.sim.json" || fail "plan $MID"
+  run "$GP" plan --model "$MID" --cluster h200 --devices 1 --batch 32 --micro-batch 32 \
+    --out "$W/mid-preset.plan.json" >/dev/null &&
+    "$GP" simulate --plan "$W/mid-preset.plan.json" --json >"$W/mid-preset.sim.json" || fail "plan $MID (preset)"
+  run "$GP" train --single --model "$MID" --batch 32 --steps 12 --device "$DEVICE" --json >"$W/mid.train.json" ||
+    fail "train $MID"
+  "$PY" - "$W/mid.sim.json" "$W/mid-preset.sim.json" "$W/mid.train.json" "$MID" <<'EOF' || true
+import json, sys
+sim, preset, tr = (json.load(open(f)) for f in sys.argv[1:4])
+meas = tr["iteration_time_s"]
+for name, s in (("measured profile", sim), ("h200 preset alone, no profile", preset)):
+    pred = 32 / s["throughput_samples_per_s"]
+    print(f"check 5: {sys.argv[4]} at batch 32 on one device: measured {meas * 1e3:.2f} ms per step (median of 11), "
+          f"predicted {pred * 1e3:.2f} ms (simulate, {name}), measured/predicted {meas / pred:.2f}")
+EOF
+fi
+
+# 6. Peak GPU memory of each rank of the 2-rank pipeline (caching allocator) vs the cost model.
+if [ -f "$W/plan2.json" ] && due "check 6"; then
+  run "$GP" train --plan "$W/plan2.json" --steps 3 --optimizer sgd --lr 0.05 --device "$DEVICE" --json \
+    >"$W/pipe2-mem.json" || fail "memory run"
+  "$PY" - "$W/pipe2-mem.json" <<'EOF' || true
+import json, sys
+for r in json.load(open(sys.argv[1]))["ranks"]:
+    if r["stage"] < 0:
+        continue  # a rank the plan leaves idle
+    m, p = r["peak_memory_bytes"], r["predicted_memory_bytes"]
+    print(f"check 6: rank {r['rank']} stage {r['stage']}: measured peak {m / 1e6:.2f} MB (CUDA caching allocator), "
+          f"predicted {p / 1e6:.2f} MB, measured/predicted {m / p:.2f}")
+EOF
+fi
+
+# 7. Communicators on the GPU.
+if [ -f "$W/plan2.json" ] && due "check 7"; then
+  run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm gloo-pairs \
+    --log "$W/pairs2-cuda.jsonl" >/dev/null || fail "gloo-pairs cuda"
+  compare "$W/pairs2-cuda.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm gloo-pairs on $DEVICE vs --single" ||
+    fail "check 7 (gloo-pairs)"
+  GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$GPUS" -ge 2 ]; then
+    run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm nccl \
+      --log "$W/nccl2.jsonl" >/dev/null || fail "nccl"
+    compare "$W/nccl2.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm nccl, 2 GPUs vs --single" || fail "check 7 (nccl)"
+  else
+    say "check 7: NCCL between ranks not run: $GPUS GPU(s) here, and NCCL needs one GPU per rank"
+  fi
+fi
+
+# 8. The ranking table on this GPU: the planner's 1-GPU plan against fixed small micro-batches.
+RPROF="$OUT/profiles/h200-${RANK_MODEL%%:*}.json"
+if [ -f "$RPROF" ] && due "check 8"; then
+  run "$PY" scripts/fidelity_rank.py "$GP" "$RANK_MODEL" "$RANK_BATCH" "$OUT/ranking.md" --devices 1 \
+    --micro-batch "$RANK_MBS" --cluster h200 --profile "$RPROF" --device "$DEVICE" --steps 20 \
+    --min-round-s 0.2 --label "check 8: one $DEVICE device" || fail "check 8"
+fi
+
+# 3, the other models' profiles.
+for m in "${MODEL_LIST[@]:1}"; do profile "$m"; done
 
 # 4. GraphPipe vs PipeDream with the measured profiles (mini-batch 32 per device, as scripts/paper.sh).
 for m in $MODELS; do
   [ -f "$OUT/profiles/h200-$m.json" ] || continue
+  due "check 4 ($m)" || continue
   for n in 8 16; do
     for planner in pipedream graphpipe; do
       tag="$m.$n.$planner"
@@ -106,52 +219,5 @@ EOF
   done
 done
 
-# 5. Measured single-GPU step time vs the prediction (mmt's layers share the profiled signatures).
-PROF="$OUT/profiles/h200-${MID%%:*}.json"
-if [ -f "$PROF" ]; then
-  run "$GP" plan --model "$MID" --cluster h200 --devices 1 --batch 32 --micro-batch 32 \
-    --profile "$PROF" --out "$W/mid.plan.json" >/dev/null &&
-    "$GP" simulate --plan "$W/mid.plan.json" --json >"$W/mid.sim.json" || fail "plan $MID"
-  run "$GP" train --single --model "$MID" --batch 32 --steps 12 --device "$DEVICE" --json >"$W/mid.train.json" ||
-    fail "train $MID"
-  "$PY" - "$W/mid.sim.json" "$W/mid.train.json" "$MID" <<'EOF' || true
-import json, sys
-sim, tr = (json.load(open(f)) for f in sys.argv[1:3])
-pred = 32 / sim["throughput_samples_per_s"]
-meas = tr["iteration_time_s"]
-print(f"check 5: {sys.argv[3]} at batch 32 on one device: measured {meas * 1e3:.1f} ms per step (median of 11), "
-      f"predicted {pred * 1e3:.1f} ms (simulate, measured profile), measured/predicted {meas / pred:.2f}")
-EOF
-fi
-
-# 6. Peak GPU memory of each rank of the 2-rank pipeline (caching allocator) vs the cost model.
-if [ -f "$W/plan2.json" ]; then
-  run "$GP" train --plan "$W/plan2.json" --steps 3 --optimizer sgd --lr 0.05 --device "$DEVICE" --json \
-    >"$W/pipe2-mem.json" || fail "memory run"
-  "$PY" - "$W/pipe2-mem.json" <<'EOF' || true
-import json, sys
-for r in json.load(open(sys.argv[1]))["ranks"]:
-    m, p = r["peak_memory_bytes"], r["predicted_memory_bytes"]
-    print(f"check 6: rank {r['rank']} stage {r['stage']}: measured peak {m / 1e6:.2f} MB (CUDA caching allocator), "
-          f"predicted {p / 1e6:.2f} MB, measured/predicted {m / p:.2f}")
-EOF
-fi
-
-# 7. Communicators on the GPU.
-if [ -f "$W/plan2.json" ]; then
-  run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm gloo-pairs \
-    --log "$W/pairs2-cuda.jsonl" || fail "gloo-pairs cuda"
-  compare "$W/pairs2-cuda.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm gloo-pairs on $DEVICE vs --single" ||
-    fail "check 7 (gloo-pairs)"
-  GPUS=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-  if [ "$GPUS" -ge 2 ]; then
-    run "$GP" train --plan "$W/plan2.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" --comm nccl \
-      --log "$W/nccl2.jsonl" || fail "nccl"
-    compare "$W/nccl2.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 7: --comm nccl, 2 GPUs vs --single" || fail "check 7 (nccl)"
-  else
-    say "check 7: NCCL between ranks not run: $GPUS GPU(s) here, and NCCL needs one GPU per rank"
-  fi
-fi
-
-say "done in $(($(date +%s) - START)) s; failed: ${FAILED[*]:-none}"
-[ ${#FAILED[@]} -eq 0 ]
+say "done in $(($(date +%s) - START)) s; failed: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none}"
+[ ${#FAILED[@]} -eq 0 ] && [ ${#SKIPPED[@]} -eq 0 ]

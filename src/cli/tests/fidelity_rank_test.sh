@@ -64,6 +64,27 @@ assert steal_share(before, {"cpu0": (0, 0, 100)}) == 0
 plan_rows = [l for l in text.splitlines() if l.startswith("| ") and " mb " in l and " vs " not in l]
 assert plan_rows and all(l.rstrip(" |").endswith("%)") for l in plan_rows), plan_rows
 PY
+# A machine of one device (a GPU box): the planner's 1-device plan against fixed micro-batches, the
+# planner's choice first; the CPU-time clock left out with --device other than cpu is not testable here.
+python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/one.md" --devices 1 --micro-batch 2,4 --rounds 1 --steps 3 \
+  --min-round-s 0 --warmup 1 --control off > "$T/out1" 2>&1 || { rc=$?; cat "$T/out1"; fail "--devices 1 exited $rc"; }
+python3 - "$T/one.md" <<'PY' || exit 1
+import sys
+text = open(sys.argv[1]).read()
+rows = [l for l in text.splitlines() if l.startswith("| ") and not l.startswith("| ---")]
+plans = [r.split(" | ")[0] for r in rows if " vs " not in r and not r.startswith("| plan")]
+pairs = [r for r in rows if " vs " in r and not r.startswith("| a vs b")]
+assert plans == ["| 1 device", "| 1 device mb 2", "| 1 device mb 4"], plans
+assert len(pairs) == 3, text
+assert "the planner's choice (1 device) is" in text, text
+PY
+python3 "$SCRIPTS/fidelity_rank.py" "$GP" "$M" 8 "$T/x.md" --cluster h200 --calibrate > "$T/out2" 2>&1
+[ $? != 0 ] && grep -q "measures this machine for --cluster cpu, not h200" "$T/out2" || { cat "$T/out2"; fail "--calibrate with h200"; }
+# The H200 profiles shipped in profiles/ (scripts/gpu-check.sh) still read and plan.
+for m in mmt dlrm candle-uno; do
+  "$GP" plan --model "$m" --cluster h200 --devices 8 --batch 256 --profile "$SCRIPTS/../profiles/h200-$m.json" \
+    --out "$T/h200-$m.json" > "$T/out3" 2>&1 || { cat "$T/out3"; fail "plan with profiles/h200-$m.json"; }
+done
 # scripts/worker_probe.py: one round of a 1-worker plan, alone and beside its twin; each line has the
 # wall time, the main thread's CPU time and the steal share.
 "$GP" plan --model "$M" --cluster cpu --devices 1 --batch 8 --out "$T/one.json" > /dev/null || fail "plan for the probe"

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/exec/device.h"
 #include "runtime/exec/synthetic.h"
 #include "support/error.h"
 
@@ -19,8 +20,11 @@ RunData open_run_data(const TrainOptions& opt, const ir::Graph& g, bool check_va
   return d;
 }
 
-TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const Dataset* data) {
-  if (!data) return synthetic_external_inputs(m, info);
+namespace {
+
+/// stage_inputs on the host: pinned where the stage is on a GPU (for a DeviceUpload).
+TensorMap host_inputs(const StageModule& m, const MicroBatchInfo& info, const Dataset* data) {
+  if (!data) return synthetic_external_inputs(m, info, /*on_host=*/true);
   TensorMap out;
   const auto& inputs = m.graph().model().inputs;
   const int64_t first = info.step * info.mini_batch + info.sample_begin;
@@ -29,11 +33,19 @@ TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const D
     std::vector<int64_t> shape(inputs[i].shape.begin(), inputs[i].shape.end());
     shape[0] = info.count;
     bool index = inputs[i].dtype == ir::DType::i64;
-    torch::Tensor t = torch::empty(shape, index ? torch::kLong : torch::kFloat32);
+    torch::Tensor t = torch::empty(
+        shape, torch::TensorOptions(index ? torch::kLong : torch::kFloat32).pinned_memory(m.device().is_cuda()));
     data->gather(static_cast<int>(i), first, info.count, t.data_ptr());
-    out.emplace(inputs[i].name, t.to(m.device()));
+    out.emplace(inputs[i].name, t);
   }
   return out;
+}
+
+}  // namespace
+
+TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const Dataset* data) {
+  if (!data) return synthetic_external_inputs(m, info);
+  return detail::DeviceUpload(host_inputs(m, info, data), m.device()).take();
 }
 
 namespace {
@@ -53,8 +65,8 @@ TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<
   TensorMap out;
   bool hit = pending_.valid() && pending_info_ && same_samples(*pending_info_, info);
   if (pending_.valid()) {
-    TensorMap got = pending_.get();  // rethrows a failed read
-    if (hit) out = std::move(got);
+    detail::DeviceUpload got = pending_.get();  // rethrows a failed read
+    if (hit) out = got.take();
   }
   pending_info_.reset();
   if (!hit) out = stage_inputs(m_, info, data_);
@@ -65,7 +77,7 @@ TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<
     // cores took 2x as long). It keeps this thread's count.
     pending_ = std::async(std::launch::async, [this, n = *next, threads = torch::get_num_threads()] {
       torch::set_num_threads(threads);
-      return stage_inputs(m_, n, data_);
+      return detail::DeviceUpload(host_inputs(m_, n, data_), m_.device());
     });
   }
   return out;

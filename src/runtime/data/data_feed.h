@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/data/dataset.h"
+#include "runtime/exec/device.h"
 #include "runtime/exec/stage_module.h"
 #include "runtime/base/train.h"
 #include "support/json.h"
@@ -48,7 +49,7 @@ class InputPrefetcher {
   const Dataset* data_;
   bool ahead_;
   std::optional<MicroBatchInfo> pending_info_;
-  std::future<TensorMap> pending_;
+  std::future<detail::DeviceUpload> pending_;
 };
 
 /// Forward-only sums over evaluation samples: per-sample loss of every loss op (summed over loss

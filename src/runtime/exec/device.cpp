@@ -8,11 +8,14 @@
 #include <torch/version.h>
 #if GP_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "runtime/exec/build_info.h"
@@ -98,6 +101,46 @@ std::string SpanTimer::method() const {
   if (impl_->device.is_cuda()) return "cuda events";
 #endif
   return impl_->cpu_clock ? "thread cpu time" : "wall time";
+}
+
+struct DeviceUpload::Impl {
+  Tensors tensors;
+  torch::Device device;
+#if GP_HAVE_CUDA
+  std::optional<at::cuda::CUDAEvent> copied;  // recorded on the side stream after the copies
+#endif
+};
+
+DeviceUpload::DeviceUpload(Tensors host, const torch::Device& device) : impl_(new Impl{{}, device}) {
+#if GP_HAVE_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (auto& [name, t] : host)
+      impl_->tensors.emplace(name, (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true));
+    impl_->copied.emplace();
+    impl_->copied->record(side);
+    return;
+  }
+#endif
+  for (auto& [name, t] : host) impl_->tensors.emplace(name, t.to(device));
+}
+
+DeviceUpload::~DeviceUpload() = default;
+DeviceUpload::DeviceUpload(DeviceUpload&&) noexcept = default;
+DeviceUpload& DeviceUpload::operator=(DeviceUpload&&) noexcept = default;
+
+DeviceUpload::Tensors DeviceUpload::take() {
+#if GP_HAVE_CUDA
+  if (impl_->copied) {
+    c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(impl_->device.index());
+    impl_->copied->block(current);
+    // Allocated on the side stream: their blocks must not be reused before the compute stream is done.
+    for (auto& [name, t] : impl_->tensors) t.record_stream(current);
+    impl_->copied.reset();
+  }
+#endif
+  return std::move(impl_->tensors);
 }
 
 std::string cuda_device_name(int index) {

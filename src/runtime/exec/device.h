@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 namespace gp::runtime::detail {
 
@@ -29,6 +30,27 @@ class SpanTimer {
   double stop();
   /// "cuda events", "thread cpu time" or "wall time".
   std::string method() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Host tensors on their way to `device`. On a GPU (a CUDA build): copied from page-locked host memory
+/// (pinned here unless they are already) on a side stream of the device, so that the copy engine moves
+/// the next micro-batch's inputs while the compute stream runs the current one (a copy from pageable
+/// memory on the compute stream held a 32-sample step of mmt:layers=2 on an H200 up by a third);
+/// take() orders the calling thread's current stream after the copy and returns the device tensors.
+/// Elsewhere the tensors are moved as they are. Made on one thread, taken on another.
+class DeviceUpload {
+ public:
+  using Tensors = std::unordered_map<std::string, torch::Tensor>;
+  DeviceUpload(Tensors host, const torch::Device& device);
+  ~DeviceUpload();
+  DeviceUpload(DeviceUpload&&) noexcept;
+  DeviceUpload& operator=(DeviceUpload&&) noexcept;
+  /// Once: the tensors on the device, ready for work queued on the current stream.
+  Tensors take();
 
  private:
   struct Impl;

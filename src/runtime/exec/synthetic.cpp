@@ -105,14 +105,15 @@ const float* normal_pool(uint64_t seed) {
 /// the forward where every core has a worker). Indices: uniform integers in [0, range) from a
 /// splitmix64 counter per value.
 torch::Tensor random_rows(const ir::Input& input, int64_t range, int64_t sample_begin, int64_t count, uint64_t seed,
-                          int64_t step) {
+                          int64_t step, bool pinned) {
   std::vector<int64_t> per_sample(input.shape.begin() + 1, input.shape.end());
   const int64_t n = ir::per_sample_elems(input.shape);
   bool is_index = input.dtype == ir::DType::i64;
   uint64_t base = stable_hash({"input", input.name}, seed);
   std::vector<int64_t> shape{count};
   shape.insert(shape.end(), per_sample.begin(), per_sample.end());
-  torch::Tensor out = torch::empty(shape, is_index ? torch::kLong : torch::kFloat32);
+  torch::Tensor out = torch::empty(
+      shape, torch::TensorOptions(is_index ? torch::kLong : torch::kFloat32).pinned_memory(pinned));
   if (is_index) {
     auto* dst = out.data_ptr<int64_t>();
     const auto r = static_cast<uint64_t>(range);
@@ -174,7 +175,7 @@ int teacher_source(const ir::Graph& g) {
 }
 
 torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count, uint64_t seed,
-                              int64_t step) {
+                              int64_t step, bool pinned) {
   const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
   bool is_index = input.dtype == ir::DType::i64;
   int64_t range = is_index ? index_range(g, input_index) : 0;
@@ -182,7 +183,7 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
     return random_padding_masks(input, *reader, sample_begin, count, seed, step);
   const ir::Op* loss = target_of(g, input.name);
   int source = teacher_source(g);
-  if (!loss || source < 0) return random_rows(input, range, sample_begin, count, seed, step);
+  if (!loss || source < 0) return random_rows(input, range, sample_begin, count, seed, step, pinned);
 
   // A target: a fixed random function (the "teacher", depending on seed and the input's name) of
   // the same samples' first feature input, so there is something to learn: the class with the
@@ -224,14 +225,16 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
       .contiguous();
 }
 
-TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info) {
+TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info, bool on_host) {
   TensorMap out;
   const auto& inputs = m.graph().model().inputs;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name))
-      out.emplace(inputs[i].name,
-                  synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count, m.seed(), info.step)
-                      .to(m.device()));
+  const bool pinned = on_host && m.device().is_cuda();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!std::binary_search(m.external_inputs().begin(), m.external_inputs().end(), inputs[i].name)) continue;
+    torch::Tensor t = synthetic_input(m.graph(), static_cast<int>(i), info.sample_begin, info.count, m.seed(),
+                                      info.step, pinned);
+    out.emplace(inputs[i].name, on_host ? t : t.to(m.device()));
+  }
   return out;
 }
 

@@ -29,11 +29,14 @@ int teacher_source(const ir::Graph& g);
 /// summarised as the mean of a fixed random 16-value vector per token), or tanh of such a map (64
 /// values, tiled to the target's size). Each sample depends only on
 /// (seed, input, sample index, step), so every partition of the mini-batch sees the same data.
+/// `pinned`: feature rows are written into page-locked host memory (CUDA's host allocator), which a
+/// GPU copies from asynchronously; needs a CUDA build with a GPU.
 torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sample_begin, int64_t count, uint64_t seed,
-                              int64_t step);
+                              int64_t step, bool pinned = false);
 
-/// Graph inputs needed by a micro-batch of the given stage, generated synthetically (on the CPU, as
-/// on every device, then copied to the module's device).
-TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info);
+/// Graph inputs needed by a micro-batch of the given stage, generated synthetically on the CPU (as
+/// on every device). `on_host`: left there (pinned where the module is on a GPU, for a DeviceUpload);
+/// else copied to the module's device.
+TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info, bool on_host = false);
 
 }  // namespace gp::runtime
