@@ -3,8 +3,10 @@
 
 For one model and mini-batch it makes 5 plans for this machine (--cluster cpu): 1 device; 2 devices
 with GraphPipe, with PipeDream, data-parallel (the 1-device plan's stage on both workers), and
-GraphPipe at a fixed small micro-batch. Each plan's prediction is `graphpipe simulate`'s iteration
-time (the same simulator the planner scores plans with). The plans are then trained interleaved:
+GraphPipe at a fixed small micro-batch (--micro-batch: one or more, comma-separated). On a machine of
+one device (a GPU box: --devices 1 --cluster h200 --profile P --device cuda) the plans are the
+planner's 1-device plan and one at each --micro-batch, the planner's first. Each plan's prediction is
+`graphpipe simulate`'s iteration time (the same simulator the planner scores plans with). The plans are then trained interleaved:
 ROUNDS rounds, every plan in turn per round in a balanced order (each plan in each slot, and right
 after each other plan, equally often over a full set of rounds: the default), STEPS steps each; a
 plan's time in a round is the median of its steps after WARMUP. For every pair (a, b): measured
@@ -36,7 +38,8 @@ that the predictions are of the machine as it is while the plans train: on a sha
 of a calibration hours old moved 1.4-2.6x.
 
 Usage: fidelity_rank.py GRAPHPIPE MODEL BATCH OUT.md [--rounds R] [--steps S] [--min-round-s T] [--warmup W]
-       [--micro-batch M] [--control auto|on|off] [--max-steal F] [--steal-retries N] [--calibrate] [--label TEXT]
+       [--micro-batch M[,M...]] [--devices N] [--cluster C] [--profile P] [--device cpu|cuda]
+       [--control auto|on|off] [--max-steal F] [--steal-retries N] [--calibrate] [--label TEXT]
 Prints the tables and appends them (markdown) to OUT.md.
 """
 import argparse
