@@ -77,6 +77,7 @@ TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<
     // cores took 2x as long). It keeps this thread's count.
     pending_ = std::async(std::launch::async, [this, n = *next, threads = torch::get_num_threads()] {
       torch::set_num_threads(threads);
+      detail::make_current(m_.device());
       return detail::DeviceUpload(host_inputs(m_, n, data_), m_.device());
     });
   }

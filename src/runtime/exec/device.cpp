@@ -50,8 +50,12 @@ torch::Device select_device(const std::string& kind, int local_rank) {
   GP_CHECK(local_rank >= 0, "--device cuda: local rank {} is negative", local_rank);
   auto count = static_cast<int>(torch::cuda::device_count());
   torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
-  c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(d);
+  make_current(d);
   return d;
+}
+
+void make_current(const torch::Device& d) {
+  if (d.is_cuda()) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(d);
 }
 
 void synchronize(const torch::Device& d) {

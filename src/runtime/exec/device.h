@@ -14,6 +14,11 @@ namespace gp::runtime::detail {
 /// other kind, and for cuda where CUDA is not available in this LibTorch build or on this machine.
 torch::Device select_device(const std::string& kind, int local_rank);
 
+/// Makes GPU `d` the calling thread's current CUDA device (a no-op on the CPU): a thread starts on
+/// GPU 0, where a pinned allocation or a stream would otherwise make a second context on a rank's
+/// behalf.
+void make_current(const torch::Device& d);
+
 /// Waits until the work queued on `d` is done (a no-op on the CPU): for host timing of CUDA work.
 void synchronize(const torch::Device& d);
 
