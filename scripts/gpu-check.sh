@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 14 in one run on a machine with one (or more) NVIDIA GPUs, CUDA, PyTorch 2.x,
-# CMake and ninja, and gpu-deps/ carried from a Debian machine (scripts/build-gpu.sh deps). Budget:
-# about 10 minutes on 16 cores + 1 GPU (the build takes most of it). Usage:
+# CMake and ninja, and gpu-deps/ carried from a Debian machine (scripts/build-gpu.sh deps), or a binary
+# built elsewhere (BUILD, below). Time: 166 s on an H200 with 16 cores and a carried binary
+# (2026-12-04); building there adds several minutes. Usage:
 #   scripts/gpu-check.sh [OUT_DIR]          (OUT_DIR: $OUT or gpu-check-out)
 # Writes OUT_DIR/gpu-check.log (every figure below, with the command that made it), OUT_DIR/profiles/
-# h200-{mmt,dlrm,candle-uno}.json (copy them to profiles/ when the GPU is an H200) and the plans.
+# h200-{mmt,dlrm,candle-uno}.json (copy them to profiles/ when the GPU is an H200), OUT_DIR/ranking.md
+# (check 8), OUT_DIR/pipe4-cuda.trace.json (a 4-stage pipeline's measured timeline) and the plans.
 #   1. train --single --device cuda equals --device cpu (per-step loss within 1e-4 relative)
 #   2. a 2- and a 4-device pipeline whose ranks share the GPU (Gloo, host staging) equals --single
 #   3. profile --device cuda of the paper models' ops at b = 1..64
