@@ -6,13 +6,13 @@ with GraphPipe, with PipeDream, data-parallel (the 1-device plan's stage on both
 GraphPipe at a fixed small micro-batch (--micro-batch: one or more, comma-separated). On a machine of
 one device (a GPU box: --devices 1 --cluster h200 --profile P --device cuda) the plans are the
 planner's 1-device plan and one at each --micro-batch, the planner's first. Each plan's prediction is
-`graphpipe simulate`'s iteration time (the same simulator the planner scores plans with). The plans are then trained interleaved:
-ROUNDS rounds, every plan in turn per round in a balanced order (each plan in each slot, and right
-after each other plan, equally often over a full set of rounds: the default), STEPS steps each; a
-plan's time in a round is the median of its steps after WARMUP. For every pair (a, b): measured
-ratio = median over the rounds of t_a / t_b in that round (both measured minutes apart at most),
-predicted ratio = pred_a / pred_b, and their quotient (1.00 = the model ranks and spaces the two
-exactly as the machine does).
+`graphpipe simulate`'s iteration time (the same simulator the planner scores plans with). The plans
+are then trained interleaved: ROUNDS rounds, every plan in turn per round in a balanced order (each
+plan in each slot, and right after each other plan, equally often over a full set of rounds: the
+default), STEPS steps each; a plan's time in a round is the median of its steps after WARMUP. For
+every pair (a, b): measured ratio = median over the rounds of t_a / t_b in that round (both measured
+minutes apart at most), predicted ratio = pred_a / pred_b, and their quotient (1.00 = the model
+ranks and spaces the two exactly as the machine does).
 
 The noise floor: where two of the plans are the same plan (the same stages, devices and micro-batch
 sizes on the same cluster, hence the same prediction: planners often agree), their measured ratio is
@@ -167,18 +167,15 @@ def main():
         calibrated = ", calibrated just before: " + "; ".join(l.strip() for l in calibrated[1:3])
     base = [gp, "plan", "--model", a.model, "--cluster", a.cluster, "--batch", str(a.batch)]
     base += ["--profile", a.profile] if a.profile else []
-    if n == 1:
-        specs = [("1 device", base + ["--devices", "1"])]
-        specs += [("1 device mb %d" % m, base + ["--devices", "1", "--micro-batch", str(m)]) for m in mbs]
-    else:
-        specs = [
-            ("1 device", base + ["--devices", "1"]),
+    specs = [("1 device", base + ["--devices", "1"])]
+    if n > 1:
+        specs += [
             ("%d dev GraphPipe" % n, base + ["--devices", str(n)]),
             ("%d dev PipeDream" % n, base + ["--devices", str(n), "--planner", "pipedream"]),
             ("%d dev data-parallel" % n, None),
         ]
-        specs += [("%d dev GraphPipe mb %d" % (n, m), base + ["--devices", str(n), "--micro-batch", str(m)])
-                  for m in mbs]
+    small = "1 device" if n == 1 else "%d dev GraphPipe" % n
+    specs += [("%s mb %d" % (small, m), base + ["--devices", str(n), "--micro-batch", str(m)]) for m in mbs]
     first_i = 0 if n == 1 else 1  # the planner's own plan for this machine (all its devices)
     plans = []  # (name, path, plan, predicted)
     for i, (name, cmd) in enumerate(specs):

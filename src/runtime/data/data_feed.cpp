@@ -44,7 +44,6 @@ TensorMap host_inputs(const StageModule& m, const MicroBatchInfo& info, const Da
 }  // namespace
 
 TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const Dataset* data) {
-  if (!data) return synthetic_external_inputs(m, info);
   return detail::DeviceUpload(host_inputs(m, info, data), m.device()).take();
 }
 
