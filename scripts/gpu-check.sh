@@ -8,7 +8,8 @@
 # h200-{mmt,dlrm,candle-uno}.json (copy them to profiles/ when the GPU is an H200), OUT_DIR/ranking.md
 # (check 8), OUT_DIR/pipe4-cuda.trace.json (a 4-stage pipeline's measured timeline) and the plans.
 #   1. train --single --device cuda equals --device cpu (per-step loss within 1e-4 relative)
-#   2. a 2- and a 4-device pipeline whose ranks share the GPU (Gloo, host staging) equals --single
+#   2. a 2- and a 4-device pipeline whose ranks share the GPU (Gloo, host staging) equals --single, also with
+#      all ranks on one core (taskset -c 0: inputs made on the spot, not ahead on a spare core)
 #   3. profile --device cuda of the paper models' ops at b = 1..64
 #   4. plan mmt, dlrm, candle-uno on the h200 preset with those profiles: GraphPipe vs PipeDream
 #   5. measured single-GPU step time of a mid-sized model (mmt with 2 layers) vs the prediction
@@ -123,6 +124,15 @@ for n in 2 4; do
     --log "$W/pipe$n-cuda.jsonl" >/dev/null || { fail "pipeline $n cuda"; continue; }
   compare "$W/pipe$n-cuda.jsonl" "$W/single-cuda.jsonl" 1e-4 "check 2: $n-rank pipeline on one $DEVICE device vs --single" ||
     fail "check 2 ($n ranks)"
+  # Again with every rank on one core (taskset): no core to spare, so each rank makes its inputs on the
+  # spot instead of ahead on a thread; same upload, same losses.
+  if command -v taskset >/dev/null; then
+    run taskset -c 0 "$GP" train --plan "$W/plan$n.json" --steps 5 --optimizer sgd --lr 0.05 --device "$DEVICE" \
+      --log "$W/pipe$n-onecore.jsonl" >/dev/null || { fail "pipeline $n cuda on one core"; continue; }
+    compare "$W/pipe$n-onecore.jsonl" "$W/single-cuda.jsonl" 1e-4 \
+      "check 2: $n-rank pipeline, all ranks on one core (inputs made on the spot) vs --single" ||
+      fail "check 2 ($n ranks, one core)"
+  fi
 done
 
 # 3. Profiles of the paper models' ops on this GPU (the first model here, the others after check 8).
