@@ -16,6 +16,12 @@ the same mini-batch, 2 CPU processes with 1 intra-op thread each on both sides:
               Micro-batches: the graphpipe plan's count (mini-batch / smallest stage micro-batch), or
               4 when the plan has a single micro-batch.
 
+With --no-pipelines only the two 1-process engines run. With --device cuda they run on the GPU:
+plain PyTorch (the model on the GPU, each step's rows copied there from page-locked memory) and
+`graphpipe train --single --device cuda` (the same rows through its pinned upload), same weights,
+data, steps and optimizer; the parity check and the timing rounds as below. The pipelines need a
+GPU per rank (NCCL) and are left out.
+
 Each model is defined here as a list of "units" (a module reading named values and writing one);
 its ONNX export for graphpipe is the whole model, and the torch stages are contiguous runs of units
 that pass on the values later units still need (a chain pipeline has to forward the inputs of the
@@ -478,7 +484,7 @@ def gp_train(ctx, m, steps, tag, single=False, plan_path=None):
     common = ["--steps", str(steps), "--data", m["data"], "--optimizer", "sgd", "--lr", str(m["lr"]),
               "--momentum", str(m["momentum"]), "--log", log]
     if single:
-        argv = ["train", "--single", "--model", m["onnx"], "--batch", str(m["batch"])] + common
+        argv = ["train", "--single", "--model", m["onnx"], "--batch", str(m["batch"]), "--device", ctx["device"]] + common
     else:
         argv = ["train", "--plan", plan_path or m["plan_path"]] + common + ctx["gp_extra"]
     gp_run(ctx, argv, f"graphpipe train ({m['name']}, {tag})", timeout_s=ctx["run_timeout_s"])
@@ -573,21 +579,32 @@ def cut_candidates(costs, parts, keep):
 
 
 def reference_losses(model_name, a, state, data, batch, steps, lr, momentum):
-    """Plain PyTorch, one process, one thread: the ground truth for the parity check."""
+    """Plain PyTorch, one process, one thread: the ground truth for the parity check. With --device
+    cuda the model is on the GPU and each step's rows are copied there from page-locked memory without
+    blocking (as a DataLoader with pin_memory=True); a step's time ends when the GPU has finished it."""
+    dev = torch.device(a.device)
     model = make_model(model_name, a, 0)
     model.load_state_dict(state)
+    model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     names = [n for n, _, _ in model.input_names]
     N = len(data["label"])
+    cuda = dev.type == "cuda"
+
+    def to_dev(x):
+        t = torch.from_numpy(x)
+        return t.pin_memory().to(dev, non_blocking=True) if cuda else t
+
     losses, times = [], []
     for k in range(steps):
         t0 = time.monotonic()
         idx = rows(k, batch, N)
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(*[torch.from_numpy(data[n][idx]) for n in names]),
-                                           torch.from_numpy(data["label"][idx]))
+        loss = nn.functional.cross_entropy(model(*[to_dev(data[n][idx]) for n in names]), to_dev(data["label"][idx]))
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize(dev)
         times.append(time.monotonic() - t0)
         losses.append(loss.item())
     return losses, times
@@ -615,6 +632,16 @@ def setup_model(ctx, name, a):
     data_dir = os.path.join(d, "data")
     for k, v in data.items():
         np.save(os.path.join(data_dir, k + ".npy"), v)
+
+    arrays = [n for n, _, _ in model.input_names] + ["label"]
+    ctx["jobs"][name] = {"model": name, "model_args": {k: v for k, v in vars(a).items() if k != "batch"},
+                         "state": state_path, "data": data_dir, "arrays": arrays, "batch": batch, "lr": a.lr[name],
+                         "momentum": a.momentum}
+    m = {"name": name, "dir": d, "onnx": onnx_path, "data": data_dir, "batch": batch, "lr": a.lr[name],
+         "momentum": a.momentum, "params": n_params, "description": describe(name, a), "state": state,
+         "data_arrays": data}
+    if not a.pipelines:
+        return m
 
     plan_path = os.path.join(d, "plan.json")
     plan_out = gp_run(ctx, ["plan", "--model", onnx_path, "--cluster", a.cluster, "--devices", "2", "--batch",
@@ -653,16 +680,11 @@ def setup_model(ctx, name, a):
     progress(f"{name}: unit fwd+bwd ms per micro-batch of {batch // micro}: "
              + " ".join("%.1f" % (c * 1e3) for c in costs) + f"; 2-stage cut candidates {cuts2}, 4-stage {cuts4}")
 
-    arrays = [n for n, _, _ in model.input_names] + ["label"]
-    ctx["jobs"][name] = {"model": name, "model_args": {k: v for k, v in vars(a).items() if k != "batch"},
-                         "state": state_path, "data": data_dir, "arrays": arrays, "batch": batch, "lr": a.lr[name],
-                         "momentum": a.momentum}
-    return {"name": name, "dir": d, "onnx": onnx_path, "data": data_dir, "plan_path": plan_path, "plan": plan,
-            "plan_stages": plan_desc, "plan_devices_used": len(devices_used), "plan_micro_batches": plan_micro,
-            "batch": batch, "lr": a.lr[name], "momentum": a.momentum, "params": n_params,
-            "description": describe(name, a), "micro_batches": micro, "micro_batches_why": micro_why,
-            "unit_costs_s": costs, "unit_names": [u.writes for u in model.units], "cuts2": cuts2, "cuts4": cuts4,
-            "state": state, "data_arrays": data}
+    m.update({"plan_path": plan_path, "plan": plan, "plan_stages": plan_desc,
+              "plan_devices_used": len(devices_used), "plan_micro_batches": plan_micro, "micro_batches": micro,
+              "micro_batches_why": micro_why, "unit_costs_s": costs, "unit_names": [u.writes for u in model.units],
+              "cuts2": cuts2, "cuts4": cuts4})
+    return m
 
 
 # ------------------------------------------------------------------------------------------------
@@ -693,6 +715,13 @@ def parse_args(argv):
     p.add_argument("--no-same-cut", dest="same_cut", action="store_false",
                    help="leave out the 'graphpipe cut' engine (graphpipe train on a hand plan with torch's "
                         "2-stage cut and micro-batches)")
+    p.add_argument("--no-pipelines", dest="pipelines", action="store_false",
+                   help="the 1-process engines only (plain PyTorch and graphpipe train --single): no plan, no cut "
+                        "search, no pipelined engine")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the 1-process engines only (--no-pipelines), on the GPU: plain PyTorch and graphpipe "
+                        "train --single --device cuda, same weights, data and steps (the pipelines, torch's over "
+                        "NCCL and graphpipe's plans of several GPUs, need one GPU per rank)")
     p.add_argument("--gp-args", default="", help="extra arguments for graphpipe train --plan (space-separated)")
     p.add_argument("--run-timeout", type=float, default=240, help="seconds one engine run may take")
     p.add_argument("--seed", type=int, default=38, help="seed of the weights and the data")
@@ -748,6 +777,10 @@ def parse_args(argv):
         p.error(f"--steps {a.steps} is less than --parity-steps {a.parity_steps}")
     if a.steps <= a.skip:
         p.error("--steps must exceed --skip")
+    a.pipelines = a.pipelines and a.device == "cpu"
+    if not a.pipelines and not a.single:
+        p.error("--no-single leaves nothing to run with --no-pipelines or --device cuda (only the 1-process "
+                "engines run then)")
     return a
 
 
@@ -800,16 +833,23 @@ def main(argv=None):
               f"torch {torch.__version__})", file=sys.stderr)
         return 2
 
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print(f"vs_torch: --device cuda, but torch {torch.__version__} sees no GPU here", file=sys.stderr)
+        return 2
+
     work = a.work or tempfile.mkdtemp(prefix="gp_vs_torch.")
     os.makedirs(work, exist_ok=True)
     ctx = {"graphpipe": gp, "work": work, "jobs": {}, "gp_extra": a.gp_args.split() if a.gp_args else [],
-           "run_timeout_s": a.run_timeout}
+           "run_timeout_s": a.run_timeout, "device": a.device}
     load_start = os.getloadavg()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     mach = machine()
+    if a.device == "cuda":
+        mach["gpu"] = torch.cuda.get_device_name(0)
     progress(f"{date}, {mach['nproc']} CPUs ({mach['cpu']}), load average {load_start[0]:.2f} "
              f"{load_start[1]:.2f} {load_start[2]:.2f}; torch {torch.__version__}; "
-             f"{gp_version.splitlines()[0] if gp_version else gp}; work dir {work}")
+             f"{gp_version.splitlines()[0] if gp_version else gp}; work dir {work}"
+             + (f"; {mach['gpu']}" if a.device == "cuda" else ""))
     torch.set_num_threads(1)
 
     failures = []
@@ -828,6 +868,8 @@ def main(argv=None):
         m["gp_single"] = single
         progress(f"{m['name']}: graphpipe --single: losses {single['losses'][0]:.5f} .. {single['losses'][-1]:.5f}, "
                  f"median step {median(single['step_times_s'][a.skip:]) * 1e3:.1f} ms")
+        if not a.pipelines:
+            continue
 
         configs = [{"schedule": "1f1b", "cuts": c, "micro_batches": m["micro_batches"], "steps": a.search_steps}
                    for c in m["cuts2"]]
@@ -871,8 +913,8 @@ def main(argv=None):
             order = ["graphpipe", "torch"] if rnd % 2 == 0 else ["torch", "graphpipe"]
             for side in order:
                 if side == "graphpipe":
-                    gp_engines = [("graphpipe", None, "plan")]
-                    if a.same_cut:
+                    gp_engines = [("graphpipe", None, "plan")] if a.pipelines else []
+                    if a.same_cut and a.pipelines:
                         gp_engines.append(("graphpipe cut", m["cut_plan_path"], "cut"))
                     if a.single:
                         gp_engines.append(("graphpipe --single", None, "single"))
@@ -895,7 +937,8 @@ def main(argv=None):
                         m["runs"].setdefault("torch 1 process", []).append({"losses": losses, "step_times_s": times})
                         progress(f"round {rnd + 1}/{a.rounds} {m['name']}: torch 1 process: median step "
                                  f"{median(times[a.skip:]) * 1e3:.1f} ms, loss {losses[-1]:.5f}")
-                    cfgs = [c for c in torch_configs(m) if "torch " + c["schedule"] not in m["engine_errors"]]
+                    cfgs = [c for c in torch_configs(m) if "torch " + c["schedule"] not in m["engine_errors"]
+                            ] if a.pipelines else []
                     if not cfgs:
                         continue
                     for r in launch_torch(ctx, m["name"], cfgs, timeout_s=a.run_timeout):
@@ -929,7 +972,8 @@ def main(argv=None):
                           "plan_devices_used": m["plan_devices_used"], "micro_batches": m["plan_micro_batches"],
                           "schedule": "1f1b (graphpipe train's default)"}
             elif eng in ("graphpipe --single", "torch 1 process"):
-                detail = {"plan": "1 process, whole model, 1 thread", "micro_batches": 1, "schedule": "none"}
+                detail = {"plan": "1 process, whole model, " + ("1 thread" if a.pipelines else a.device),
+                          "micro_batches": 1, "schedule": "none"}
             elif eng == "graphpipe cut":
                 detail = {"plan": "hand plan: torch's 2-stage cut", "cuts_after_unit": m["torch_cut2"],
                           "stages": len(m["torch_cut2"]) + 1, "micro_batches": m["micro_batches"],
@@ -953,6 +997,8 @@ def main(argv=None):
         ratio = gpe["median_step_s"] / torch_best["median_step_s"] if gpe and torch_best else None
         same_cut_ratio = (by["graphpipe cut"]["median_step_s"] / by["torch 1f1b"]["median_step_s"]
                           if "graphpipe cut" in by and "torch 1f1b" in by else None)
+        single_ratio = (by["graphpipe --single"]["median_step_s"] / by["torch 1 process"]["median_step_s"]
+                        if "graphpipe --single" in by and "torch 1 process" in by else None)
         bad = {k: v for k, v in parity.items() if v > a.tolerance}
         if bad:
             parity_ok = False
@@ -962,10 +1008,11 @@ def main(argv=None):
         out_models.append({
             "model": m["name"], "description": m["description"], "params": m["params"], "batch": m["batch"],
             "lr": m["lr"], "momentum": m["momentum"], "onnx": m["onnx"] if a.work else os.path.basename(m["onnx"]),
-            "graphpipe_plan": {"stages": m["plan_stages"], "predicted": m["plan"].get("predicted")},
-            "torch_micro_batches": m["micro_batches"], "torch_micro_batches_from": m["micro_batches_why"],
-            "unit_names": m["unit_names"], "unit_fwd_bwd_s": m["unit_costs_s"],
-            "torch_cut_search": m["torch_cut_search"], "torch_cut4": m["cuts4"],
+            "graphpipe_plan": ({"stages": m["plan_stages"], "predicted": m["plan"].get("predicted")}
+                               if a.pipelines else None),
+            "torch_micro_batches": m.get("micro_batches"), "torch_micro_batches_from": m.get("micro_batches_why"),
+            "unit_names": m.get("unit_names"), "unit_fwd_bwd_s": m.get("unit_costs_s"),
+            "torch_cut_search": m.get("torch_cut_search"), "torch_cut4": m.get("cuts4"),
             "reference": {"engine": "PyTorch, 1 process, 1 thread (not pipelined)",
                           "losses": ref, "median_step_s": median(m["reference"]["step_times_s"][a.skip:])},
             "graphpipe_single": {"losses": m["gp_single"]["losses"],
@@ -975,12 +1022,13 @@ def main(argv=None):
             "engines": engines,
             "graphpipe_over_torch_best": ratio,
             "graphpipe_cut_over_torch_1f1b": same_cut_ratio,
+            "graphpipe_single_over_torch_1_process": single_ratio,
             "torch_best": torch_best["engine"] if torch_best else None,
         })
 
     doc = {"format": FORMAT, "date": date, "machine": mach,
            "load_average": {"start": list(load_start), "end": list(load_end)},
-           "torch": torch.__version__, "graphpipe": gp_version, "command": " ".join([sys.executable] + sys.argv),
+           "device": a.device, "torch": torch.__version__, "graphpipe": gp_version, "command": " ".join([sys.executable] + sys.argv),
            "settings": {k: v for k, v in vars(a).items()}, "duration_s": time.monotonic() - T0,
            "models": out_models, "parity_ok": parity_ok, "failures": failures}
     out_dir = os.path.dirname(os.path.abspath(a.out))
@@ -990,10 +1038,12 @@ def main(argv=None):
         f.write("\n")
 
     # --- table ----------------------------------------------------------------------------------------
-    print(f"graphpipe vs torch.distributed.pipelining, {date}, {mach['nproc']} CPUs ({mach['cpu']}), "
-          f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; torch {torch.__version__}")
+    print(f"graphpipe vs {'torch.distributed.pipelining' if a.pipelines else 'PyTorch'}, {date}, {mach['nproc']} "
+          f"CPUs ({mach['cpu']}), load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; "
+          f"torch {torch.__version__}" + (f"; {mach['gpu']}" if "gpu" in mach else ""))
     print(f"{a.rounds} rounds x {a.steps} steps per engine, median step time without the first {a.skip} steps "
-          "of each run; 2 processes, 1 thread each, Gloo, SGD momentum 0.9")
+          "of each run; " + ("2 processes, 1 thread each, Gloo, SGD momentum 0.9" if a.pipelines else
+                             f"1 process each ({a.device}), SGD momentum 0.9"))
     hdr = f"{'model':<8} {'engine':<18} {'stages':<24} {'mb':>3} {'step ms':>8} {'samples/s':>10} " \
           f"{'rounds ms':>11} {'loss@' + str(a.steps):>9} {'parity':>8}"
     print(hdr)
@@ -1014,9 +1064,13 @@ def main(argv=None):
                   f"{'%.0f-%.0f' % (min(e['per_round_median_step_s']) * 1e3, max(e['per_round_median_step_s']) * 1e3):>11} "
                   f"{e['loss_last']:>9.5f} "
                   f"{e['parity_max_rel_diff']:>8.1e}")
-        r, rc = om["graphpipe_over_torch_best"], om["graphpipe_cut_over_torch_1f1b"]
-        print(f"{om['model']:<8} step time graphpipe / {om['torch_best']}: " + (f"{r:.2f}" if r else "n/a")
-              + ("" if rc is None else f"; graphpipe cut / torch 1f1b (same stages): {rc:.2f}"))
+        r, rc, rs = (om["graphpipe_over_torch_best"], om["graphpipe_cut_over_torch_1f1b"],
+                     om["graphpipe_single_over_torch_1_process"])
+        if a.pipelines:
+            print(f"{om['model']:<8} step time graphpipe / {om['torch_best']}: " + (f"{r:.2f}" if r else "n/a")
+                  + ("" if rc is None else f"; graphpipe cut / torch 1f1b (same stages): {rc:.2f}"))
+        if rs is not None:
+            print(f"{om['model']:<8} step time graphpipe --single / torch 1 process: {rs:.2f}")
     print(f"parity: largest relative difference of a step's loss from 1-process PyTorch over {a.parity_steps} "
           f"steps (tolerance {a.tolerance:g})")
     for om in out_models:

@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh [OUT_DIR]          (OUT_DIR: $OUT or gpu-check-out)
 # Writes OUT_DIR/gpu-check.log (every figure below, with the command that made it), OUT_DIR/profiles/
 # h200-{mmt,dlrm,candle-uno}.json (copy them to profiles/ when the GPU is an H200), OUT_DIR/ranking.md
-# (check 8), OUT_DIR/pipe4-cuda.trace.json (a 4-stage pipeline's measured timeline) and the plans.
+# (check 8), OUT_DIR/pipe4-cuda.trace.json (a 4-stage pipeline's measured timeline), OUT_DIR/vs-torch-
+# {small,wide}.json (check 9) and the plans.
 #   1. train --single --device cuda equals --device cpu (per-step loss within 1e-4 relative)
 #   2. a 2- and a 4-device pipeline whose ranks share the GPU (Gloo, host staging) equals --single, also with
 #      all ranks on one core (taskset -c 0: inputs made on the spot, not ahead on a spare core)
@@ -19,9 +20,12 @@
 #      GPU, so a 1-GPU machine cannot run it)
 #   8. the ranking table on this GPU (scripts/fidelity_rank.py --devices 1 --cluster h200 --device cuda with
 #      the measured profile): the planner's 1-GPU plan against fixed small micro-batches, interleaved
-# The checks run in the order 1, 2, 3 (the first model), 5, 6, 7, 8, 3 (the others), 4: with BUDGET_S set,
+#   9. graphpipe train --single against plain PyTorch on the GPU (bench/vs_torch.py --device cuda), the
+#      models at the CPU comparison's sizes and wider: equal losses, step times side by side
+# The checks run in the order 1, 2, 3 (the first model), 5, 6, 7, 8, 3 (the others), 4, 9: with BUDGET_S set,
 # a check that would start later than BUDGET_S seconds in is skipped (and listed), so that a leased
-# machine's minutes go to the most important checks first.
+# machine's minutes go to the most important checks first. CHECKS="N ..." runs only those (check 1 always
+# runs: it is a few seconds, and the others compare with it).
 # A graphpipe already built elsewhere can be used: BUILD=DIR with DIR/graphpipe and, in DIR/lib, the
 # shared libraries it needs beyond LibTorch and CUDA's (Debian's libonnx, libonnx_proto, libprotobuf). It
 # must be built against the same torch version as this machine's (graphpipe --version says which); the
@@ -29,7 +33,8 @@
 # build-gpu if that binary does not start.
 # Exit 0 when every check ran and the equality checks passed; failures are listed at the end.
 # A dry run of the script itself on a CPU machine: DEVICE=cpu BUILD=build MODELS=candle-uno BATCHES=1,2
-# MID=candle-uno:hidden=256 scripts/gpu-check.sh /tmp/gc (the figures then mean nothing).
+# MID=candle-uno:hidden=256 VS_SIZES=small VS_ROUNDS=1 VS_STEPS=12 scripts/gpu-check.sh /tmp/gc (the figures then
+# mean nothing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-gpu-check-out}}
@@ -54,8 +59,12 @@ SKIPPED=()
 say() { echo "[$(($(date +%s) - START))s] $*" >&3; }
 run() { say "\$ $*"; "$@"; }
 fail() { FAILED+=("$1"); say "FAILED: $1"; }
-# due NAME: false (and NAME listed as skipped) once BUDGET_S seconds have passed.
+# due NAME: false (and NAME listed as skipped) once BUDGET_S seconds have passed; false (silently) for a
+# check whose number CHECKS (a space-separated list, e.g. CHECKS="5 9") leaves out.
 due() {
+  local num=${1#check }
+  num=${num%% *}
+  if [ -n "${CHECKS:-}" ]; then case " $CHECKS " in *" $num "*) ;; *) return 1 ;; esac; fi
   [ "$BUDGET_S" = 0 ] || [ $(($(date +%s) - START)) -lt "$BUDGET_S" ] && return 0
   SKIPPED+=("$1")
   say "skipped $1: past BUDGET_S=$BUDGET_S s"
@@ -235,6 +244,22 @@ print(f"check 4: {sys.argv[3]} on {sys.argv[4]} x h200 (measured profile): Graph
 EOF
   done
 done
+
+# 9. graphpipe train --single against plain PyTorch on this GPU (bench/vs_torch.py --device cuda): same
+# models, weights, data and SGD; losses within 1e-4 relative over 10 steps, then interleaved timing
+# rounds. Twice: at the CPU comparison's sizes (a few ms a step: the per-op launch cost of each side)
+# and wider, where the GPU's arithmetic dominates.
+if due "check 9"; then
+  for size in ${VS_SIZES:-small wide}; do
+    args=()
+    [ $size = wide ] && args=(--batch 512 --seq 64 --d-model 1024 --ffn 4096 --layers 4 --uno-hidden 2048
+      --tower-input 512 --tower-width 2048)
+    run "$PY" bench/vs_torch.py --graphpipe "$GP" --device "$DEVICE" --no-pipelines --rounds "${VS_ROUNDS:-3}" \
+      --steps "${VS_STEPS:-20}" "${args[@]}" --out "$OUT/vs-torch-$size.json" --work "$W/vs-torch-$size" \
+      >"$W/vs-torch-$size.out" 2>&1 || fail "check 9 ($size)"
+    sed -n '/^graphpipe vs PyTorch/,$p' "$W/vs-torch-$size.out" | sed "s/^/check 9 ($size): /"
+  done
+fi
 
 say "done in $(($(date +%s) - START)) s; failed: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none}"
 [ ${#FAILED[@]} -eq 0 ] && [ ${#SKIPPED[@]} -eq 0 ]
