@@ -53,13 +53,24 @@ void check_loss_finite(double loss, const StageModule& m, const TensorMap& input
                                    losses.empty() ? "?" : losses, origin, kHint));
 }
 
+torch::Tensor gradient_probe(const StageModule& m) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : m.parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return {};
+  torch::NoGradGuard no_grad;
+  // On a GPU a handful of fused multi-tensor kernels, where a sum per parameter was one launch each.
+  return torch::stack(torch::_foreach_norm(grads)).sum();
+}
+
 void check_gradients_finite(const StageModule& m, StepPlace where) {
-  std::vector<torch::Tensor> sums;
-  auto named = m.named_parameters();
-  for (const auto& [n, p] : named)
-    if (p.grad().defined()) sums.push_back(p.grad().sum());
-  if (sums.empty() || torch::isfinite(torch::stack(sums)).all().item<bool>()) return;
-  for (const auto& [n, p] : named) {
+  const torch::Tensor probe = gradient_probe(m);
+  if (probe.defined()) check_gradients_finite(m, where, probe.item<double>());
+}
+
+void check_gradients_finite(const StageModule& m, StepPlace where, double probe) {
+  if (std::isfinite(probe)) return;
+  for (const auto& [n, p] : m.named_parameters()) {
     const torch::Tensor& gr = p.grad();
     if (!gr.defined() || all_finite(gr)) continue;
     int64_t nan = torch::isnan(gr).sum().item<int64_t>();

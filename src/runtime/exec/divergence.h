@@ -1,7 +1,8 @@
 // Divergence checks: a non-finite loss or parameter gradient stops training with a message naming
 // the step, the stage and the op (unless --allow-nonfinite). Cheap on the normal path: the loss is
-// a number the step reads anyway, and the gradients cost one sum per parameter and one sync; only a
-// failure pays for locating the op. Include only from runtime .cpp files (LibTorch).
+// a number the step reads anyway, and the gradients cost a few fused kernels and one read (train
+// --single reads both in one); only a failure pays for locating the op. Include only from runtime
+// .cpp files (LibTorch).
 #pragma once
 #include <torch/torch.h>
 
@@ -25,10 +26,19 @@ void check_loss_finite(double loss, const StageModule& m, const TensorMap& input
                        StepPlace where);
 
 /// Throws RuntimeFailure when a parameter gradient of `m` holds nan or inf, naming the op and
-/// parameter and how many values are nan / inf. One fused test of per-parameter sums first; the
-/// per-parameter scan runs only when that test fails (a sum that overflows while every value is
-/// finite is not an error).
+/// parameter and how many values are nan / inf. One fused test first (gradient_probe, one read from
+/// the device); the per-parameter scan runs only when that test fails (a norm that overflows while
+/// every value is finite is not an error).
 void check_gradients_finite(const StageModule& m, StepPlace where);
+
+/// A one-element tensor on the gradients' device, finite when every parameter gradient of `m` is
+/// (nan and inf propagate into it): the sum of their L2 norms, a few fused kernels. Undefined when
+/// no parameter has a gradient. A caller that reads it together with other values (one sync for
+/// all) passes the value to the overload below.
+torch::Tensor gradient_probe(const StageModule& m);
+
+/// check_gradients_finite with gradient_probe's value already read: returns at once when finite.
+void check_gradients_finite(const StageModule& m, StepPlace where, double probe);
 
 /// Sets one value of the first parameter's gradient that exists to NaN (GP_FAULT kind=nan).
 void poison_first_gradient(const StageModule& m);

@@ -35,7 +35,11 @@ namespace {
 using Metered = std::function<void(const char* phase, const std::function<void()>& f)>;
 
 /// One optimizer step of the whole model on mini-batch `step`; returns the loss and sets
-/// `data_s` to the seconds the step waited for its batch.
+/// `data_s` to the seconds the step waited for its batch. The step reads from the device once, after
+/// the backward pass is queued: the loss and the gradients' finiteness probe together (on a GPU a read
+/// is a sync, and one before the backward would leave the GPU idle while it is queued). A non-finite
+/// loss stops the step before the optimizer, as a non-finite gradient does; to name the op that made
+/// it, the forward pass runs again without gradients on the same inputs (not kept otherwise).
 double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimizer& optim, InputPrefetcher& feed,
                   int64_t step, double& data_s, const Metered& metered) {
   optim.zero_grad();
@@ -46,20 +50,26 @@ double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimiz
   TensorMap ins = feed.take(info, next);  // and starts reading the next step's batch
   data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   torch::Tensor loss;
-  double loss_v = 0;
   metered("forward", [&] {
     TensorMap outs = m.forward(ins, info);  // every op output: released before backward, as a stage does
     loss = m.scaled_loss(outs, info);
     GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
-    loss_v = loss.item<double>();
-    if (!opt.allow_nonfinite) check_loss_finite(loss_v, m, ins, outs, {step, -1});
-    ins.clear();
   });
+  torch::Tensor read = loss.detach().reshape({1}).to(torch::kFloat64);
   metered("backward", [&] {
     loss.backward();
     loss = torch::Tensor();
   });
-  if (!opt.allow_nonfinite) check_gradients_finite(m, {step, -1});
+  torch::Tensor probe = opt.allow_nonfinite ? torch::Tensor() : gradient_probe(m);
+  if (probe.defined()) read = torch::cat({read, probe.reshape({1}).to(torch::kFloat64)});
+  read = read.to(torch::kCPU);
+  const double loss_v = read[0].item<double>();
+  if (!opt.allow_nonfinite && !std::isfinite(loss_v)) {
+    torch::NoGradGuard no_grad;
+    check_loss_finite(loss_v, m, ins, m.forward(ins, info), {step, -1});
+  }
+  ins.clear();
+  if (probe.defined()) check_gradients_finite(m, {step, -1}, read[1].item<double>());
   metered("optimizer step", [&] { optim.step(); });
   return loss_v;
 }
