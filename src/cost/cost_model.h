@@ -43,8 +43,8 @@ struct DeviceSpec {
   /// as its state's bytes read and written at mem_bandwidth_Bps. A profile's measurement wins.
   double sgd_step_s_per_param = 0;
   double adam_step_s_per_param = 0;
-  /// ... and per parameter tensor (LibTorch's optimizers loop over the tensors, a dozen calls each for
-  /// Adam): a model of many small tensors pays for them more than for its parameters. 0: none.
+  /// ... and per parameter tensor (on the CPU the optimizers loop over the tensors, a dozen calls
+  /// each for Adam): a model of many small tensors pays for them more than for its parameters. 0: none.
   double sgd_step_s_per_tensor = 0;
   double adam_step_s_per_tensor = 0;
   /// What an op costs more inside a step than timed alone (the calibrated cpu preset; 0 elsewhere):

@@ -580,10 +580,10 @@ void fit_ops(const OpPass& m, cost::CpuCalibration& k, std::ostream* progress) {
 
   // 5. The runtime's optimizer steps (make_optimizer: SGD with momentum, Adam) over two parameter sets:
   // 1.05 M parameters in 32 tensors (sixteen 256 x 256 linears) and 17 K in 128 (sixty-four 16 x 16
-  // linears): LibTorch's optimizers loop over the tensors, so a step costs per parameter and per
-  // tensor (a model of many small tensors, biases and norms, pays mostly the second). The bandwidth
-  // estimate (2 x the state's bytes at mem_bandwidth_Bps) was 3.7x short of a measured Adam step on
-  // this machine (issue 35). t = params x a + tensors x c through both sets.
+  // linears): on the CPU the optimizers' multi-tensor ops loop over the tensors, so a step costs per
+  // parameter and per tensor (a model of many small tensors, biases and norms, pays mostly the
+  // second). The bandwidth estimate (2 x the state's bytes at mem_bandwidth_Bps) was 3.7x short of a
+  // measured Adam step on this machine (issue 35). t = params x a + tensors x c through both sets.
   auto solve = [&](size_t i, double& per_param, double& per_tensor) {
     const double p1 = static_cast<double>(m.opt_large[i].params), t1 = 32,
                  p2 = static_cast<double>(m.opt_small[i].params), t2 = 128;

@@ -11,14 +11,136 @@
 
 namespace gp::runtime {
 
+namespace {
+
+/// The parameters of `group` that have a gradient, and those gradients.
+struct WithGrad {
+  std::vector<torch::Tensor> params, grads;
+};
+WithGrad with_grad(torch::optim::OptimizerParamGroup& group) {
+  WithGrad w;
+  for (auto& p : group.params())
+    if (p.grad().defined()) {
+      GP_ASSERT(!p.grad().is_sparse(), "optimizer: sparse gradient of a {} parameter", p.sizes());
+      w.params.push_back(p);
+      w.grads.push_back(p.grad());
+    }
+  return w;
+}
+
+template <class State>
+State& state_of(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& states,
+                const torch::Tensor& p) {
+  return static_cast<State&>(*states.at(p.unsafeGetTensorImpl()));
+}
+
+/// torch::optim::SGD (momentum, no dampening, weight decay or Nesterov) with the update of all
+/// parameters in a few multi-tensor (_foreach_) ops: on a GPU a handful of fused kernels where
+/// LibTorch's loop launches three per parameter (PyTorch's Python SGD does the same on a GPU by
+/// default). The same arithmetic in the same order: on the CPU, where _foreach_ ops loop over the
+/// tensors, the results are LibTorch's bit for bit (runtime_exec_test checks). The state is
+/// LibTorch's (SGDParamState), so checkpoints and optimizer_kind do not change.
+class ForeachSgd final : public torch::optim::SGD {
+ public:
+  using SGD::SGD;
+  torch::Tensor step(LossClosure closure) override {
+    torch::NoGradGuard no_grad;
+    torch::Tensor loss;
+    if (closure) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    for (auto& group : param_groups_) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      GP_ASSERT(o.dampening() == 0 && o.weight_decay() == 0 && !o.nesterov(), "ForeachSgd: unsupported options");
+      WithGrad w = with_grad(group);
+      std::vector<torch::Tensor> steps = w.grads, bufs, buf_grads;
+      if (o.momentum() != 0) {
+        for (size_t i = 0; i < w.params.size(); ++i) {
+          void* key = w.params[i].unsafeGetTensorImpl();
+          if (state_.find(key) == state_.end()) {  // the first step: the buffer is the gradient
+            auto st = std::make_unique<torch::optim::SGDParamState>();
+            st->momentum_buffer(torch::clone(w.grads[i]).detach());
+            state_[key] = std::move(st);
+          } else {
+            bufs.push_back(state_of<torch::optim::SGDParamState>(state_, w.params[i]).momentum_buffer());
+            buf_grads.push_back(w.grads[i]);
+          }
+          steps[i] = state_of<torch::optim::SGDParamState>(state_, w.params[i]).momentum_buffer();
+        }
+        if (!bufs.empty()) {
+          torch::_foreach_mul_(bufs, o.momentum());
+          torch::_foreach_add_(bufs, buf_grads, 1 - o.dampening());
+        }
+      }
+      if (!w.params.empty()) torch::_foreach_add_(w.params, steps, -1 * o.lr());
+    }
+    return loss;
+  }
+};
+
+/// torch::optim::Adam (no weight decay, no AMSGrad) in multi-tensor ops, as ForeachSgd: LibTorch's
+/// arithmetic and state (AdamParamState), about eight fused kernels a step on a GPU where the loop
+/// launches eight per parameter.
+class ForeachAdam final : public torch::optim::Adam {
+ public:
+  using Adam::Adam;
+  torch::Tensor step(LossClosure closure) override {
+    torch::NoGradGuard no_grad;
+    torch::Tensor loss;
+    if (closure) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    for (auto& group : param_groups_) {
+      const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+      GP_ASSERT(o.weight_decay() == 0 && !o.amsgrad(), "ForeachAdam: unsupported options");
+      WithGrad w = with_grad(group);
+      if (w.params.empty()) continue;
+      const auto [beta1, beta2] = o.betas();
+      std::vector<torch::Tensor> avgs, sqs;
+      std::vector<at::Scalar> sqrt_bc2, step_sizes;  // per parameter: their step counts may differ
+      for (const auto& p : w.params) {
+        void* key = p.unsafeGetTensorImpl();
+        if (state_.find(key) == state_.end()) {
+          auto st = std::make_unique<torch::optim::AdamParamState>();
+          st->step(0);
+          st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          state_[key] = std::move(st);
+        }
+        auto& st = state_of<torch::optim::AdamParamState>(state_, p);
+        st.step(st.step() + 1);
+        const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
+        const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
+        avgs.push_back(st.exp_avg());
+        sqs.push_back(st.exp_avg_sq());
+        sqrt_bc2.emplace_back(std::sqrt(bc2));
+        step_sizes.emplace_back(-(o.lr() / bc1));
+      }
+      torch::_foreach_mul_(avgs, beta1);
+      torch::_foreach_add_(avgs, w.grads, 1 - beta1);
+      torch::_foreach_mul_(sqs, beta2);
+      torch::_foreach_addcmul_(sqs, w.grads, w.grads, 1 - beta2);
+      std::vector<torch::Tensor> denoms = torch::_foreach_sqrt(sqs);
+      torch::_foreach_div_(denoms, sqrt_bc2);
+      torch::_foreach_add_(denoms, o.eps());
+      torch::_foreach_addcdiv_(w.params, avgs, denoms, step_sizes);
+    }
+    return loss;
+  }
+};
+
+}  // namespace
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, std::vector<torch::Tensor> params,
                                                         double lr, double momentum) {
   GP_CHECK(std::isfinite(lr) && lr > 0, "--lr must be a positive finite number, found {}", lr);
   if (name == "sgd") {
     GP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), found {}", momentum);
-    return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(lr).momentum(momentum));
+    return std::make_unique<ForeachSgd>(std::move(params), torch::optim::SGDOptions(lr).momentum(momentum));
   }
-  if (name == "adam") return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
+  if (name == "adam") return std::make_unique<ForeachAdam>(std::move(params), torch::optim::AdamOptions(lr));
   throw UserError(fmt::format("--optimizer: unknown optimizer \"{}\" (valid: sgd, adam)", name));
 }
 
