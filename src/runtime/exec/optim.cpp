@@ -28,6 +28,13 @@ WithGrad with_grad(torch::optim::OptimizerParamGroup& group) {
   return w;
 }
 
+/// The closure's loss, computed with gradients on (undefined without a closure): how step() begins.
+torch::Tensor closure_loss(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
 template <class State>
 State& state_of(ska::flat_hash_map<void*, std::unique_ptr<torch::optim::OptimizerParamState>>& states,
                 const torch::Tensor& p) {
@@ -45,11 +52,7 @@ class ForeachSgd final : public torch::optim::SGD {
   using SGD::SGD;
   torch::Tensor step(LossClosure closure) override {
     torch::NoGradGuard no_grad;
-    torch::Tensor loss;
-    if (closure) {
-      at::AutoGradMode enable_grad(true);
-      loss = closure();
-    }
+    torch::Tensor loss = closure_loss(closure);
     for (auto& group : param_groups_) {
       const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
       GP_ASSERT(o.dampening() == 0 && o.weight_decay() == 0 && !o.nesterov(), "ForeachSgd: unsupported options");
@@ -87,11 +90,7 @@ class ForeachAdam final : public torch::optim::Adam {
   using Adam::Adam;
   torch::Tensor step(LossClosure closure) override {
     torch::NoGradGuard no_grad;
-    torch::Tensor loss;
-    if (closure) {
-      at::AutoGradMode enable_grad(true);
-      loss = closure();
-    }
+    torch::Tensor loss = closure_loss(closure);
     for (auto& group : param_groups_) {
       const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
       GP_ASSERT(o.weight_decay() == 0 && !o.amsgrad(), "ForeachAdam: unsupported options");
