@@ -122,7 +122,8 @@ def med(k, r):
 m = {k: [med(k, r) for r in range(1, rounds + 1)] for k in ("small", "alt")}
 for k, name in (("small", "this plan (%s workers)" % n), ("alt", "alternative (%s worker(s))" % alt_n)):
     mm = statistics.median(m[k])
-    print("   %-28s predicted %.4f s | measured %.4f s | measured/predicted %.2f" % (name, pred(k), mm, mm / pred(k)))
+    print("   %-28s predicted %.4f s | measured %.4f s | measured/predicted %.2f (rounds %.2f-%.2f)"
+          % (name, pred(k), mm, mm / pred(k), min(m[k]) / pred(k), max(m[k]) / pred(k)))
 meas = statistics.median([a / b for a, b in zip(m["alt"], m["small"])])
 p = pred("alt") / pred("small")
 print("   alternative / this plan:      predicted %.2fx | measured %.2fx | ratio of ratios %.2f (1.00 = ranked and spaced right)"
