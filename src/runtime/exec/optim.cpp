@@ -28,11 +28,23 @@ WithGrad with_grad(torch::optim::OptimizerParamGroup& group) {
   return w;
 }
 
-/// The closure's loss, computed with gradients on (undefined without a closure): how step() begins.
-torch::Tensor closure_loss(const torch::optim::Optimizer::LossClosure& closure) {
-  if (!closure) return {};
-  at::AutoGradMode enable_grad(true);
-  return closure();
+/// One step() of a multi-tensor optimizer: the closure's loss (computed with gradients on; undefined
+/// without a closure), then `update(options, params and gradients)` without gradients for each group
+/// that has a parameter with a gradient.
+template <class Options, class Update>
+torch::Tensor step_groups(std::vector<torch::optim::OptimizerParamGroup>& groups,
+                          const torch::optim::Optimizer::LossClosure& closure, Update update) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : groups) {
+    WithGrad w = with_grad(group);
+    if (!w.params.empty()) update(static_cast<const Options&>(group.options()), w);
+  }
+  return loss;
 }
 
 template <class State>
@@ -51,12 +63,8 @@ class ForeachSgd final : public torch::optim::SGD {
  public:
   using SGD::SGD;
   torch::Tensor step(LossClosure closure) override {
-    torch::NoGradGuard no_grad;
-    torch::Tensor loss = closure_loss(closure);
-    for (auto& group : param_groups_) {
-      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    return step_groups<torch::optim::SGDOptions>(param_groups_, closure, [&](const auto& o, const WithGrad& w) {
       GP_ASSERT(o.dampening() == 0 && o.weight_decay() == 0 && !o.nesterov(), "ForeachSgd: unsupported options");
-      WithGrad w = with_grad(group);
       std::vector<torch::Tensor> steps = w.grads, bufs, buf_grads;
       if (o.momentum() != 0) {
         for (size_t i = 0; i < w.params.size(); ++i) {
@@ -76,9 +84,8 @@ class ForeachSgd final : public torch::optim::SGD {
           torch::_foreach_add_(bufs, buf_grads, 1 - o.dampening());
         }
       }
-      if (!w.params.empty()) torch::_foreach_add_(w.params, steps, -1 * o.lr());
-    }
-    return loss;
+      torch::_foreach_add_(w.params, steps, -1 * o.lr());
+    });
   }
 };
 
@@ -89,13 +96,8 @@ class ForeachAdam final : public torch::optim::Adam {
  public:
   using Adam::Adam;
   torch::Tensor step(LossClosure closure) override {
-    torch::NoGradGuard no_grad;
-    torch::Tensor loss = closure_loss(closure);
-    for (auto& group : param_groups_) {
-      const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    return step_groups<torch::optim::AdamOptions>(param_groups_, closure, [&](const auto& o, const WithGrad& w) {
       GP_ASSERT(o.weight_decay() == 0 && !o.amsgrad(), "ForeachAdam: unsupported options");
-      WithGrad w = with_grad(group);
-      if (w.params.empty()) continue;
       const auto [beta1, beta2] = o.betas();
       std::vector<torch::Tensor> avgs, sqs;
       std::vector<at::Scalar> sqrt_bc2, step_sizes;  // per parameter: their step counts may differ
@@ -125,8 +127,7 @@ class ForeachAdam final : public torch::optim::Adam {
       torch::_foreach_div_(denoms, sqrt_bc2);
       torch::_foreach_add_(denoms, o.eps());
       torch::_foreach_addcdiv_(w.params, avgs, denoms, step_sizes);
-    }
-    return loss;
+    });
   }
 };
 
