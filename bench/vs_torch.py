@@ -897,6 +897,8 @@ def main(argv=None):
     # --- engines ------------------------------------------------------------------------------------
     def torch_configs(m):
         cfgs = []
+        if not a.pipelines:
+            return cfgs
         for s in a.schedules:
             per_rank = SCHEDULES[s][1]
             cuts = m["torch_cut2"] if per_rank == 1 else m["cuts4"]
@@ -913,9 +915,11 @@ def main(argv=None):
             order = ["graphpipe", "torch"] if rnd % 2 == 0 else ["torch", "graphpipe"]
             for side in order:
                 if side == "graphpipe":
-                    gp_engines = [("graphpipe", None, "plan")] if a.pipelines else []
-                    if a.same_cut and a.pipelines:
-                        gp_engines.append(("graphpipe cut", m["cut_plan_path"], "cut"))
+                    gp_engines = []
+                    if a.pipelines:
+                        gp_engines.append(("graphpipe", None, "plan"))
+                        if a.same_cut:
+                            gp_engines.append(("graphpipe cut", m["cut_plan_path"], "cut"))
                     if a.single:
                         gp_engines.append(("graphpipe --single", None, "single"))
                     for eng, plan_path, tag in gp_engines:
@@ -937,8 +941,7 @@ def main(argv=None):
                         m["runs"].setdefault("torch 1 process", []).append({"losses": losses, "step_times_s": times})
                         progress(f"round {rnd + 1}/{a.rounds} {m['name']}: torch 1 process: median step "
                                  f"{median(times[a.skip:]) * 1e3:.1f} ms, loss {losses[-1]:.5f}")
-                    cfgs = [c for c in torch_configs(m) if "torch " + c["schedule"] not in m["engine_errors"]
-                            ] if a.pipelines else []
+                    cfgs = [c for c in torch_configs(m) if "torch " + c["schedule"] not in m["engine_errors"]]
                     if not cfgs:
                         continue
                     for r in launch_torch(ctx, m["name"], cfgs, timeout_s=a.run_timeout):
@@ -953,6 +956,7 @@ def main(argv=None):
 
     # --- results --------------------------------------------------------------------------------------
     load_end = os.getloadavg()
+    one_process = "1 thread" if a.device == "cpu" else a.device
     out_models = []
     parity_ok = True
     for m in models:
@@ -972,8 +976,7 @@ def main(argv=None):
                           "plan_devices_used": m["plan_devices_used"], "micro_batches": m["plan_micro_batches"],
                           "schedule": "1f1b (graphpipe train's default)"}
             elif eng in ("graphpipe --single", "torch 1 process"):
-                detail = {"plan": "1 process, whole model, " + ("1 thread" if a.pipelines else a.device),
-                          "micro_batches": 1, "schedule": "none"}
+                detail = {"plan": "1 process, whole model, " + one_process, "micro_batches": 1, "schedule": "none"}
             elif eng == "graphpipe cut":
                 detail = {"plan": "hand plan: torch's 2-stage cut", "cuts_after_unit": m["torch_cut2"],
                           "stages": len(m["torch_cut2"]) + 1, "micro_batches": m["micro_batches"],
@@ -1013,7 +1016,7 @@ def main(argv=None):
             "torch_micro_batches": m.get("micro_batches"), "torch_micro_batches_from": m.get("micro_batches_why"),
             "unit_names": m.get("unit_names"), "unit_fwd_bwd_s": m.get("unit_costs_s"),
             "torch_cut_search": m.get("torch_cut_search"), "torch_cut4": m.get("cuts4"),
-            "reference": {"engine": "PyTorch, 1 process, 1 thread (not pipelined)",
+            "reference": {"engine": f"PyTorch, 1 process, {one_process} (not pipelined)",
                           "losses": ref, "median_step_s": median(m["reference"]["step_times_s"][a.skip:])},
             "graphpipe_single": {"losses": m["gp_single"]["losses"],
                                  "median_step_s": median(m["gp_single"]["step_times_s"][a.skip:])},
