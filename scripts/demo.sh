@@ -75,12 +75,18 @@ echo "== 5. The same training in one process (the reference)"
   awk -v k="$EVERY" 'NR % k == 1'
 echo
 losses() { sed -E 's/.*"loss": ?([-0-9.eE+]+).*/\1/' "$1"; }
-paste <(losses "$T/pipe.jsonl") <(losses "$T/single.jsonl") | awk '
-  { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; n++ }
+# Two workers sum the gradients of two halves of the mini-batch where one process sums all 32 rows at
+# once: float32 rounds differently (1e-7 relative), and Adam at lr 0.01 grows that over the run (on a
+# 2-core Xeon with AVX-512: 1e-7 for 60 steps, 1e-6 by 150, 3.3e-5 by 199). A wrong gradient is off
+# from the first steps: the first DEMO_STEPS (30) steps must agree within 1e-5, the whole run within 1e-3.
+paste <(losses "$T/pipe.jsonl") <(losses "$T/single.jsonl") | awk -v first="${DEMO_STEPS:-30}" '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; if (n < first && r > m0) m0 = r; n++ }
   END {
     if (n == 0) { print "no losses logged"; exit 1 }
-    if (m <= 1e-5) printf "pipelined training matches the single-process reference: %d steps, max relative loss difference %.2g\n", n, m
-    else { printf "MISMATCH: max relative loss difference %.3g over %d steps\n", m, n; exit 1 }
+    k = n < first ? n : first
+    if (m0 <= 1e-5 && m <= 1e-3)
+      printf "pipelined training matches the single-process reference: max relative loss difference %.2g over the first %d steps, %.2g over all %d (float32 sums in another order)\n", m0, k, m, n
+    else { printf "MISMATCH: max relative loss difference %.3g over the first %d steps (limit 1e-5), %.3g over all %d (limit 1e-3)\n", m0, k, m, n; exit 1 }
   }'
 echo
 
