@@ -2,6 +2,7 @@
 #include "runtime/data/data_feed.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "runtime/exec/device.h"
 #include "runtime/exec/synthetic.h"
@@ -56,29 +57,64 @@ bool same_samples(const MicroBatchInfo& a, const MicroBatchInfo& b) {
 }  // namespace
 
 InputPrefetcher::~InputPrefetcher() {
-  if (pending_.valid()) pending_.wait();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void InputPrefetcher::serve(int threads) {
+  // A new thread starts with OpenMP's default of one thread per core: LibTorch's ops here (synthetic
+  // inputs' randn, matmul) ran on every core and their pool spun between calls (two workers on two
+  // cores took 2x as long). It keeps the stage's count.
+  torch::set_num_threads(threads);
+  detail::make_current(m_.device());
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || request_.has_value(); });
+    if (stop_) return;
+    const MicroBatchInfo info = *request_;
+    request_.reset();
+    lock.unlock();
+    std::optional<detail::DeviceUpload> got;
+    std::exception_ptr failed;
+    try {
+      got.emplace(host_inputs(m_, info, data_), m_.device());
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    lock.lock();
+    ready_ = std::move(got);
+    failed_ = failed;
+    cv_.notify_all();
+  }
 }
 
 TensorMap InputPrefetcher::take(const MicroBatchInfo& info, const std::optional<MicroBatchInfo>& next) {
   if (!ahead_) return stage_inputs(m_, info, data_);
   TensorMap out;
-  bool hit = pending_.valid() && pending_info_ && same_samples(*pending_info_, info);
-  if (pending_.valid()) {
-    detail::DeviceUpload got = pending_.get();  // rethrows a failed read
-    if (hit) out = got.take();
+  bool hit = false;
+  if (pending_info_) {  // the thread reads or has read pending_info_: wait for it
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return ready_.has_value() || failed_; });
+    std::optional<detail::DeviceUpload> got = std::move(ready_);
+    ready_.reset();
+    const MicroBatchInfo asked = *std::exchange(pending_info_, std::nullopt);
+    if (std::exception_ptr f = std::exchange(failed_, nullptr)) std::rethrow_exception(f);  // a failed read
+    hit = same_samples(asked, info);
+    if (hit) out = got->take();
   }
-  pending_info_.reset();
   if (!hit) out = stage_inputs(m_, info, data_);
   if (next) {
+    if (!thread_.joinable()) thread_ = std::thread([this, threads = torch::get_num_threads()] { serve(threads); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      request_ = *next;
+    }
     pending_info_ = next;
-    // A new thread starts with OpenMP's default of one thread per core: LibTorch's ops there (synthetic
-    // inputs' randn, matmul) ran on every core and their pool spun between calls (two workers on two
-    // cores took 2x as long). It keeps this thread's count.
-    pending_ = std::async(std::launch::async, [this, n = *next, threads = torch::get_num_threads()] {
-      torch::set_num_threads(threads);
-      detail::make_current(m_.device());
-      return detail::DeviceUpload(host_inputs(m_, n, data_), m_.device());
-    });
+    cv_.notify_all();
   }
   return out;
 }

@@ -1,10 +1,13 @@
 // Internal (LibTorch): feeding a stage from a Dataset (train --data) instead of synthetic data, and
 // the forward-only evaluation sums (--eval-data). Shared by run_single and the pipeline workers.
 #pragma once
-#include <future>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "runtime/data/dataset.h"
 #include "runtime/exec/device.h"
@@ -33,7 +36,10 @@ TensorMap stage_inputs(const StageModule& m, const MicroBatchInfo& info, const D
 /// the last call announced it, else read now) and starts reading `next`. Synthetic data (no
 /// dataset) is made ahead the same way where `spare_core` (this host has more cores than ranks with
 /// a stage), else on the spot: made ahead it sped a 1-worker step on 2 cores up by 5-8% and slowed
-/// two workers on 2 cores by 7-12%, measured interleaved (issue 35).
+/// two workers on 2 cores by 7-12%, measured interleaved (issue 35). One thread serves the whole
+/// run: a thread started per micro-batch (std::async until 2026-12-04) cost a 1-worker plan of
+/// 2-sample micro-batches 8% of its step on a 2-core Xeon (45.7-46.0 ms against 42.0-42.4 made on the
+/// spot).
 class InputPrefetcher {
  public:
   InputPrefetcher(const StageModule& m, const Dataset* data, bool spare_core)
@@ -45,11 +51,20 @@ class InputPrefetcher {
   TensorMap take(const MicroBatchInfo& info, const std::optional<MicroBatchInfo>& next);
 
  private:
+  void serve(int threads);  // the background thread: reads each request until stop_
+
   const StageModule& m_;
   const Dataset* data_;
   bool ahead_;
-  std::optional<MicroBatchInfo> pending_info_;
-  std::future<detail::DeviceUpload> pending_;
+  std::optional<MicroBatchInfo> pending_info_;  // what the thread reads (or has read) ahead
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<MicroBatchInfo> request_;      // for the thread; cleared when it starts reading
+  std::optional<detail::DeviceUpload> ready_;  // its result
+  std::exception_ptr failed_;                  // or its failure, rethrown by take()
+  bool stop_ = false;
+  std::thread thread_;  // started by the first read ahead
 };
 
 /// Forward-only sums over evaluation samples: per-sample loss of every loss op (summed over loss
