@@ -18,6 +18,7 @@
 
 #include "runtime/data/dataset.h"
 #include "runtime/data/data_feed.h"
+#include "runtime/exec/stage_module.h"
 #include "runtime/tests/dist_plans.h"
 #include "runtime/tests/scratch_dir.h"
 #include "runtime/base/train.h"
@@ -170,6 +171,33 @@ TEST_F(DataTest, EveryBadDataCaseNamesTheFileAndWhatIsWrong) {
   EXPECT_NE(open_error(d).find("per-sample shape [1]"), std::string::npos);
   EXPECT_NE(open_error(dir_ / "nowhere").find("--data " + (dir_ / "nowhere").string() + ": not a directory"),
             std::string::npos);
+}
+
+// InputPrefetcher's one background thread: what take() returns equals a read on the spot, whether the
+// micro-batch was announced (read ahead) or not (another one was), from a dataset and synthetic.
+TEST_F(DataTest, InputsReadAheadEqualInputsReadNow) {
+  fs::path d = good_data(6);
+  ir::Graph g = importers::load_graph(kModel);
+  auto data = Dataset::open(d.string(), g, "--data", true);
+  StageModule m(g, g.op_ids(), 1, {}, torch::kCPU);
+  for (const Dataset* source : {static_cast<const Dataset*>(data.get()), static_cast<const Dataset*>(nullptr)}) {
+    SCOPED_TRACE(source ? "dataset" : "synthetic");
+    InputPrefetcher feed(m, source, /*spare_core=*/true);
+    auto info = [](int64_t step, int64_t begin) { return MicroBatchInfo{begin, 2, 4, step}; };
+    // Announced each time; then a micro-batch other than the announced one; then nothing ahead.
+    const std::vector<std::pair<MicroBatchInfo, std::optional<MicroBatchInfo>>> calls{
+        {info(0, 0), info(0, 2)}, {info(0, 2), info(1, 0)}, {info(1, 2), info(2, 0)},
+        {info(2, 0), std::nullopt}, {info(2, 2), std::nullopt}};
+    for (const auto& [now, next] : calls) {
+      TensorMap got = feed.take(now, next), want = stage_inputs(m, now, source);
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_FALSE(want.empty());
+      for (const auto& [name, t] : want) {
+        ASSERT_TRUE(got.count(name)) << name;
+        EXPECT_TRUE(torch::equal(got.at(name), t)) << name << " at step " << now.step << " sample " << now.sample_begin;
+      }
+    }
+  }
 }
 
 TEST_F(DataTest, StepsWrapInFileOrderAndShuffleIsAPermutationPerEpoch) {
