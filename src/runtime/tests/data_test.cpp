@@ -185,9 +185,11 @@ TEST_F(DataTest, InputsReadAheadEqualInputsReadNow) {
     InputPrefetcher feed(m, source, /*spare_core=*/true);
     auto info = [](int64_t step, int64_t begin) { return MicroBatchInfo{begin, 2, 4, step}; };
     // Announced each time; then a micro-batch other than the announced one; then nothing ahead.
-    const std::vector<std::pair<MicroBatchInfo, std::optional<MicroBatchInfo>>> calls{
-        {info(0, 0), info(0, 2)}, {info(0, 2), info(1, 0)}, {info(1, 2), info(2, 0)},
-        {info(2, 0), std::nullopt}, {info(2, 2), std::nullopt}};
+    const std::vector<std::pair<MicroBatchInfo, std::optional<MicroBatchInfo>>> calls{{info(0, 0), info(0, 2)},
+                                                                                      {info(0, 2), info(1, 0)},
+                                                                                      {info(1, 2), info(2, 0)},
+                                                                                      {info(2, 0), std::nullopt},
+                                                                                      {info(2, 2), std::nullopt}};
     for (const auto& [now, next] : calls) {
       TensorMap got = feed.take(now, next), want = stage_inputs(m, now, source);
       ASSERT_EQ(got.size(), want.size());
