@@ -3,8 +3,8 @@
 #pragma once
 #include <condition_variable>
 #include <exception>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
