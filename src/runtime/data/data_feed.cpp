@@ -68,9 +68,16 @@ InputPrefetcher::~InputPrefetcher() {
 void InputPrefetcher::serve(int threads) {
   // A new thread starts with OpenMP's default of one thread per core: LibTorch's ops here (synthetic
   // inputs' randn, matmul) ran on every core and their pool spun between calls (two workers on two
-  // cores took 2x as long). It keeps the stage's count.
-  torch::set_num_threads(threads);
-  detail::make_current(m_.device());
+  // cores took 2x as long). It keeps the stage's count. A failure here (a device that cannot be made
+  // current) fails every read and take() rethrows it, as std::async's future did; escaping the thread
+  // it would end the process (std::terminate).
+  std::exception_ptr setup_failed;
+  try {
+    torch::set_num_threads(threads);
+    detail::make_current(m_.device());
+  } catch (...) {
+    setup_failed = std::current_exception();
+  }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || request_.has_value(); });
@@ -81,6 +88,7 @@ void InputPrefetcher::serve(int threads) {
     std::optional<detail::DeviceUpload> got;
     std::exception_ptr failed;
     try {
+      if (setup_failed) std::rethrow_exception(setup_failed);
       got.emplace(host_inputs(m_, info, data_), m_.device());
     } catch (...) {
       failed = std::current_exception();
