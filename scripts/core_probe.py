@@ -62,6 +62,25 @@ def die(msg):
     sys.exit(2)
 
 
+def run_probes(seconds, tick_ms):
+    """Compiles the probe in a temporary folder (removed after) and runs it on CPU 0 and 1 at once."""
+    with tempfile.TemporaryDirectory(prefix="gp-core-probe-") as tmp:
+        src, exe = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe")
+        with open(src, "w") as f:
+            f.write(SOURCE)
+        cc = os.environ.get("CC", "cc")
+        r = subprocess.run([cc, "-O2", "-o", exe, src], capture_output=True, text=True)
+        if r.returncode != 0:
+            die("%s could not compile the probe: %s" % (cc, r.stderr.strip()[-400:]))
+        start = int(time.time()) + 2
+        procs = [subprocess.Popen([exe, str(c), str(start), str(seconds), str(tick_ms)], stdout=subprocess.PIPE,
+                                  text=True) for c in (0, 1)]
+        outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        die("the probe failed (exit %s)" % [p.returncode for p in procs])
+    return outs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=300)
@@ -72,21 +91,9 @@ def main():
         die("--seconds and --window-s must be > 0 and --tick-ms > 20 (each piece takes up to 15 ms)")
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         die("needs CPUs 0 and 1 (this process may run on %s)" % sorted(os.sched_getaffinity(0)))
-    tmp = tempfile.mkdtemp(prefix="gp-core-probe-")
-    src, exe = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe")
-    open(src, "w").write(SOURCE)
-    cc = os.environ.get("CC", "cc")
-    r = subprocess.run([cc, "-O2", "-o", exe, src], capture_output=True, text=True)
-    if r.returncode != 0:
-        die("%s could not compile the probe: %s" % (cc, r.stderr.strip()[-400:]))
-    start = int(time.time()) + 2
     print("core_probe: %.0f s, a tick every %.0f ms, windows of %.1f s (load %s)" % (
         a.seconds, a.tick_ms, a.window_s, open("/proc/loadavg").read().split()[0]), flush=True)
-    procs = [subprocess.Popen([exe, str(c), str(start), str(a.seconds), str(a.tick_ms)], stdout=subprocess.PIPE,
-                              text=True) for c in (0, 1)]
-    outs = [p.communicate()[0] for p in procs]
-    if any(p.returncode for p in procs):
-        die("the probe failed (exit %s)" % [p.returncode for p in procs])
+    outs = run_probes(a.seconds, a.tick_ms)
     wall = collections.defaultdict(dict)
     cpu = collections.defaultdict(dict)
     per_group = 6  # CPU 0 alone, CPU 1 alone, both; compute and memory each
