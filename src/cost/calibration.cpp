@@ -152,6 +152,12 @@ Json calibration_to_json(const CpuCalibration& c) {
   if (!c.kind_in_sequence.empty()) j["kind_in_sequence"] = kind_pace_to_json(c.kind_in_sequence);
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
+  if (c.busy_link_latency_s > 0 && (c.busy_send_cpu_s > 0 || c.busy_send_cpu_s_per_byte > 0 || c.busy_recv_cpu_s > 0 ||
+                                    c.busy_recv_cpu_s_per_byte > 0))
+    j["busy_link"]["cpu"] = {{"send_s", c.busy_send_cpu_s},
+                             {"send_s_per_byte", c.busy_send_cpu_s_per_byte},
+                             {"recv_s", c.busy_recv_cpu_s},
+                             {"recv_s_per_byte", c.busy_recv_cpu_s_per_byte}};
   return j;
 }
 
@@ -202,6 +208,14 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     busy.expect_object();
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
     c.busy_allreduce_latency_s = non_negative(busy.at("allreduce_latency_s"));
+    if (busy.has("cpu")) {
+      JsonAt cpu = busy.at("cpu");
+      cpu.expect_object();
+      c.busy_send_cpu_s = non_negative(cpu.at("send_s"));
+      c.busy_send_cpu_s_per_byte = non_negative(cpu.at("send_s_per_byte"));
+      c.busy_recv_cpu_s = non_negative(cpu.at("recv_s"));
+      c.busy_recv_cpu_s_per_byte = non_negative(cpu.at("recv_s_per_byte"));
+    }
   }
   if (j.has("in_sequence")) {
     JsonAt q = j.at("in_sequence");

@@ -44,6 +44,10 @@ struct CpuCalibration {
   // computed. 0: not measured.
   double busy_link_latency_s = 0;
   double busy_allreduce_latency_s = 0;
+  // On the same busy link, a message's CPU time (LinkSpec::send_cpu_s and the rest), per message and
+  // per byte, from hand-off rounds (runtime::LinkBenchOptions::busy); 0: not measured (before method 9).
+  double busy_send_cpu_s = 0, busy_send_cpu_s_per_byte = 0;
+  double busy_recv_cpu_s = 0, busy_recv_cpu_s_per_byte = 0;
   double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
   // Ops run one after another, as in a training step (runtime::time_model), cost more than each timed
   // alone: a fixed time per call (the autograd graph and the runtime's bookkeeping across many ops)

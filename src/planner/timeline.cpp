@@ -24,6 +24,7 @@ struct Edge {
   int u = 0, v = 0;
   int seg = 1;
   double seg_s = 0;
+  double send_cpu_s = 0, recv_cpu_s = 0;  // a segment's CPU time at each end (LinkSpec::send_cpu)
 };
 
 struct StageState {
@@ -90,7 +91,12 @@ class Recurrence {
     e.v = p_.stages[u].outputs_to[j];
     e.seg = std::min(st_[u].share, st_[e.v].share);
     const double bytes = e.seg * c_.out_bytes_per_sample[u][j];
-    e.seg_s = cm.p2p_time(p_.stages[u].devices.front(), p_.stages[e.v].devices.front(), bytes);
+    const int a = p_.stages[u].devices.front(), b = p_.stages[e.v].devices.front();
+    e.seg_s = cm.p2p_time(a, b, bytes);
+    const cost::Cluster& cl = cm.cluster();
+    const cost::LinkSpec& link = cl.same_node(a, b) ? cl.intra : cl.inter;
+    e.send_cpu_s = link.send_cpu(bytes);
+    e.recv_cpu_s = link.recv_cpu(bytes);
     const int id = static_cast<int>(edges_.size());
     edges_.push_back(e);
     st_[u].out_edges.push_back(id);
@@ -116,17 +122,23 @@ class Recurrence {
       }
       const bool fwd = ps.kind == ActionKind::forward;
       if ((fwd ? s.act_left : s.grad_left)[mb] > 0) break;
-      const double start = std::max(s.free, (fwd ? s.act_at : s.grad_at)[mb]);
+      double start = std::max(s.free, (fwd ? s.act_at : s.grad_at)[mb]);
+      // Taking the micro-batch's messages (one per segment of each edge it arrives on) holds the stage.
+      for (int id : fwd ? s.in_edges : s.out_edges) start += segments(k, edges_[id]) * edges_[id].recv_cpu_s;
       s.free = start + (fwd ? c_.fwd_s : ps.kind == ActionKind::backward_input ? c_.bwd_input_s : c_.bwd_s)[k];
       ++s.pc;
       for (int id : fwd ? s.out_edges : s.in_edges) {
         const int peer = fwd ? edges_[id].v : edges_[id].u;
         send(k, mb, edges_[id], peer, fwd);
+        s.free += segments(k, edges_[id]) * edges_[id].send_cpu_s;  // and posting its own
         woke.push_back(peer);
       }
     }
     return woke;
   }
+
+  // The segments of edge e a replica of stage k sends or receives per micro-batch of its own.
+  int segments(int k, const Edge& e) const { return std::max(1, st_[k].share / e.seg); }
 
   // Stage `from`'s micro-batch mb crosses edge e to `to` (activations when fwd, else gradients):
   // the sender's port carries its segments in sample order; each receiver micro-batch inside mb

@@ -699,17 +699,30 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     // (Fitting its bandwidth here as well was tried: over four calibrations it moved 1.3-3.6 GB/s,
     // more than the idle all-reduce's with 21 repeats, 0.8-1.0 GB/s but for one 2.2; issue 35.)
     double wait = 0, ring = 0;
+    // A message's CPU time at its two ends in the hand-off rounds: a time per message and per byte,
+    // each fitted to the sizes (relative least squares, non-negative).
+    std::vector<std::pair<std::array<double, 3>, std::array<double, 2>>> send_rows, recv_rows;
     for (const runtime::LinkSample& s : runtime::run_link_bench(bo, progress).samples) {
       const double bytes = static_cast<double>(s.bytes);
       wait += std::max(0.0, s.p2p_s - bytes / k.link_bandwidth_Bps);
       ring += std::max(0.0, s.allreduce_s - bytes / k.reduce_bandwidth_Bps()) / cost::ring_latencies(2, bytes, true);
+      if (s.send_cpu_s > 0) send_rows.push_back({{1, bytes, 0}, {s.send_cpu_s, 1 / (s.send_cpu_s * s.send_cpu_s)}});
+      if (s.recv_cpu_s > 0) recv_rows.push_back({{1, bytes, 0}, {s.recv_cpu_s, 1 / (s.recv_cpu_s * s.recv_cpu_s)}});
     }
     const double n = static_cast<double>(bo.sizes_bytes.size());
     k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
     k.busy_allreduce_latency_s = ring / n;
+    const std::array<double, 3> send_fit = nnls3(send_rows), recv_fit = nnls3(recv_rows);
+    k.busy_send_cpu_s = send_fit[0];
+    k.busy_send_cpu_s_per_byte = send_fit[1];
+    k.busy_recv_cpu_s = recv_fit[0];
+    k.busy_recv_cpu_s_per_byte = recv_fit[1];
     say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us); "
-                              "an all-reduce after computing: {:.1f} us per ring step",
-                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6));
+                              "an all-reduce after computing: {:.1f} us per ring step; a message's CPU time "
+                              "{:.1f} us + {:.3f} ns/B sending, {:.1f} us + {:.3f} ns/B receiving",
+                              k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6,
+                              k.busy_send_cpu_s * 1e6, k.busy_send_cpu_s_per_byte * 1e9, k.busy_recv_cpu_s * 1e6,
+                              k.busy_recv_cpu_s_per_byte * 1e9));
   }
   while (static_cast<int>(passes.size()) < o.passes) pass();
   const OpPass m = median_pass(passes);

@@ -50,7 +50,8 @@ struct CalibrationResult {
 /// (fit_kind_pace, DeviceSpec::kind_pace).
 /// 8: each kind's own extra time per call in sequence (kind_in_sequence) from chains of 8 ops of it,
 /// before the reference chains' fit.
-inline constexpr int kCalibrationMethod = 8;
+/// 9: a message's CPU time at both ends on the busy link (hand-off rounds; LinkSpec::send_cpu_s).
+inline constexpr int kCalibrationMethod = 9;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);

@@ -146,11 +146,25 @@ class Engine {
         case ActionKind::backward_weight: dur = t.bwd_weight_s; break;
         case ActionKind::optimizer_step: dur = t.optimizer_s; break;
         case ActionKind::send_act:
-        case ActionKind::send_grad: send(d, a, now); break;
-        case ActionKind::recv_act:
-        case ActionKind::recv_grad:
-          if (!received(d, a, now)) return;
+        case ActionKind::send_grad:
+          // Packing and posting the messages holds the device (LinkSpec::send_cpu_s; 0 elsewhere).
+          if (double hold = send(d, a, now); hold > 0) dur = hold;
           break;
+        case ActionKind::recv_act:
+        case ActionKind::recv_grad: {
+          const double wait_since = d.wait_since < 0 ? now : d.wait_since;
+          double take = 0;
+          if (!received(d, a, now, &take)) return;
+          if (take > 0) {  // taking the messages holds it too (LinkSpec::recv_cpu_s): one event, wait and all
+            record(d, 0, wait_since, now + take);
+            d.busy += take;
+            d.busy_until = now + take;
+            ++d.pc;
+            push(d.busy_until, i);
+            return;
+          }
+          break;
+        }
         case ActionKind::allreduce:
           if (!allreduce(d, now)) return;
           return;  // all replicas resume when the all-reduce ends
@@ -220,12 +234,18 @@ class Engine {
     return {start, end};
   }
 
-  void send(Dev& d, const Action& a, double now) {
+  const cost::LinkSpec& link(int a, int b) const {
+    return c_.cluster.same_node(a, b) ? c_.cluster.intra : c_.cluster.inter;
+  }
+
+  // Posts the action's messages at `now`; returns the CPU time they hold the sender.
+  double send(Dev& d, const Action& a, double now) {
     bool grad = a.kind == ActionKind::send_grad;
     double bps = grad ? bytes_per_sample(a.peer, d.stage) : bytes_per_sample(d.stage, a.peer);
-    double first = -1, last = now;
+    double first = -1, last = now, hold = 0;
     for (auto [r, n] : partners(d, a)) {
       int to = p_.stages[a.peer].devices[r];
+      hold += link(d.device, to).send_cpu(n * bps);
       auto [start, end] = transfer(d.device, to, n * bps, now);
       if (first < 0) first = start;
       last = std::max(last, end);
@@ -236,17 +256,24 @@ class Engine {
       push(end, dev_index_[to]);
     }
     record(d, 1, first < 0 ? now : first, last);
+    return hold;
   }
 
-  bool received(Dev& d, const Action& a, double now) {
+  // True once every message of the action has arrived by `now`; `*take`: the CPU time taking them
+  // costs the receiver (the caller records the wait then).
+  bool received(Dev& d, const Action& a, double now, double* take) {
     bool grad = a.kind == ActionKind::recv_grad;
-    size_t expected = partners(d, a).size();
+    const auto from = partners(d, a);
+    size_t expected = from.size();
     auto it = mail_.find({d.device, a.peer, grad, a.sample_begin});
     size_t got = it == mail_.end() ? 0 : it->second.first;
     double ready = it == mail_.end() ? 0 : it->second.second;
     if (d.wait_since < 0) d.wait_since = now;
     if (got < expected || ready > now) return false;
-    record(d, 0, d.wait_since, now);
+    const double bps = grad ? bytes_per_sample(d.stage, a.peer) : bytes_per_sample(a.peer, d.stage);
+    *take = 0;
+    for (auto [r, n] : from) *take += link(p_.stages[a.peer].devices[r], d.device).recv_cpu(n * bps);
+    if (*take <= 0) record(d, 0, d.wait_since, now);
     d.wait_since = -1;
     if (it != mail_.end()) mail_.erase(it);
     return true;

@@ -28,6 +28,10 @@ case "$name" in *", calibrated "*) ;; *) fail "plan records an uncalibrated pres
   || fail "the cached calibration gave another cluster"
 "$GP" calibrate --show | grep -q "GFLOP/s per thread" || fail "calibrate --show"
 [ "$(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d['method']")" -ge 2 ] || fail "the cache records no method"
+# A message's CPU time at both ends of the busy link (hand-off rounds), per message or per byte.
+[ "$(field "$(ls "$T"/cache/cpu-calibration-*.json)" \
+  "all(c['send_s'] + 65536 * c['send_s_per_byte'] > 0 and c['recv_s'] + 65536 * c['recv_s_per_byte'] > 0 for c in [d['busy_link']['cpu']])")" = True ] \
+  || fail "the cache records no message CPU time: $(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d.get('busy_link')")"
 
 # A cache measured by an older method is measured again, saying so.
 cache=$(ls "$T"/cache/cpu-calibration-*.json)

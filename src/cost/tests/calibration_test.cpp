@@ -307,6 +307,45 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
   EXPECT_DOUBLE_EQ(optimizer_step_time(fixed, 16e3), 2 * 16e3 / fixed.cluster().device.mem_bandwidth_Bps);
 }
 
+// Issue 35: on the busy link a message also costs CPU time at both ends (hand-off rounds): the
+// figures survive the cache; a worker on every core gets them on its link, stretched by workers per
+// core like the latency; fewer workers than cores, or an older cache, keep none; a plan's recorded
+// cluster keeps them, and a bad one is refused naming the field.
+TEST(Calibration, MessagesCostCpuTimeOnTheBusyLink) {
+  CpuCalibration k = made_up();
+  k.busy_link_latency_s = 2e-3;
+  k.busy_send_cpu_s = 30e-6;
+  k.busy_send_cpu_s_per_byte = 0.1e-9;
+  k.busy_recv_cpu_s = 60e-6;
+  k.busy_recv_cpu_s_per_byte = 0.3e-9;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json old = calibration_to_json(k);
+  old["busy_link"].erase("cpu");
+  EXPECT_EQ(calibration_from_json(old, "k.json").busy_recv_cpu_s, 0);
+  Json bad = calibration_to_json(k);
+  bad["busy_link"]["cpu"]["recv_s"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: busy_link.cpu.recv_s: must be a non-negative number"));
+
+  const int n = cores();
+  const Cluster all = cpu_preset(n, &k);
+  EXPECT_DOUBLE_EQ(all.intra.send_cpu(1000), 30e-6 + 1000 * 0.1e-9);
+  EXPECT_DOUBLE_EQ(all.intra.recv_cpu(1000), 60e-6 + 1000 * 0.3e-9);
+  EXPECT_DOUBLE_EQ(cpu_preset(2 * n, &k).intra.recv_cpu_s, 120e-6);
+  if (n >= 2) {
+    EXPECT_EQ(cpu_preset(1, &k).intra.send_cpu(1000), 0);
+  }
+  const Cluster back = cluster_from_json(cluster_to_json(all), "c.json");
+  EXPECT_DOUBLE_EQ(back.intra.send_cpu_s_per_byte, 0.1e-9);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(all));
+  Json bad_link = cluster_to_json(all);
+  bad_link["intra"]["cpu"]["send_s"] = "slow";
+  EXPECT_THAT(error_of([&] { cluster_from_json(bad_link, "c.json"); }), HasSubstr("c.json: intra.cpu.send_s"));
+  // Without them (GPU presets, old caches) a link has none.
+  const CpuCalibration none = made_up();
+  EXPECT_FALSE(cluster_to_json(cpu_preset(n, &none))["intra"].contains("cpu"));
+}
+
 // Issue 35: ops in a step cost more than timed alone. The calibrated preset adds a time per call and
 // one per weight byte the call touches (forward reads the weights; backward reads them again and
 // writes their gradient); both stretch with workers per core like the per-op overhead; the figures

@@ -54,6 +54,32 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
   }
 }
 
+// With messages that hold the cores at both ends (LinkSpec::send_cpu_s and recv_cpu_s: the calibrated
+// cpu preset with a worker on every core), the estimate charges them as the simulator does.
+TEST(SimCheck, MessageCpuTimesAgreeWithTheSimulator) {
+  ir::Graph g = importers::load_graph("mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128");
+  cost::Cluster cl = cost::load_cluster("cpu", 2);  // the fixed figures here (no calibration)
+  cl.intra.send_cpu_s = 50e-6;
+  cl.intra.send_cpu_s_per_byte = 0.1e-9;
+  cl.intra.recv_cpu_s = 80e-6;
+  cl.intra.recv_cpu_s_per_byte = 0.3e-9;
+  cost::CostModel cm(g, cl), free_cm(g, cost::load_cluster("cpu", 2));
+  for (std::string name : {"graphpipe", "pipedream"}) {
+    PlannerOptions o;
+    o.mini_batch = 32;
+    o.micro_batch = 2;  // small messages, many of them: a 2-stage pipeline
+    o.planner = name;
+    o.time_limit_s = 20;
+    plan::Plan p = run_planner(cm, o);
+    ASSERT_GT(p.stages.size(), 1u) << name;
+    const double simulated = simulated_s(p, cm), ratio = simulated / p.predicted.iteration_time_s;
+    EXPECT_GE(ratio, kLo) << name;
+    EXPECT_LE(ratio, kHi) << name;
+    // And they cost the plan time: the same plan simulated without them is faster.
+    EXPECT_LT(simulated_s(p, free_cm), simulated) << name;
+  }
+}
+
 // The paper's models at their preset sizes (summit, mini-batch 128, 4-32 devices): the simulated
 // iteration is within [kLo, kHi] x the prediction for GraphPipe's and PipeDream's plans (and
 // Piper's at a short time limit), and for GraphPipe's best plan of each kind (sp, chain), which

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -95,13 +96,72 @@ std::pair<double, double> exchange_while_computing(detail::Communicator& c, deta
   return {std::max(0.0, mean(with) - mean(without)), std::max(0.0, mean(reduced) - mean(without))};
 }
 
+double cpu_clock_s(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+/// LinkBenchOptions::busy, after exchange_while_computing: rounds in which rank 0 computes ~1 ms and
+/// sends a message of `bytes` while rank 1 waits in its receive (posted ahead), then rank 1 computes
+/// and sends it back while rank 0 waits: two pipeline stages handing a micro-batch to each other. The
+/// message is packed as StageRunner packs one (a new buffer, a copy) before send(). Per round each
+/// rank sends one message and receives one; returns the medians over the rounds of the CPU time of
+/// the sender's thread from the packing to send()'s return, and of the rest of the process's CPU
+/// time in the round beyond its computing (receiving, Gloo's threads writing and reading, waking).
+/// On a 2-core VM (issue 35) a 2-stage pipeline's send of 1 KB held its thread 0.11 ms where
+/// exchange_while_computing's send() returned after 0.008 ms: a receiver asleep costs its sender the
+/// wake-up.
+std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
+  auto out = torch::zeros({bytes / 4}, torch::kFloat32);
+  auto a = torch::randn({128, 256}), b = torch::randn({256, 256}), prod = torch::empty({128, 256});
+  const int peer = 1 - c.rank();
+  std::vector<double> sends, rest;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    std::vector<torch::Tensor> sync{torch::zeros({1})};
+    c.all_reduce(sync, detail::Reduce::sum).wait();
+    const int t = (*tag)++;
+    detail::PostedRecv posted = c.post_recv(out.sizes(), out.options(), peer, t);
+    const double p0 = cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    double work = 0, send = 0;
+    auto turn = [&] {
+      const double c0 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      for (int k = 0; k < 6; ++k) torch::mm_out(prod, a, b);
+      const double c1 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      torch::Tensor packed = torch::empty_like(out);
+      packed.copy_(out);
+      detail::Pending sent = c.send(packed, peer, t);
+      const double c2 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      work += c1 - c0;
+      send += c2 - c1;
+      return sent;
+    };
+    detail::Pending sent;
+    if (c.rank() == 0) {
+      sent = turn();
+      posted.wait();
+    } else {
+      posted.wait();
+      sent = turn();
+    }
+    sent.wait();
+    const double p1 = cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (i >= o.warmup) {
+      sends.push_back(send);
+      rest.push_back(std::max(0.0, p1 - p0 - work - send));
+    }
+  }
+  return {median(sends), median(rest)};
+}
+
 /// One size: ping-pong (rank 0 sends, rank 1 echoes) and all-reduce, `warmup` + `repeats` times;
 /// with LinkBenchOptions::busy, exchange_while_computing instead.
 LinkSample measure(detail::Communicator& c, detail::Communicator& reduce, int64_t bytes, const LinkBenchOptions& o,
                    int* tag) {
   if (o.busy) {  // the costs to a busy step only
     const auto [p2p, ar] = exchange_while_computing(c, reduce, bytes, o, tag);
-    return {bytes, p2p, ar, p2p, ar};
+    const auto [send_cpu, recv_cpu] = hand_off(c, bytes, o, tag);
+    return {bytes, p2p, ar, p2p, ar, send_cpu, recv_cpu};
   }
   auto buf = torch::zeros({bytes / 4}, torch::kFloat32);
   std::vector<double> rtt, ar;
@@ -214,12 +274,15 @@ int run_link_worker(const LinkBenchOptions& o) {
     if (rank == 0) {
       if (o.busy)
         std::fprintf(stderr,
-                     "[links] %lld bytes between computing cores: p2p %.3f ms, all-reduce %.3f ms more per round\n",
-                     static_cast<long long>(bytes), s.p2p_s * 1e3, s.allreduce_s * 1e3);
+                     "[links] %lld bytes between computing cores: p2p %.3f ms, all-reduce %.3f ms more per round; "
+                     "handed off, a message's CPU time %.1f us sending + %.1f us more\n",
+                     static_cast<long long>(bytes), s.p2p_s * 1e3, s.allreduce_s * 1e3, s.send_cpu_s * 1e6,
+                     s.recv_cpu_s * 1e6);
       else
         std::fprintf(stderr, "[links] %lld bytes: p2p %.3f ms, all-reduce %.3f ms\n", static_cast<long long>(bytes),
                      s.p2p_s * 1e3, s.allreduce_s * 1e3);
-      out.push_back({s.bytes, s.p2p_s, s.allreduce_s, s.p2p_fastest_s, s.allreduce_fastest_s});
+      out.push_back(
+          {s.bytes, s.p2p_s, s.allreduce_s, s.p2p_fastest_s, s.allreduce_fastest_s, s.send_cpu_s, s.recv_cpu_s});
     }
   }
   double lockstep = o.lockstep_rounds > 0 ? lockstep_factor(*comm, o.lockstep_rounds, &tag) : 0;
@@ -295,8 +358,8 @@ LinkBenchResult run_link_bench(const LinkBenchOptions& o, std::ostream* progress
   Json j = Json::parse(std::string(raw.begin(), raw.end()));
   LinkBenchResult out;
   for (const auto& e : j["sizes"])
-    out.samples.push_back(
-        {e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
+    out.samples.push_back({e[0].get<int64_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(),
+                           e[4].get<double>(), e[5].get<double>(), e[6].get<double>()});
   GP_ASSERT(out.samples.size() == o.sizes_bytes.size(), "link bench returned {} of {} sizes", out.samples.size(),
             o.sizes_bytes.size());
   out.lockstep_factor = j["lockstep"].get<double>();

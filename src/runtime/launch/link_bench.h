@@ -17,7 +17,9 @@ struct LinkBenchOptions {
   /// Instead of ping-pong and all-reduce: what a message and an all-reduce cost a step in which both
   /// ranks compute (their threads wait for a core): rounds of ~2 ms of GEMMs on both ranks, in turn
   /// without communicating, with a message each way, and followed by an all-reduce; p2p_s and
-  /// allreduce_s are the mean extra times of a round with them.
+  /// allreduce_s are the mean extra times of a round with them. Then hand-off rounds, as two pipeline
+  /// stages pass a micro-batch: one rank computes and sends while the other waits in its receive,
+  /// then the other way round; send_cpu_s and recv_cpu_s are what the messages cost in CPU time.
   bool busy = false;
 };
 
@@ -29,6 +31,11 @@ struct LinkSample {
   double allreduce_s = 0;
   double p2p_fastest_s = 0;        // the fastest repeats: the fallback when the medians do not grow
   double allreduce_fastest_s = 0;  // with the size (a burst of other jobs at the small sizes)
+  // LinkBenchOptions::busy only, from the hand-off rounds (0 otherwise): the CPU time a message costs
+  // its sender's thread in send() (packing included), and the rest of the CPU time the process spent
+  // on sending and receiving it (Gloo's threads, the wait): medians over the rounds.
+  double send_cpu_s = 0;
+  double recv_cpu_s = 0;
 };
 
 struct LinkBenchResult {

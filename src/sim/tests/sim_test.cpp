@@ -118,6 +118,32 @@ TEST(Simulate, TransfersTakeLinkTime) {
   EXPECT_DOUBLE_EQ(r.iteration_time_s, 7);
 }
 
+TEST(Simulate, MessagesHoldTheCoresAtBothEnds) {
+  // As TransfersTakeLinkTime, and each message holds its sender 0.25 s (posting it) and its receiver
+  // 0.125 s (taking it): s0 F0[0,1], posts act 0 [1,1.25] (on the link [1,1.5]), F1[1.25,2.25],
+  // posts act 1 [2.25,2.5] (link [2.25,2.75]); s1 takes act 0 by 1.625, F0 B0 to 3.625, posts grad 0
+  // [3.625,3.875] (link to 4.125), takes act 1 [3.875,4], F1 B1 to 6, posts grad 1 [6,6.25] (link
+  // to 6.5); s0 takes grad 0 by 4.25, B0 to 5.25, takes grad 1 [6.5,6.625], B1 to 7.625.
+  plan::Plan p = make_chain(2, 2, 1);
+  SimCosts c = uniform_costs(p, 1, 1);
+  c.stages[0].out_bytes_per_sample = {1};
+  c.cluster.intra.bandwidth_Bps = 2;
+  c.cluster.intra.send_cpu_s = 0.25;
+  c.cluster.intra.recv_cpu_s = 0.125;
+  SimResult r = simulate(p, build_schedule(p), c);
+  EXPECT_EQ(compute_slices(r, 0), "F0[0,1] F1[1.25,2.25] B0[4.25,5.25] B1[6.625,7.625] opt[7.625,7.625]");
+  EXPECT_EQ(compute_slices(r, 1), "F0[1.625,2.625] B0[2.625,3.625] F1[4,5] B1[5,6] opt[6.25,6.25]");
+  EXPECT_EQ(send_slices(r, 0), "send_act ->s1 [0,1)[1,1.5] send_act ->s1 [1,2)[2.25,2.75]");
+  EXPECT_DOUBLE_EQ(r.iteration_time_s, 7.625);
+  // The holds are the devices' own work: s0 computes 4 s, posts 0.5 s and takes 0.25 s of 7.625.
+  EXPECT_DOUBLE_EQ(r.busy_s[0], 4.75);
+  // Per byte as well: 1 more second per message at each end, of 1 byte each.
+  c.cluster.intra = {2, 0};
+  c.cluster.intra.send_cpu_s_per_byte = 0.25;
+  c.cluster.intra.recv_cpu_s_per_byte = 0.125;
+  EXPECT_DOUBLE_EQ(simulate(p, build_schedule(p), c).iteration_time_s, 7.625);
+}
+
 TEST(Simulate, NodeInterfaceContention) {
   // Two independent 2-stage chains, sources on node 0 (devices 0, 1), sinks on node 1
   // (devices 2, 3). Inter-node links carry 1 B/s, a transfer is 1 byte. With a node interface
