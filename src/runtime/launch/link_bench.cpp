@@ -102,19 +102,28 @@ double cpu_clock_s(clockid_t clock) {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-/// LinkBenchOptions::busy, after exchange_while_computing: rounds in which rank 0 computes ~1 ms and
-/// sends a message of `bytes` while rank 1 waits in its receive (posted ahead), then rank 1 computes
-/// and sends it back while rank 0 waits: two pipeline stages handing a micro-batch to each other. The
-/// message is packed as StageRunner packs one (a new buffer, a copy) before send(). Per round each
-/// rank sends one message and receives one; returns the medians over the rounds of the CPU time of
-/// the sender's thread from the packing to send()'s return, and of the rest of the process's CPU
-/// time in the round beyond its computing (receiving, Gloo's threads writing and reading, waking).
-/// On a 2-core VM (issue 35) a 2-stage pipeline's send of 1 KB held its thread 0.11 ms where
-/// exchange_while_computing's send() returned after 0.008 ms: a receiver asleep costs its sender the
-/// wake-up.
+/// LinkBenchOptions::busy, after exchange_while_computing: rounds in which rank 0 runs a small training
+/// step (forward and backward of 16 residual blocks, ~1 ms) and sends a message of `bytes` while rank 1
+/// waits in its receive (posted ahead), then rank 1 does the same while rank 0 waits: two pipeline
+/// stages handing a micro-batch to each other. The message is packed as StageRunner packs one (a new
+/// buffer, a copy) before send(). Per round each rank sends one message and receives one; returns the
+/// medians over the rounds of the CPU time of the sender's thread from the packing to send()'s
+/// return, and of the rest of the process's CPU time in the round beyond its computing (receiving,
+/// Gloo's threads writing and reading, waking). Between real steps, whose code and data push the
+/// send path out of the caches, a message costs about three times what it costs between GEMM loops
+/// (2-core VM, issue 35: 1 KB, 90 us sending + 115 us more against 31 + 54; a 2-stage pipeline's
+/// send_grad of 1 KB held its thread 85-105 us).
 std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
   auto out = torch::zeros({bytes / 4}, torch::kFloat32);
-  auto a = torch::randn({128, 256}), b = torch::randn({256, 256}), prod = torch::empty({128, 256});
+  // A small training step: 16 residual blocks (linear, gelu, layer norm) forward and backward.
+  std::vector<torch::Tensor> weights;
+  for (int k = 0; k < 16; ++k) weights.push_back(torch::randn({64, 64}).mul_(0.1).requires_grad_());
+  auto x = torch::randn({32, 64});
+  auto step = [&] {
+    torch::Tensor h = x;
+    for (const torch::Tensor& w : weights) h = torch::layer_norm(h + torch::gelu(torch::mm(h, w)), {64});
+    h.sum().backward();
+  };
   const int peer = 1 - c.rank();
   std::vector<double> sends, rest;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
@@ -126,7 +135,7 @@ std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const
     double work = 0, send = 0;
     auto turn = [&] {
       const double c0 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
-      for (int k = 0; k < 6; ++k) torch::mm_out(prod, a, b);
+      step();
       const double c1 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
       torch::Tensor packed = torch::empty_like(out);
       packed.copy_(out);
