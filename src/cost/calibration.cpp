@@ -60,6 +60,19 @@ CalibrationSource& source() {
 
 }  // namespace
 
+Json message_cpu_to_json(const MessageCpu& m) {
+  return {{"send_s", m.send_s},
+          {"send_s_per_byte", m.send_s_per_byte},
+          {"recv_s", m.recv_s},
+          {"recv_s_per_byte", m.recv_s_per_byte}};
+}
+
+MessageCpu message_cpu_from_json(const JsonAt& j) {
+  j.expect_object();
+  return {non_negative(j.at("send_s")), non_negative(j.at("send_s_per_byte")), non_negative(j.at("recv_s")),
+          non_negative(j.at("recv_s_per_byte"))};
+}
+
 Json kind_overheads_to_json(const std::map<ir::OpKind, double>& m) {
   Json j = Json::object();
   for (const auto& [k, v] : m) j[ir::to_string(k)] = v;
@@ -152,12 +165,8 @@ Json calibration_to_json(const CpuCalibration& c) {
   if (!c.kind_in_sequence.empty()) j["kind_in_sequence"] = kind_pace_to_json(c.kind_in_sequence);
   if (c.busy_link_latency_s > 0)
     j["busy_link"] = {{"latency_s", c.busy_link_latency_s}, {"allreduce_latency_s", c.busy_allreduce_latency_s}};
-  if (c.busy_link_latency_s > 0 && (c.busy_send_cpu_s > 0 || c.busy_send_cpu_s_per_byte > 0 || c.busy_recv_cpu_s > 0 ||
-                                    c.busy_recv_cpu_s_per_byte > 0))
-    j["busy_link"]["cpu"] = {{"send_s", c.busy_send_cpu_s},
-                             {"send_s_per_byte", c.busy_send_cpu_s_per_byte},
-                             {"recv_s", c.busy_recv_cpu_s},
-                             {"recv_s_per_byte", c.busy_recv_cpu_s_per_byte}};
+  if (c.busy_link_latency_s > 0 && c.busy_message_cpu.any())
+    j["busy_link"]["cpu"] = message_cpu_to_json(c.busy_message_cpu);
   return j;
 }
 
@@ -208,14 +217,7 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     busy.expect_object();
     c.busy_link_latency_s = non_negative(busy.at("latency_s"));
     c.busy_allreduce_latency_s = non_negative(busy.at("allreduce_latency_s"));
-    if (busy.has("cpu")) {
-      JsonAt cpu = busy.at("cpu");
-      cpu.expect_object();
-      c.busy_send_cpu_s = non_negative(cpu.at("send_s"));
-      c.busy_send_cpu_s_per_byte = non_negative(cpu.at("send_s_per_byte"));
-      c.busy_recv_cpu_s = non_negative(cpu.at("recv_s"));
-      c.busy_recv_cpu_s_per_byte = non_negative(cpu.at("recv_s_per_byte"));
-    }
+    if (busy.has("cpu")) c.busy_message_cpu = message_cpu_from_json(busy.at("cpu"));
   }
   if (j.has("in_sequence")) {
     JsonAt q = j.at("in_sequence");

@@ -44,10 +44,9 @@ struct CpuCalibration {
   // computed. 0: not measured.
   double busy_link_latency_s = 0;
   double busy_allreduce_latency_s = 0;
-  // On the same busy link, a message's CPU time (LinkSpec::send_cpu_s and the rest), per message and
-  // per byte, from hand-off rounds (runtime::LinkBenchOptions::busy); 0: not measured (before method 9).
-  double busy_send_cpu_s = 0, busy_send_cpu_s_per_byte = 0;
-  double busy_recv_cpu_s = 0, busy_recv_cpu_s_per_byte = 0;
+  // On the same busy link, a message's CPU time at both ends, from hand-off rounds
+  // (runtime::LinkBenchOptions::busy); 0: not measured (before method 9).
+  MessageCpu busy_message_cpu;
   double lockstep = 1;  // two cores computing in lockstep: the slower's pace / one core's
   // Ops run one after another, as in a training step (runtime::time_model), cost more than each timed
   // alone: a fixed time per call (the autograd graph and the runtime's bookkeeping across many ops)
@@ -104,6 +103,11 @@ void set_calibration_source(CalibrationSource source);
 const std::optional<CpuCalibration>& active_calibration();
 /// $GRAPHPIPE_CALIBRATION ("" when unset).
 std::string calibration_env();
+
+/// MessageCpu as JSON: {"send_s", "send_s_per_byte", "recv_s", "recv_s_per_byte"}; read back with
+/// every field a non-negative number (UserError naming the file, field and value).
+Json message_cpu_to_json(const MessageCpu& m);
+MessageCpu message_cpu_from_json(const JsonAt& j);
 
 /// DeviceSpec::kind_overhead_s as JSON: {"gelu": seconds, ...}; read back with every value a
 /// non-negative number and every key an op kind (UserError naming the file, field and value).

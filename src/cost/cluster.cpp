@@ -163,12 +163,7 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     const bool busy = workers >= cores && k->busy_link_latency_s > 0;
     const LinkSpec idle{k->link_bandwidth_Bps * share, k->link_latency_s / share};
     c.intra = busy ? LinkSpec{idle.bandwidth_Bps, k->busy_link_latency_s / share} : idle;
-    if (busy) {  // and a message's CPU time at both ends, on the workers' own cores
-      c.intra.send_cpu_s = k->busy_send_cpu_s / share;
-      c.intra.send_cpu_s_per_byte = k->busy_send_cpu_s_per_byte / share;
-      c.intra.recv_cpu_s = k->busy_recv_cpu_s / share;
-      c.intra.recv_cpu_s_per_byte = k->busy_recv_cpu_s_per_byte / share;
-    }
+    if (busy) c.intra.cpu = k->busy_message_cpu.scaled(1 / share);  // on the workers' own cores
     // The all-reduce at the end of a data-parallel step, measured right after both workers computed
     // (its latency per ring step), at the bandwidth the all-reduce itself reached between idle
     // processes (it reduces and copies as well as sends: 2.0 GB/s where a message reached 4.5); the
@@ -209,24 +204,13 @@ int positive_int(const JsonAt& j) {
 LinkSpec link_from_json(const JsonAt& j) {
   j.expect_object();
   LinkSpec l{positive(j.at("bandwidth_Bps")), non_negative(j.at("latency_s"))};
-  if (j.has("cpu")) {  // optional: 0 where absent
-    JsonAt c = j.at("cpu");
-    c.expect_object();
-    l.send_cpu_s = non_negative(c.at("send_s"));
-    l.send_cpu_s_per_byte = non_negative(c.at("send_s_per_byte"));
-    l.recv_cpu_s = non_negative(c.at("recv_s"));
-    l.recv_cpu_s_per_byte = non_negative(c.at("recv_s_per_byte"));
-  }
+  if (j.has("cpu")) l.cpu = message_cpu_from_json(j.at("cpu"));  // optional: 0 where absent
   return l;
 }
 
 Json link_to_json(const LinkSpec& l) {
   Json j = {{"bandwidth_Bps", l.bandwidth_Bps}, {"latency_s", l.latency_s}};
-  if (l.send_cpu_s > 0 || l.send_cpu_s_per_byte > 0 || l.recv_cpu_s > 0 || l.recv_cpu_s_per_byte > 0)
-    j["cpu"] = {{"send_s", l.send_cpu_s},
-                {"send_s_per_byte", l.send_cpu_s_per_byte},
-                {"recv_s", l.recv_cpu_s},
-                {"recv_s_per_byte", l.recv_cpu_s_per_byte}};
+  if (l.cpu.any()) j["cpu"] = message_cpu_to_json(l.cpu);
   return j;
 }
 

@@ -78,17 +78,24 @@ struct DeviceSpec {
   std::map<ir::OpKind, std::vector<PacePoint>> kind_in_sequence;
 };
 
+/// What a message costs the cores at its two ends, beyond its time on the link (0: nothing; the
+/// calibrated cpu preset with a worker on every core, where Gloo's socket calls and threads share the
+/// workers' cores): the sender's compute is held while it packs and posts the message, the
+/// receiver's when it takes it (its threads read and wake). Per message plus per byte.
+struct MessageCpu {
+  double send_s = 0, send_s_per_byte = 0;
+  double recv_s = 0, recv_s_per_byte = 0;
+  double send(double bytes) const { return send_s + bytes * send_s_per_byte; }
+  double recv(double bytes) const { return recv_s + bytes * recv_s_per_byte; }
+  bool any() const { return send_s > 0 || send_s_per_byte > 0 || recv_s > 0 || recv_s_per_byte > 0; }
+  MessageCpu scaled(double f) const { return {send_s * f, send_s_per_byte * f, recv_s * f, recv_s_per_byte * f}; }
+  bool operator==(const MessageCpu&) const = default;
+};
+
 struct LinkSpec {
   double bandwidth_Bps = 0;
   double latency_s = 0;
-  /// What a message costs the cores at its two ends, beyond its time on the link (0: nothing; the
-  /// calibrated cpu preset with a worker on every core, where Gloo's socket calls and threads share
-  /// the workers' cores): the sender's compute is held while it packs and posts the message, the
-  /// receiver's when it takes it (its threads read and wake). Per message plus per byte.
-  double send_cpu_s = 0, send_cpu_s_per_byte = 0;
-  double recv_cpu_s = 0, recv_cpu_s_per_byte = 0;
-  double send_cpu(double bytes) const { return send_cpu_s + bytes * send_cpu_s_per_byte; }
-  double recv_cpu(double bytes) const { return recv_cpu_s + bytes * recv_cpu_s_per_byte; }
+  MessageCpu cpu;
 };
 
 /// nodes x devices_per_node identical devices. Device d lives on node d / devices_per_node.

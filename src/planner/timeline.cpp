@@ -24,7 +24,7 @@ struct Edge {
   int u = 0, v = 0;
   int seg = 1;
   double seg_s = 0;
-  double send_cpu_s = 0, recv_cpu_s = 0;  // a segment's CPU time at each end (LinkSpec::send_cpu)
+  double send_cpu_s = 0, recv_cpu_s = 0;  // a segment's CPU time at each end (cost::MessageCpu)
 };
 
 struct StageState {
@@ -95,8 +95,8 @@ class Recurrence {
     e.seg_s = cm.p2p_time(a, b, bytes);
     const cost::Cluster& cl = cm.cluster();
     const cost::LinkSpec& link = cl.same_node(a, b) ? cl.intra : cl.inter;
-    e.send_cpu_s = link.send_cpu(bytes);
-    e.recv_cpu_s = link.recv_cpu(bytes);
+    e.send_cpu_s = link.cpu.send(bytes);
+    e.recv_cpu_s = link.cpu.recv(bytes);
     const int id = static_cast<int>(edges_.size());
     edges_.push_back(e);
     st_[u].out_edges.push_back(id);

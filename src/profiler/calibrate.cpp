@@ -713,16 +713,13 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     k.busy_link_latency_s = std::max(k.link_latency_s, wait / n);
     k.busy_allreduce_latency_s = ring / n;
     const std::array<double, 3> send_fit = nnls3(send_rows), recv_fit = nnls3(recv_rows);
-    k.busy_send_cpu_s = send_fit[0];
-    k.busy_send_cpu_s_per_byte = send_fit[1];
-    k.busy_recv_cpu_s = recv_fit[0];
-    k.busy_recv_cpu_s_per_byte = recv_fit[1];
+    k.busy_message_cpu = {send_fit[0], send_fit[1], recv_fit[0], recv_fit[1]};
     say(progress, fmt::format("the link while every core computes: {:.1f} us per message (idle: {:.1f} us); "
                               "an all-reduce after computing: {:.1f} us per ring step; a message's CPU time "
                               "{:.1f} us + {:.3f} ns/B sending, {:.1f} us + {:.3f} ns/B receiving",
                               k.busy_link_latency_s * 1e6, k.link_latency_s * 1e6, k.busy_allreduce_latency_s * 1e6,
-                              k.busy_send_cpu_s * 1e6, k.busy_send_cpu_s_per_byte * 1e9, k.busy_recv_cpu_s * 1e6,
-                              k.busy_recv_cpu_s_per_byte * 1e9));
+                              k.busy_message_cpu.send_s * 1e6, k.busy_message_cpu.send_s_per_byte * 1e9,
+                              k.busy_message_cpu.recv_s * 1e6, k.busy_message_cpu.recv_s_per_byte * 1e9));
   }
   while (static_cast<int>(passes.size()) < o.passes) pass();
   const OpPass m = median_pass(passes);

@@ -50,7 +50,7 @@ struct CalibrationResult {
 /// (fit_kind_pace, DeviceSpec::kind_pace).
 /// 8: each kind's own extra time per call in sequence (kind_in_sequence) from chains of 8 ops of it,
 /// before the reference chains' fit.
-/// 9: a message's CPU time at both ends on the busy link (hand-off rounds; LinkSpec::send_cpu_s).
+/// 9: a message's CPU time at both ends on the busy link (hand-off rounds; cost::MessageCpu).
 inline constexpr int kCalibrationMethod = 9;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.

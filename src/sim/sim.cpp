@@ -138,7 +138,7 @@ class Engine {
     const StageTimes& t = c_.stages[d.stage];
     while (d.pc < acts.size()) {
       const Action& a = acts[d.pc];
-      double dur = -1;
+      double dur = -1, from = now;  // the device works [from, now + dur)
       switch (a.kind) {
         case ActionKind::forward: dur = t.fwd_s; break;
         case ActionKind::backward: dur = t.bwd_s; break;
@@ -147,7 +147,7 @@ class Engine {
         case ActionKind::optimizer_step: dur = t.optimizer_s; break;
         case ActionKind::send_act:
         case ActionKind::send_grad:
-          // Packing and posting the messages holds the device (LinkSpec::send_cpu_s; 0 elsewhere).
+          // Packing and posting the messages holds the device (LinkSpec::cpu; 0 elsewhere).
           if (double hold = send(d, a, now); hold > 0) dur = hold;
           break;
         case ActionKind::recv_act:
@@ -155,13 +155,9 @@ class Engine {
           const double wait_since = d.wait_since < 0 ? now : d.wait_since;
           double take = 0;
           if (!received(d, a, now, &take)) return;
-          if (take > 0) {  // taking the messages holds it too (LinkSpec::recv_cpu_s): one event, wait and all
-            record(d, 0, wait_since, now + take);
-            d.busy += take;
-            d.busy_until = now + take;
-            ++d.pc;
-            push(d.busy_until, i);
-            return;
+          if (take > 0) {  // taking the messages holds it too: one slice, wait and all
+            dur = take;
+            from = wait_since;
           }
           break;
         }
@@ -170,7 +166,7 @@ class Engine {
           return;  // all replicas resume when the all-reduce ends
       }
       if (dur >= 0) {
-        record(d, 0, now, now + dur);
+        record(d, 0, from, now + dur);
         d.busy += dur;
         d.busy_until = now + dur;
         ++d.pc;
@@ -245,7 +241,7 @@ class Engine {
     double first = -1, last = now, hold = 0;
     for (auto [r, n] : partners(d, a)) {
       int to = p_.stages[a.peer].devices[r];
-      hold += link(d.device, to).send_cpu(n * bps);
+      hold += link(d.device, to).cpu.send(n * bps);
       auto [start, end] = transfer(d.device, to, n * bps, now);
       if (first < 0) first = start;
       last = std::max(last, end);
@@ -272,7 +268,7 @@ class Engine {
     if (got < expected || ready > now) return false;
     const double bps = grad ? bytes_per_sample(d.stage, a.peer) : bytes_per_sample(a.peer, d.stage);
     *take = 0;
-    for (auto [r, n] : from) *take += link(p_.stages[a.peer].devices[r], d.device).recv_cpu(n * bps);
+    for (auto [r, n] : from) *take += link(p_.stages[a.peer].devices[r], d.device).cpu.recv(n * bps);
     if (*take <= 0) record(d, 0, d.wait_since, now);
     d.wait_since = -1;
     if (it != mail_.end()) mail_.erase(it);

@@ -314,14 +314,11 @@ TEST(Calibration, OptimizerRateAndTheBusyLink) {
 TEST(Calibration, MessagesCostCpuTimeOnTheBusyLink) {
   CpuCalibration k = made_up();
   k.busy_link_latency_s = 2e-3;
-  k.busy_send_cpu_s = 30e-6;
-  k.busy_send_cpu_s_per_byte = 0.1e-9;
-  k.busy_recv_cpu_s = 60e-6;
-  k.busy_recv_cpu_s_per_byte = 0.3e-9;
+  k.busy_message_cpu = {30e-6, 0.1e-9, 60e-6, 0.3e-9};
   EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
   Json old = calibration_to_json(k);
   old["busy_link"].erase("cpu");
-  EXPECT_EQ(calibration_from_json(old, "k.json").busy_recv_cpu_s, 0);
+  EXPECT_EQ(calibration_from_json(old, "k.json").busy_message_cpu, MessageCpu{});
   Json bad = calibration_to_json(k);
   bad["busy_link"]["cpu"]["recv_s"] = -1;
   EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
@@ -329,14 +326,14 @@ TEST(Calibration, MessagesCostCpuTimeOnTheBusyLink) {
 
   const int n = cores();
   const Cluster all = cpu_preset(n, &k);
-  EXPECT_DOUBLE_EQ(all.intra.send_cpu(1000), 30e-6 + 1000 * 0.1e-9);
-  EXPECT_DOUBLE_EQ(all.intra.recv_cpu(1000), 60e-6 + 1000 * 0.3e-9);
-  EXPECT_DOUBLE_EQ(cpu_preset(2 * n, &k).intra.recv_cpu_s, 120e-6);
+  EXPECT_DOUBLE_EQ(all.intra.cpu.send(1000), 30e-6 + 1000 * 0.1e-9);
+  EXPECT_DOUBLE_EQ(all.intra.cpu.recv(1000), 60e-6 + 1000 * 0.3e-9);
+  EXPECT_DOUBLE_EQ(cpu_preset(2 * n, &k).intra.cpu.recv_s, 120e-6);
   if (n >= 2) {
-    EXPECT_EQ(cpu_preset(1, &k).intra.send_cpu(1000), 0);
+    EXPECT_EQ(cpu_preset(1, &k).intra.cpu.send(1000), 0);
   }
   const Cluster back = cluster_from_json(cluster_to_json(all), "c.json");
-  EXPECT_DOUBLE_EQ(back.intra.send_cpu_s_per_byte, 0.1e-9);
+  EXPECT_DOUBLE_EQ(back.intra.cpu.send_s_per_byte, 0.1e-9);
   EXPECT_EQ(cluster_to_json(back), cluster_to_json(all));
   Json bad_link = cluster_to_json(all);
   bad_link["intra"]["cpu"]["send_s"] = "slow";

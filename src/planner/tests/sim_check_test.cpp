@@ -54,15 +54,15 @@ TEST(SimCheck, PredictedIterationTimeMatchesTheSimulator) {
   }
 }
 
-// With messages that hold the cores at both ends (LinkSpec::send_cpu_s and recv_cpu_s: the calibrated
+// With messages that hold the cores at both ends (LinkSpec::cpu: the calibrated
 // cpu preset with a worker on every core), the estimate charges them as the simulator does.
 TEST(SimCheck, MessageCpuTimesAgreeWithTheSimulator) {
   ir::Graph g = importers::load_graph("mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128");
   cost::Cluster cl = cost::load_cluster("cpu", 2);  // the fixed figures here (no calibration)
-  cl.intra.send_cpu_s = 50e-6;
-  cl.intra.send_cpu_s_per_byte = 0.1e-9;
-  cl.intra.recv_cpu_s = 80e-6;
-  cl.intra.recv_cpu_s_per_byte = 0.3e-9;
+  cl.intra.cpu.send_s = 50e-6;
+  cl.intra.cpu.send_s_per_byte = 0.1e-9;
+  cl.intra.cpu.recv_s = 80e-6;
+  cl.intra.cpu.recv_s_per_byte = 0.3e-9;
   cost::CostModel cm(g, cl), free_cm(g, cost::load_cluster("cpu", 2));
   for (std::string name : {"graphpipe", "pipedream"}) {
     PlannerOptions o;

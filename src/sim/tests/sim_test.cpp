@@ -128,8 +128,8 @@ TEST(Simulate, MessagesHoldTheCoresAtBothEnds) {
   SimCosts c = uniform_costs(p, 1, 1);
   c.stages[0].out_bytes_per_sample = {1};
   c.cluster.intra.bandwidth_Bps = 2;
-  c.cluster.intra.send_cpu_s = 0.25;
-  c.cluster.intra.recv_cpu_s = 0.125;
+  c.cluster.intra.cpu.send_s = 0.25;
+  c.cluster.intra.cpu.recv_s = 0.125;
   SimResult r = simulate(p, build_schedule(p), c);
   EXPECT_EQ(compute_slices(r, 0), "F0[0,1] F1[1.25,2.25] B0[4.25,5.25] B1[6.625,7.625] opt[7.625,7.625]");
   EXPECT_EQ(compute_slices(r, 1), "F0[1.625,2.625] B0[2.625,3.625] F1[4,5] B1[5,6] opt[6.25,6.25]");
@@ -139,8 +139,8 @@ TEST(Simulate, MessagesHoldTheCoresAtBothEnds) {
   EXPECT_DOUBLE_EQ(r.busy_s[0], 4.75);
   // Per byte as well: 1 more second per message at each end, of 1 byte each.
   c.cluster.intra = {2, 0};
-  c.cluster.intra.send_cpu_s_per_byte = 0.25;
-  c.cluster.intra.recv_cpu_s_per_byte = 0.125;
+  c.cluster.intra.cpu.send_s_per_byte = 0.25;
+  c.cluster.intra.cpu.recv_s_per_byte = 0.125;
   EXPECT_DOUBLE_EQ(simulate(p, build_schedule(p), c).iteration_time_s, 7.625);
 }
 
