@@ -94,6 +94,10 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
         "(plans with a worker on every core)\n",
         k.busy_link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, k.busy_allreduce_latency_s * 1e6,
         k.reduce_bandwidth_Bps() / 1e9);
+  if (k.busy_message_cpu.any())
+    std::printf("  a message's CPU time there: %.1f us + %.3f ns/B sending, %.1f us + %.3f ns/B receiving\n",
+                k.busy_message_cpu.send_s * 1e6, k.busy_message_cpu.send_s_per_byte * 1e9,
+                k.busy_message_cpu.recv_s * 1e6, k.busy_message_cpu.recv_s_per_byte * 1e9);
   if (!r.points.empty()) {
     std::printf("  %-36s %12s %12s %8s\n", "op (forward + backward)", "measured ms", "model ms", "ratio");
     for (const auto& p : r.points)
