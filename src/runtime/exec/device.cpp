@@ -62,6 +62,12 @@ void synchronize(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
 }
 
+double cpu_time_s(bool process) {
+  timespec ts{};
+  ::clock_gettime(process ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct SpanTimer::Impl {
   torch::Device device;
   bool cpu_clock;
@@ -71,9 +77,7 @@ struct SpanTimer::Impl {
 #endif
   double host_now() const {
     if (!cpu_clock) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    timespec ts{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    return cpu_time_s();
   }
 };
 

@@ -22,6 +22,9 @@ void make_current(const torch::Device& d);
 /// Waits until the work queued on `d` is done (a no-op on the CPU): for host timing of CUDA work.
 void synchronize(const torch::Device& d);
 
+/// CPU time in seconds: the calling thread's, or the whole process's (every thread) when `process`.
+double cpu_time_s(bool process = false);
+
 /// Times spans of the work queued on a device. On a GPU (a CUDA build): CUDA events recorded on the
 /// current stream, so a span is the stream's own time between the two points, without the host's
 /// synchronization around it. Elsewhere: the host clock (`cpu_clock`: the calling thread's CPU time,

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -22,6 +21,7 @@
 #include "runtime/base/cpu_affinity.h"
 #include "runtime/comm/comm.h"
 #include "runtime/launch/launcher.h"
+#include "runtime/exec/device.h"
 #include "runtime/exec/op_timing.h"
 #include "support/error.h"
 #include "support/json.h"
@@ -96,12 +96,6 @@ std::pair<double, double> exchange_while_computing(detail::Communicator& c, deta
   return {std::max(0.0, mean(with) - mean(without)), std::max(0.0, mean(reduced) - mean(without))};
 }
 
-double cpu_clock_s(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 /// LinkBenchOptions::busy, after exchange_while_computing: rounds in which rank 0 runs a small training
 /// step (forward and backward of 16 residual blocks, ~1 ms) and sends a message of `bytes` while rank 1
 /// waits in its receive (posted ahead), then rank 1 does the same while rank 0 waits: two pipeline
@@ -131,16 +125,16 @@ std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const
     c.all_reduce(sync, detail::Reduce::sum).wait();
     const int t = (*tag)++;
     detail::PostedRecv posted = c.post_recv(out.sizes(), out.options(), peer, t);
-    const double p0 = cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    const double p0 = detail::cpu_time_s(/*process=*/true);
     double work = 0, send = 0;
     auto turn = [&] {
-      const double c0 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      const double c0 = detail::cpu_time_s();
       step();
-      const double c1 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      const double c1 = detail::cpu_time_s();
       torch::Tensor packed = torch::empty_like(out);
       packed.copy_(out);
       detail::Pending sent = c.send(packed, peer, t);
-      const double c2 = cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+      const double c2 = detail::cpu_time_s();
       work += c1 - c0;
       send += c2 - c1;
       return sent;
@@ -154,7 +148,7 @@ std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const
       sent = turn();
     }
     sent.wait();
-    const double p1 = cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    const double p1 = detail::cpu_time_s(/*process=*/true);
     if (i >= o.warmup) {
       sends.push_back(send);
       rest.push_back(std::max(0.0, p1 - p0 - work - send));
