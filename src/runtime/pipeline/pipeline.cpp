@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -185,7 +186,8 @@ detail::CommOptions comm_options(const TrainOptions& opt) {
 
 Json events_to_json(const std::vector<MeasuredEvent>& evs) {
   Json out = Json::array();
-  for (const auto& e : evs) out.push_back({e.step, e.action, e.track, e.name, e.category, e.start_s, e.end_s});
+  for (const auto& e : evs)
+    out.push_back({e.step, e.action, e.track, e.name, e.category, e.start_s, e.end_s, e.thread_cpu_s, e.process_cpu_s});
   return out;
 }
 
@@ -193,7 +195,8 @@ std::vector<MeasuredEvent> events_from_json(const Json& j) {
   std::vector<MeasuredEvent> out;
   for (const auto& e : j)
     out.push_back({e[0].get<int64_t>(), e[1].get<int>(), e[2].get<int>(), e[3].get<std::string>(),
-                   e[4].get<std::string>(), e[5].get<double>(), e[6].get<double>()});
+                   e[4].get<std::string>(), e[5].get<double>(), e[6].get<double>(), e[7].get<double>(),
+                   e[8].get<double>()});
   return out;
 }
 
@@ -296,6 +299,7 @@ void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step,
   for (size_t i = 0; i < acts.size(); ++i) {
     if (io.on_action) io.on_action(step, static_cast<int>(i), acts[i]);
     double t0 = now_s();
+    double thread0 = trace ? detail::cpu_time_s() : 0, process0 = trace ? detail::cpu_time_s(true) : 0;
     meter.begin_action();
     runner.run(acts[i]);
     double peak = meter.end_action(step, now_s(), trace);
@@ -306,7 +310,8 @@ void run_step_actions(const TrainOptions& opt, const WorkerIo& io, int64_t step,
       bool is_send = acts[i].kind == ActionKind::send_act || acts[i].kind == ActionKind::send_grad;
       events.push_back({step, static_cast<int>(i), is_send ? schedule::kSendTrack : schedule::kComputeTrack,
                         fmt::format("s{} {}", runner.stage(), schedule::to_string(acts[i])),
-                        schedule::trace_category(acts[i].kind), t0, now_s()});
+                        schedule::trace_category(acts[i].kind), t0, now_s(), detail::cpu_time_s() - thread0,
+                        detail::cpu_time_s(true) - process0});
     }
   }
 }
@@ -477,7 +482,11 @@ std::string measured_trace_json(const plan::Plan& p, const std::vector<std::vect
     w.add_device(device, role.stage);
     for (const auto& e : per_rank[r])
       w.add_slice(device, e.track, e.name, e.category, e.start_s - t0, e.end_s - t0,
-                  {{"step", e.step}, {"action", e.action}, {"stage", role.stage}});
+                  {{"step", e.step},
+                   {"action", e.action},
+                   {"stage", role.stage},
+                   {"thread_cpu_us", std::round(e.thread_cpu_s * 1e7) / 10},
+                   {"process_cpu_us", std::round(e.process_cpu_s * 1e7) / 10}});
     if (r < memory.size())  // a counter track: Perfetto draws it as a graph above the device's slices
       for (const auto& m : memory[r])
         w.add_counter(device, "tensor memory (MB)", m.t_s - t0,

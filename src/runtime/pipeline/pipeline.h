@@ -64,6 +64,9 @@ struct MeasuredEvent {
   std::string name;
   std::string category;  // schedule::trace_category of the action
   double start_s = 0, end_s = 0;
+  /// CPU time during the action: the worker's thread (less than end_s - start_s when it waited or
+  /// another thread took its core) and the whole process (every thread: Gloo's, the autograd engine's).
+  double thread_cpu_s = 0, process_cpu_s = 0;
 };
 
 struct WorkerIo {

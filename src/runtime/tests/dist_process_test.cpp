@@ -88,6 +88,19 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(b[i])) << "step " << i;
   Json trace = read_json_file((dir_ / "trace.json").string());
   EXPECT_GT(trace["traceEvents"].size(), 10u);
+  // Every slice carries its thread's and process's CPU time: the thread's within the wall time
+  // (microsecond rounding aside), the process's at least the thread's; a forward computes.
+  int forwards = 0;
+  for (const Json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const double thread = e["args"].at("thread_cpu_us").get<double>();
+    const double process = e["args"].at("process_cpu_us").get<double>();
+    EXPECT_GE(thread, 0) << e.dump();
+    EXPECT_LE(thread, e["dur"].get<double>() + 50) << e.dump();
+    EXPECT_GE(process, thread - 1) << e.dump();
+    if (e.value("cat", "") == "forward") forwards += thread > 0;
+  }
+  EXPECT_GT(forwards, 0);
   EXPECT_EQ(leftover_processes(), 0);
 }
 
