@@ -86,6 +86,9 @@ void print(const profiler::CalibrationResult& r, const std::string& path) {
     std::printf("  each kind in sequence, us per call forward/backward at %.0f K floats: %s\n",
                 k.kind_in_sequence.begin()->second.back().elems / 1024, kinds.c_str());
   }
+  if (k.pass_fwd_s > 0 || k.pass_bwd_s > 0)
+    std::printf("  a stage's passes beyond their ops (per micro-batch): %.1f us forward, %.1f us backward\n",
+                k.pass_fwd_s * 1e6, k.pass_bwd_s * 1e6);
   std::printf("  loopback link: %.1f us + %.2f GB/s; two cores in lockstep: %.3f of one core's pace\n",
               k.link_latency_s * 1e6, k.link_bandwidth_Bps / 1e9, 1 / k.lockstep);
   if (k.busy_link_latency_s > 0)

@@ -160,6 +160,7 @@ Json calibration_to_json(const CpuCalibration& c) {
   j["in_sequence"] = {{"overhead_s", c.sequence_overhead_s}, {"s_per_weight_byte", c.sequence_s_per_weight_byte}};
   if (c.sequence_s_per_activation_byte > 0)
     j["in_sequence"]["s_per_activation_byte"] = c.sequence_s_per_activation_byte;
+  if (c.pass_fwd_s > 0 || c.pass_bwd_s > 0) j["pass"] = {{"fwd_s", c.pass_fwd_s}, {"bwd_s", c.pass_bwd_s}};
   if (!c.kind_overhead_s.empty()) j["kind_overhead_s"] = kind_overheads_to_json(c.kind_overhead_s);
   if (!c.kind_pace.empty()) j["kind_pace"] = kind_pace_to_json(c.kind_pace);
   if (!c.kind_in_sequence.empty()) j["kind_in_sequence"] = kind_pace_to_json(c.kind_in_sequence);
@@ -225,6 +226,12 @@ CpuCalibration calibration_from_json(const Json& json, const std::string& file) 
     c.sequence_overhead_s = non_negative(q.at("overhead_s"));
     c.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
     if (q.has("s_per_activation_byte")) c.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
+  }
+  if (j.has("pass")) {
+    JsonAt q = j.at("pass");
+    q.expect_object();
+    c.pass_fwd_s = non_negative(q.at("fwd_s"));
+    c.pass_bwd_s = non_negative(q.at("bwd_s"));
   }
   if (j.has("kind_overhead_s")) c.kind_overhead_s = kind_overheads_from_json(j.at("kind_overhead_s"));
   if (j.has("kind_pace")) c.kind_pace = kind_pace_from_json(j.at("kind_pace"));

@@ -55,6 +55,11 @@ struct CpuCalibration {
   double sequence_overhead_s = 0;
   double sequence_s_per_weight_byte = 0;
   double sequence_s_per_activation_byte = 0;
+  // What a stage's forward and backward pass cost the runtime once per micro-batch beyond their ops
+  // (runtime::time_stage_passes: the intercept of a small model's passes over its size; the input
+  // feed, the loss read back, the memory meter, the autograd engine's start, each op kind's first call
+  // in a pass); 0: not measured (before method 10).
+  double pass_fwd_s = 0, pass_bwd_s = 0;
   // Per memory-bound op kind: a call's fixed time beyond kernel_overhead_s (DeviceSpec::kind_overhead_s);
   // empty: not measured (before method 5).
   std::map<ir::OpKind, double> kind_overhead_s;

@@ -151,6 +151,8 @@ Cluster cpu_preset(int devices, const CpuCalibration* k) {
     c.device.sequence_overhead_s = k->sequence_overhead_s / pace;
     c.device.sequence_s_per_weight_byte = k->sequence_s_per_weight_byte / pace;
     c.device.sequence_s_per_activation_byte = k->sequence_s_per_activation_byte / pace;
+    c.device.pass_fwd_s = k->pass_fwd_s / pace;
+    c.device.pass_bwd_s = k->pass_bwd_s / pace;
     for (const auto& [kind, s] : k->kind_overhead_s) c.device.kind_overhead_s[kind] = s / pace;
     for (auto [from, to] :
          {std::pair{&k->kind_pace, &c.device.kind_pace}, std::pair{&k->kind_in_sequence, &c.device.kind_in_sequence}})
@@ -299,6 +301,8 @@ Json cluster_to_json(const Cluster& c) {
     if (c.device.sequence_s_per_activation_byte > 0)
       j["device"]["in_sequence"]["s_per_activation_byte"] = c.device.sequence_s_per_activation_byte;
   }
+  if (c.device.pass_fwd_s > 0 || c.device.pass_bwd_s > 0)
+    j["device"]["pass"] = {{"fwd_s", c.device.pass_fwd_s}, {"bwd_s", c.device.pass_bwd_s}};
   if (!c.device.kind_overhead_s.empty())
     j["device"]["kind_overhead_s"] = kind_overheads_to_json(c.device.kind_overhead_s);
   if (!c.device.kind_pace.empty()) j["device"]["kind_pace"] = kind_pace_to_json(c.device.kind_pace);
@@ -361,6 +365,12 @@ Cluster cluster_from_json(const JsonAt& j) {
     c.device.sequence_s_per_weight_byte = non_negative(q.at("s_per_weight_byte"));
     if (q.has("s_per_activation_byte"))
       c.device.sequence_s_per_activation_byte = non_negative(q.at("s_per_activation_byte"));
+  }
+  if (d.has("pass")) {
+    JsonAt q = d.at("pass");
+    q.expect_object();
+    c.device.pass_fwd_s = non_negative(q.at("fwd_s"));
+    c.device.pass_bwd_s = non_negative(q.at("bwd_s"));
   }
   if (d.has("kind_overhead_s")) c.device.kind_overhead_s = kind_overheads_from_json(d.at("kind_overhead_s"));
   if (d.has("kind_pace")) c.device.kind_pace = kind_pace_from_json(d.at("kind_pace"));

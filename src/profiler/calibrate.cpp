@@ -16,6 +16,7 @@
 #include "profiler/profiler.h"
 #include "runtime/exec/op_timing.h"
 #include "runtime/launch/link_bench.h"
+#include "runtime/launch/pass_bench.h"
 #include "support/error.h"
 
 namespace gp::profiler {
@@ -91,6 +92,22 @@ ir::Graph attention_chain(int ops) {
   b.output(b.op("loss", ir::OpKind::cross_entropy, {y, b.input("label", {}, ir::DType::i64)}));
   return ir::Graph::build(b.build(), "calibration");
 }
+
+/// x [16, 64] -> `blocks` residual blocks (linear 64, gelu, add, layer norm) -> mean over the 16 ->
+/// linear 10 -> cross_entropy: the model whose stage passes step 8 times at 1 and kPassBlocks blocks.
+ir::Graph pass_chain(int blocks) {
+  ir::ModelBuilder b("passes");
+  std::string x = b.input("x", {16, 64});
+  for (int i = 0; i < blocks; ++i) {
+    std::string h = b.unary(fmt::format("g{}", i), ir::OpKind::gelu, b.linear(fmt::format("l{}", i), x, 64));
+    x = b.unary(fmt::format("n{}", i), ir::OpKind::layernorm, b.op(fmt::format("a{}", i), ir::OpKind::add, {x, h}));
+  }
+  std::string y = b.linear("fc", b.op("pool", ir::OpKind::mean, {x}, {{"axis", 1}}), 10);
+  b.output(b.op("loss", ir::OpKind::cross_entropy, {y, b.input("label", {}, ir::DType::i64)}));
+  return ir::Graph::build(b.build(), "calibration");
+}
+constexpr int kPassBlocks = 4;
+constexpr int kPassRounds = 5;
 
 /// `t`, timings of `g` at `batches`, as Timed records of `op`.
 std::vector<Timed> as_timed(const ir::Graph& g, OpId op, const std::vector<int64_t>& batches,
@@ -724,6 +741,31 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
   while (static_cast<int>(passes.size()) < o.passes) pass();
   const OpPass m = median_pass(passes);
   fit_ops(m, k, progress);
+
+  // 8. A stage's passes: what the runtime spends on each forward and backward action beyond its ops
+  // (its input feed, the loss read back, the memory meter, the autograd engine's start, and each
+  // op kind's first call in a pass after the other pass ran). The intercept of a pass's CPU time
+  // over the model's size: pass_chain at 1 and kPassBlocks blocks, trained as a one-stage plan at
+  // micro-batch 2 (runtime::time_stage_passes), kPassRounds rounds in turn, medians. Last: training
+  // in this process installs the runtime's counting allocator, which the op timings above run without.
+  {
+    const ir::Graph one = pass_chain(1), many = pass_chain(kPassBlocks);
+    std::vector<double> f1, b1, fn, bn;
+    for (int r = 0; r < kPassRounds; ++r) {
+      const runtime::PassTiming a = runtime::time_stage_passes(one, 2, 16, 6, 4);
+      const runtime::PassTiming z = runtime::time_stage_passes(many, 2, 16, 6, 4);
+      f1.push_back(a.fwd_s), b1.push_back(a.bwd_s), fn.push_back(z.fwd_s), bn.push_back(z.bwd_s);
+    }
+    const double n = kPassBlocks;
+    auto intercept = [&](double at1, double atn) { return std::max(0.0, (n * at1 - atn) / (n - 1)); };
+    k.pass_fwd_s = intercept(median_of(f1), median_of(fn));
+    k.pass_bwd_s = intercept(median_of(b1), median_of(bn));
+    say(progress, fmt::format("a stage's passes: forward {:.1f} us at 1 block, {:.1f} us at {}; backward {:.1f} "
+                              "and {:.1f} us; fitted {:.1f} us per forward and {:.1f} us per backward beyond "
+                              "their ops",
+                              median_of(f1) * 1e6, median_of(fn) * 1e6, kPassBlocks, median_of(b1) * 1e6,
+                              median_of(bn) * 1e6, k.pass_fwd_s * 1e6, k.pass_bwd_s * 1e6));
+  }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   cost::DeviceSpec d = device_of(k);

@@ -51,7 +51,10 @@ struct CalibrationResult {
 /// 8: each kind's own extra time per call in sequence (kind_in_sequence) from chains of 8 ops of it,
 /// before the reference chains' fit.
 /// 9: a message's CPU time at both ends on the busy link (hand-off rounds; cost::MessageCpu).
-inline constexpr int kCalibrationMethod = 9;
+/// 10: the hand-off rounds as a chain (each step right after a receive, as a stage's), their steps'
+/// CPU time against the same step back to back: what a message costs the computing after it counts;
+/// and a stage's passes, the runtime's fixed time per forward and backward action (pass_fwd_s).
+inline constexpr int kCalibrationMethod = 10;
 
 /// Measures this machine; progress lines ("calibrating: ...") go to `progress` when not null.
 CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progress);

@@ -32,6 +32,9 @@ case "$name" in *", calibrated "*) ;; *) fail "plan records an uncalibrated pres
 [ "$(field "$(ls "$T"/cache/cpu-calibration-*.json)" \
   "all(c['send_s'] + 65536 * c['send_s_per_byte'] > 0 and c['recv_s'] + 65536 * c['recv_s_per_byte'] > 0 for c in [d['busy_link']['cpu']])")" = True ] \
   || fail "the cache records no message CPU time: $(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d.get('busy_link')")"
+# A stage's passes: the runtime's time per forward and backward action beyond the ops (method 10).
+[ "$(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d['pass']['fwd_s'] + d['pass']['bwd_s'] > 0")" = True ] \
+  || fail "the cache records no pass time: $(field "$(ls "$T"/cache/cpu-calibration-*.json)" "d.get('pass')")"
 
 # A cache measured by an older method is measured again, saying so.
 cache=$(ls "$T"/cache/cpu-calibration-*.json)

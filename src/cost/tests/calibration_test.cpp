@@ -343,6 +343,54 @@ TEST(Calibration, MessagesCostCpuTimeOnTheBusyLink) {
   EXPECT_FALSE(cluster_to_json(cpu_preset(n, &none))["intra"].contains("cpu"));
 }
 
+// Calibration method 10: a stage's forward and backward pass cost the runtime a fixed time per
+// micro-batch beyond their ops. The figures survive the cache and a plan's cluster, stretch with
+// workers per core, are absent (0) from a cache or cluster written before them, and stage_cost adds
+// them once per micro-batch to the stage's forward and backward, whatever its ops.
+TEST(Calibration, StagePassesCostAFixedTimePerMicroBatch) {
+  CpuCalibration k = made_up();
+  k.pass_fwd_s = 30e-6;
+  k.pass_bwd_s = 40e-6;
+  EXPECT_EQ(calibration_from_json(calibration_to_json(k), "k.json"), k);
+  Json bad = calibration_to_json(k);
+  bad["pass"]["bwd_s"] = -1;
+  EXPECT_THAT(error_of([&] { calibration_from_json(bad, "k.json"); }),
+              HasSubstr("k.json: pass.bwd_s: must be a non-negative number"));
+  CpuCalibration none = k;
+  none.pass_fwd_s = none.pass_bwd_s = 0;
+  Json old = calibration_to_json(k);
+  old.erase("pass");
+  EXPECT_EQ(calibration_from_json(old, "k.json"), none);
+  EXPECT_FALSE(calibration_to_json(none).contains("pass"));
+
+  const Cluster c = cpu_preset(1, &k);
+  EXPECT_DOUBLE_EQ(c.device.pass_fwd_s, 30e-6);
+  const Cluster back = cluster_from_json(cluster_to_json(c), "c.json");
+  EXPECT_DOUBLE_EQ(back.device.pass_bwd_s, 40e-6);
+  EXPECT_EQ(cluster_to_json(back), cluster_to_json(c));
+  EXPECT_FALSE(cluster_to_json(cpu_preset(1, &none))["device"].contains("pass"));
+  Json bad_device = cluster_to_json(c);
+  bad_device["device"]["pass"]["fwd_s"] = "fast";
+  EXPECT_THAT(error_of([&] { cluster_from_json(bad_device, "c.json"); }), HasSubstr("c.json: device.pass.fwd_s"));
+  const Cluster over = cpu_preset(2 * cores(), &k);
+  EXPECT_DOUBLE_EQ(over.device.pass_bwd_s / over.device.kernel_overhead_s, 40e-6 / 20e-6);
+
+  // Per micro-batch, once per stage: two stages pay it twice, a stage of more ops not more.
+  ir::Graph g = relu_linear();
+  CostModel with(g, cpu_preset(1, &k)), without(g, cpu_preset(1, &none));
+  std::vector<OpId> all = g.op_ids();
+  std::vector<char> in_stage(g.num_ops(), 1);
+  for (int64_t mb : {1, 8}) {
+    const StageCost a = stage_cost(with, all, in_stage, 1, mb, 32, true);
+    const StageCost b = stage_cost(without, all, in_stage, 1, mb, 32, true);
+    EXPECT_NEAR(a.fwd_s - b.fwd_s, 30e-6, 1e-12);
+    EXPECT_NEAR(a.bwd_s - b.bwd_s, 40e-6, 1e-12);
+    EXPECT_NEAR(a.bwd_input_s + a.bwd_weight_s, a.bwd_s, 1e-12);
+    EXPECT_NEAR(a.compute_s - b.compute_s, 70e-6, 1e-12);
+    EXPECT_NEAR(a.tps_s - b.tps_s, 70e-6 / static_cast<double>(mb), 1e-12);
+  }
+}
+
 // Issue 35: ops in a step cost more than timed alone. The calibrated preset adds a time per call and
 // one per weight byte the call touches (forward reads the weights; backward reads them again and
 // writes their gradient); both stretch with workers per core like the per-op overhead; the figures

@@ -56,5 +56,21 @@ TEST(RangeCost, EqualsStageCostOnRandomRanges) {
   }
 }
 
+// A stage's fixed time per pass (the calibrated cpu preset's DeviceSpec::pass_fwd_s) counts in the DP's
+// ranges as in stage_cost: once per micro-batch, whatever the range.
+TEST(RangeCost, EqualsStageCostWithPassTimes) {
+  ir::Graph g = importers::load_graph("mmt:branches=4,layers=2,seq=16,hidden=64,heads=4,ffn=128");
+  cost::Cluster cl = cost::load_cluster("cpu", 4);
+  cl.device.pass_fwd_s = 70e-6;
+  cl.device.pass_bwd_s = 90e-6;
+  cost::CostModel cm(g, cl);
+  detail::Structure sp = detail::sp_structure(cm, nullptr), chain = detail::chain_structure(cm);
+  uint32_t seed = 101;
+  for (int mbs : {1, 4, 32}) {
+    expect_equal(cm, sp, mbs, 32, true, ++seed, 300);
+    expect_equal(cm, chain, mbs, 32, true, ++seed, 300);
+  }
+}
+
 }  // namespace
 }  // namespace gp::planner

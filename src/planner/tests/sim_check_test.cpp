@@ -80,6 +80,32 @@ TEST(SimCheck, MessageCpuTimesAgreeWithTheSimulator) {
   }
 }
 
+// With a fixed time per stage pass (DeviceSpec::pass_fwd_s: the calibrated cpu preset), every
+// planner's estimate charges it per stage and micro-batch as the simulator does, and a plan pays it
+// once per micro-batch of its bottleneck stage at least.
+TEST(SimCheck, StagePassTimesAgreeWithTheSimulator) {
+  ir::Graph g = importers::load_graph("mmt:branches=4,layers=1,seq=16,hidden=64,heads=4,ffn=128");
+  cost::Cluster cl = cost::load_cluster("cpu", 2);
+  cl.device.pass_fwd_s = 120e-6;
+  cl.device.pass_bwd_s = 180e-6;
+  cost::CostModel cm(g, cl), free_cm(g, cost::load_cluster("cpu", 2));
+  for (std::string name : {"graphpipe", "pipedream", "piper"}) {
+    for (int mb : {2, 8}) {
+      PlannerOptions o;
+      o.mini_batch = 32;
+      o.micro_batch = mb;
+      o.planner = name;
+      o.time_limit_s = 20;
+      const plan::Plan p = run_planner(cm, o);
+      const double simulated = simulated_s(p, cm), ratio = simulated / p.predicted.iteration_time_s;
+      EXPECT_GE(ratio, kLo) << name << " mb " << mb;
+      EXPECT_LE(ratio, kHi) << name << " mb " << mb;
+      // Each stage pays the passes of each of its micro-batches: at least the bottleneck's 32 / mb.
+      EXPECT_GE(simulated - simulated_s(p, free_cm), 32 / mb * 300e-6 * (1 - 1e-9)) << name << " mb " << mb;
+    }
+  }
+}
+
 // The paper's models at their preset sizes (summit, mini-batch 128, 4-32 devices): the simulated
 // iteration is within [kLo, kHi] x the prediction for GraphPipe's and PipeDream's plans (and
 // Piper's at a short time limit), and for GraphPipe's best plan of each kind (sp, chain), which

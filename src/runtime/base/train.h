@@ -20,8 +20,9 @@ struct TrainOptions {
   std::string optimizer = "adam";  // "adam" or "sgd" (with momentum)
   double lr = 1e-3, momentum = 0.9;
   std::string log_path, trace_path, checkpoint_dir;
-  int trace_steps = 1;       // --trace covers the last this many steps
-  int checkpoint_every = 0;  // save after every K-th step (0 = only at the end when a dir is given)
+  int trace_steps = 1;         // --trace covers the last this many steps
+  bool record_events = false;  // the last trace_steps steps' actions in WorkerResult::events without --trace
+  int checkpoint_every = 0;    // save after every K-th step (0 = only at the end when a dir is given)
   bool resume = false;
   double timeout_s = 60;
   std::string schedule;  // 1f1b | gpipe | zb; "": the plan's own (its "schedule" field)

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -96,17 +95,20 @@ std::pair<double, double> exchange_while_computing(detail::Communicator& c, deta
   return {std::max(0.0, mean(with) - mean(without)), std::max(0.0, mean(reduced) - mean(without))};
 }
 
-/// LinkBenchOptions::busy, after exchange_while_computing: rounds in which rank 0 runs a small training
-/// step (forward and backward of 16 residual blocks, ~1 ms) and sends a message of `bytes` while rank 1
-/// waits in its receive (posted ahead), then rank 1 does the same while rank 0 waits: two pipeline
-/// stages handing a micro-batch to each other. The message is packed as StageRunner packs one (a new
-/// buffer, a copy) before send(). Per round each rank sends one message and receives one; returns the
-/// medians over the rounds of the CPU time of the sender's thread from the packing to send()'s
-/// return, and of the rest of the process's CPU time in the round beyond its computing (receiving,
-/// Gloo's threads writing and reading, waking). Between real steps, whose code and data push the
-/// send path out of the caches, a message costs about three times what it costs between GEMM loops
-/// (2-core VM, issue 35: 1 KB, 90 us sending + 115 us more against 31 + 54; a 2-stage pipeline's
-/// send_grad of 1 KB held its thread 85-105 us).
+/// LinkBenchOptions::busy, after exchange_while_computing: a chain of rounds in which rank 0 runs a small
+/// training step (forward and backward of 16 residual blocks, ~1 ms) and sends a message of `bytes`
+/// while rank 1 waits in its receive (posted ahead), then rank 1 does the same while rank 0 waits: two
+/// pipeline stages handing a micro-batch to each other, each step right after a receive. The message
+/// is packed as StageRunner packs one (a new buffer, a copy) before send(). Per round each rank sends
+/// one message and receives one; returns the medians over the rounds of the CPU time of the sender's
+/// thread from the packing to send()'s return, and of the rest of the process's CPU time in the round
+/// beyond the same step run back to back (receiving, Gloo's threads writing and reading, waking, and
+/// the step's own slowdown after them: its code and data out of the caches). Between real steps a
+/// message costs about three times what it costs between GEMM loops (2-core VM, issue 35: 1 KB,
+/// 90 us sending + 115 us more against 31 + 54; a 2-stage pipeline's send_grad of 1 KB held its thread
+/// 85-105 us); counting the step's slowdown (calibration method 10) the rest went from 104 to 210 us
+/// (2026-12-05), where a pipeline's stage computed 55 us more per micro-batch than the same ops alone
+/// in one process and lost 145 us more to Gloo's threads on its core (`train --trace`, thread_cpu_us).
 std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const LinkBenchOptions& o, int* tag) {
   auto out = torch::zeros({bytes / 4}, torch::kFloat32);
   // A small training step: 16 residual blocks (linear, gelu, layer norm) forward and backward.
@@ -119,24 +121,29 @@ std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const
     h.sum().backward();
   };
   const int peer = 1 - c.rank();
-  std::vector<double> sends, rest;
+  // The step back to back, no message between: what it costs with its code and data in the caches.
+  std::vector<double> alone;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
-    std::vector<torch::Tensor> sync{torch::zeros({1})};
-    c.all_reduce(sync, detail::Reduce::sum).wait();
+    const double c0 = detail::cpu_time_s();
+    step();
+    if (i >= o.warmup) alone.push_back(detail::cpu_time_s() - c0);
+  }
+  const double warm = median(alone);
+  std::vector<double> sends, rest;
+  std::vector<torch::Tensor> sync{torch::zeros({1})};
+  c.all_reduce(sync, detail::Reduce::sum).wait();  // start together; then a chain of hand-offs
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
     const int t = (*tag)++;
     detail::PostedRecv posted = c.post_recv(out.sizes(), out.options(), peer, t);
     const double p0 = detail::cpu_time_s(/*process=*/true);
-    double work = 0, send = 0;
+    double send = 0;
     auto turn = [&] {
-      const double c0 = detail::cpu_time_s();
       step();
       const double c1 = detail::cpu_time_s();
       torch::Tensor packed = torch::empty_like(out);
       packed.copy_(out);
       detail::Pending sent = c.send(packed, peer, t);
-      const double c2 = detail::cpu_time_s();
-      work += c1 - c0;
-      send += c2 - c1;
+      send += detail::cpu_time_s() - c1;
       return sent;
     };
     detail::Pending sent;
@@ -151,7 +158,7 @@ std::pair<double, double> hand_off(detail::Communicator& c, int64_t bytes, const
     const double p1 = detail::cpu_time_s(/*process=*/true);
     if (i >= o.warmup) {
       sends.push_back(send);
-      rest.push_back(std::max(0.0, p1 - p0 - work - send));
+      rest.push_back(std::max(0.0, p1 - p0 - warm - send));
     }
   }
   return {median(sends), median(rest)};

@@ -428,7 +428,7 @@ WorkerResult execute_worker(const TrainOptions& opt, const PreparedRun& run, con
   WorkerResult res;
   StepStats stats(opt, run, io, res, *world, first);
   for (int64_t step = first; step < opt.steps; ++step) {
-    bool trace = !opt.trace_path.empty() && step + opt.trace_steps >= opt.steps;
+    bool trace = (!opt.trace_path.empty() || opt.record_events) && step + opt.trace_steps >= opt.steps;
     double t_start = now_s(), loss = 0;
     if (runner) {
       runner->begin_step(step);

@@ -85,7 +85,7 @@ struct WorkerResult {
   std::vector<double> step_data_s;                  // seconds spent reading --data per step (max over ranks)
   std::vector<std::pair<int64_t, EvalSums>> evals;  // --eval-data: (step, sums over the world)
   std::vector<std::pair<std::string, torch::Tensor>> final_params;  // this rank's stage
-  std::vector<MeasuredEvent> events;  // when opt.trace_path is set (this rank's, last run steps)
+  std::vector<MeasuredEvent> events;  // with opt.trace_path or opt.record_events (this rank's, last steps)
   std::vector<RankMemory> memory;     // rank 0: every rank's, by rank; other ranks: their own
 };
 
