@@ -157,8 +157,8 @@ Registrar reg(75, [](CLI::App& root) {
       "calibrate",
       "Measure this machine for the cpu preset (GEMM rate, bandwidth, per-op overhead, each memory-bound kind's "
       "time per element, attention alone and in sequence, optimizer step, "
-      "loopback link idle and between computing cores, a message's CPU time at both ends) and cache it; --cluster cpu "
-      "does this on first use");
+      "loopback link idle and between computing cores, a message's CPU time at both ends, a stage's passes beyond "
+      "their ops) and cache it; --cluster cpu does this on first use");
   c->add_flag("--show", a->show, "Print the cached calibration instead of measuring");
   c->add_flag("--no-links", a->no_links, "Skip the link measurement (the result is then not cached)");
   c->add_option("--repeats", a->repeats,
