@@ -56,7 +56,7 @@ struct DeviceSpec {
   double sequence_s_per_activation_byte = 0;
   /// What a stage's forward and backward pass cost once per micro-batch beyond their ops (the
   /// calibrated cpu preset; 0 elsewhere): the runtime around them and each kind's first call in the
-  /// pass. StageCost adds them to fwd_s and bwd_s. docs/cost-model.md, "A stage's passes".
+  /// pass. StageCost adds them to fwd_s and bwd_s. docs/cost-model.md, the calibration table.
   double pass_fwd_s = 0, pass_bwd_s = 0;
   /// What a forward or backward call of an op of this kind costs beyond kernel_overhead_s (measured
   /// on a relu) at any size: its own kernels and autograd nodes (a layernorm's, a gelu's erf). The
