@@ -18,6 +18,7 @@
 #include "runtime/launch/link_bench.h"
 #include "runtime/launch/pass_bench.h"
 #include "support/error.h"
+#include "support/stats.h"
 
 namespace gp::profiler {
 namespace {
@@ -484,19 +485,13 @@ OpPass measure_ops(const CalibrateOptions& o) {
   return p;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /// Every timing's median over `passes` (which measured the same things in the same order).
 OpPass median_pass(const std::vector<OpPass>& passes) {
   OpPass m = passes.front();
   auto each = [&](auto get) {
     std::vector<double> v;
     for (const OpPass& p : passes) v.push_back(get(p));
-    return median_of(std::move(v));
+    return median(std::move(v));
   };
   m.tiny.seconds = each([](const OpPass& p) { return p.tiny.seconds; });
   for (auto field : {&OpPass::kinds, &OpPass::gemm, &OpPass::mem, &OpPass::att, &OpPass::chain_base,
@@ -758,13 +753,13 @@ CalibrationResult calibrate_cpu(const CalibrateOptions& o, std::ostream* progres
     }
     const double n = kPassBlocks;
     auto intercept = [&](double at1, double atn) { return std::max(0.0, (n * at1 - atn) / (n - 1)); };
-    k.pass_fwd_s = intercept(median_of(f1), median_of(fn));
-    k.pass_bwd_s = intercept(median_of(b1), median_of(bn));
+    k.pass_fwd_s = intercept(median(f1), median(fn));
+    k.pass_bwd_s = intercept(median(b1), median(bn));
     say(progress, fmt::format("a stage's passes: forward {:.1f} us at 1 block, {:.1f} us at {}; backward {:.1f} "
                               "and {:.1f} us; fitted {:.1f} us per forward and {:.1f} us per backward beyond "
                               "their ops",
-                              median_of(f1) * 1e6, median_of(fn) * 1e6, kPassBlocks, median_of(b1) * 1e6,
-                              median_of(bn) * 1e6, k.pass_fwd_s * 1e6, k.pass_bwd_s * 1e6));
+                              median(f1) * 1e6, median(fn) * 1e6, kPassBlocks, median(b1) * 1e6, median(bn) * 1e6,
+                              k.pass_fwd_s * 1e6, k.pass_bwd_s * 1e6));
   }
   k.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

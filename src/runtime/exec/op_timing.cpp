@@ -17,16 +17,9 @@
 #include "runtime/exec/synthetic.h"
 #include "runtime/exec/optim.h"
 #include "support/error.h"
+#include "support/stats.h"
 
 namespace gp::runtime {
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
 
 OpTiming time_op(const ir::Graph& g, OpId op, int64_t batch, int warmup, int repeats, bool cpu_clock,
                  const std::string& device) {

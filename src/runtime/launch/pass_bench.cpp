@@ -3,7 +3,6 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include <algorithm>
 #include <vector>
 
 #include "cost/calibration.h"
@@ -13,19 +12,9 @@
 #include "runtime/pipeline/pipeline.h"
 #include "schedule/schedule.h"
 #include "support/error.h"
+#include "support/stats.h"
 
 namespace gp::runtime {
-
-namespace {
-
-double median(std::vector<double> v) {
-  GP_ASSERT(!v.empty(), "no timed action");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 PassTiming time_stage_passes(const ir::Graph& g, int64_t micro_batch, int64_t mini_batch, int steps, int timed) {
   GP_CHECK(micro_batch >= 1 && mini_batch % micro_batch == 0 && steps >= timed && timed >= 1,
