@@ -523,11 +523,11 @@ StageCost stage_cost(const CostModel& cm, const std::vector<OpId>& ops, const st
     }
   }
   // Each pass of the stage costs the runtime its fixed time once per micro-batch (DeviceSpec::pass_fwd_s).
-  const cost::DeviceSpec& dev = cm.cluster().device;
+  const DeviceSpec& dev = cm.cluster().device;
   s.fwd_s += dev.pass_fwd_s;
   s.bwd_s += dev.pass_bwd_s;
   s.bwd_input_s += dev.pass_bwd_s;
-  s.compute_s += dev.pass_fwd_s + dev.pass_bwd_s;
+  s.compute_s += dev.pass_s();
   std::sort(producers.begin(), producers.end());
   producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
   // Each cut tensor crosses twice per micro-batch: activation forward, gradient backward.

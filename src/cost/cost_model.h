@@ -58,6 +58,7 @@ struct DeviceSpec {
   /// calibrated cpu preset; 0 elsewhere): the runtime around them and each kind's first call in the
   /// pass. StageCost adds them to fwd_s and bwd_s. docs/cost-model.md, the calibration table.
   double pass_fwd_s = 0, pass_bwd_s = 0;
+  double pass_s() const { return pass_fwd_s + pass_bwd_s; }  // both passes of one micro-batch
   /// What a forward or backward call of an op of this kind costs beyond kernel_overhead_s (measured
   /// on a relu) at any size: its own kernels and autograd nodes (a layernorm's, a gelu's erf). The
   /// calibrated cpu preset measures the memory-bound kinds; empty elsewhere. docs/cost-model.md.

@@ -387,7 +387,7 @@ SplitCosts split_costs(const cost::CostModel& cm, const PiperGraph& pg, int micr
       for (int plog = 0; plog <= pcap; ++plog) {
         const double b = static_cast<double>(micro_batch >> plog);
         // The stage's passes: a fixed time per micro-batch beyond its ops, as stage_cost adds it.
-        double comp = cm.cluster().device.pass_fwd_s + cm.cluster().device.pass_bwd_s, a = 0, comm = 0;
+        double comp = cm.cluster().device.pass_s(), a = 0, comm = 0;
         for (int x : nodes) comp += ncomp[x * P + plog], a += nact[x * P + plog];
         for (double bytes : cut_bytes) comm += 2 * cm.p2p_time(same_node, bytes * b);
         sc.tps[si * P + plog] = static_cast<float>(

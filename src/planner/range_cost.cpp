@@ -97,7 +97,7 @@ RangeCost::Cost RangeCost::cheap(int s, int i, int m, int plog) {
   if (!d.ready) prepare(s);
   const int a = d.off[i], z = d.off[m];
   Cost c;
-  c.compute_tps = (static_cast<double>(d.compute[plog][z] - d.compute[plog][a]) + pass_s()) / mbs_;
+  c.compute_tps = (static_cast<double>(d.compute[plog][z] - d.compute[plog][a]) + cm_.cluster().device.pass_s()) / mbs_;
   c.state = static_cast<double>(d.state[z] - d.state[a]);
   c.act = static_cast<double>(d.act[plog][z] - d.act[plog][a]);
   return c;
@@ -107,7 +107,7 @@ void RangeCost::finish(int s, int i, int m, int plog, Cost* c) {
   SeqData& d = seq_[s];
   const int a = d.off[i], z = d.off[m];
   const int64_t b = mbs_ >> plog;
-  const double compute = static_cast<double>(d.compute[plog][z] - d.compute[plog][a]) + pass_s();
+  const double compute = static_cast<double>(d.compute[plog][z] - d.compute[plog][a]) + cm_.cluster().device.pass_s();
   double comm = 0;
   for (const Live& l : d.live[i])  // producers outside [i, m) read inside it
     if (l.next < m) comm += 2 * cm_.p2p_time(same_node_, l.bytes * static_cast<double>(b));

@@ -31,8 +31,6 @@ class RangeCost {
   int plogs() const { return plogs_; }
 
  private:
-  /// A stage's fixed time per micro-batch beyond its ops (its forward and backward pass).
-  double pass_s() const { return cm_.cluster().device.pass_fwd_s + cm_.cluster().device.pass_bwd_s; }
   struct Live {
     int item;      // the producer's item in the sequence (-1: outside it)
     int next;      // the first item >= the cut that reads it (k: only read outside the sequence)
