@@ -172,7 +172,8 @@ def main():
         ref.update({
             "family": fam.name, "summary": fam.summary, "torch": torch.__version__,
             "parameters": fam.num_parameters(), "inputs": fam.input_names(),
-            "loss": families.loss_kinds(fam.output_shapes()), "batchnorm": fam.batchnorm,
+            "loss": families.loss_kinds(fam.output_shapes()), "output_shapes": fam.output_shapes(),
+            "batchnorm": fam.batchnorm,
             "n_train": N_TRAIN, "batch": BATCH, "steps": a.steps, **OPTIMIZER,
             "losses": families.reference_losses(fam, steps=a.steps),
         })
