@@ -209,11 +209,39 @@ void warn_once(const std::string& path, const std::string& what, const std::stri
   std::fprintf(stderr, "graphpipe: warning: %s: %s\n", path.c_str(), text.c_str());
 }
 
+/// torch.onnx.export's TorchScript exporter (dynamo=False) in eval mode, its default, fuses each
+/// BatchNorm into the convolution before it and stores the fused weight and bias as new anonymous
+/// initializers ("onnx::Conv_N"): the file computes eval-mode convolutions and no longer holds the
+/// BatchNorm's weight, bias or the convolution's own weight, which PyTorch trains. A Conv whose weight
+/// is such an initializer is refused (nothing else in that exporter writes an anonymous Conv weight).
+static void refuse_folded_conv_weights(const onnx::GraphProto& g, const Net& net) {
+  std::set<std::string> inits;
+  for (const auto& init : g.initializer()) inits.insert(init.name());
+  std::vector<std::string> convs;
+  for (const auto& n : g.node()) {
+    if ((n.op_type() != "Conv" && n.op_type() != "ConvTranspose") || n.input_size() < 2) continue;
+    if (inits.count(n.input(1)) && anonymous(n.input(1))) convs.push_back(fmt::format("\"{}\"", n.name()));
+  }
+  if (convs.empty()) return;
+  const size_t shown = std::min<size_t>(convs.size(), 3);
+  throw UserError(fmt::format(
+      "{}: {} convolution(s) ({}{}) read weights the exporter computed (anonymous initializers \"onnx::Conv_N\"): "
+      "torch.onnx.export with dynamo=False in eval mode (its default) folds each BatchNorm into the "
+      "convolution before it, so the file computes eval-mode convolutions and has lost the BatchNorm "
+      "layers' weight and bias, which PyTorch trains; training it would train a different model. Export "
+      "in training mode without folding: torch.onnx.export(model, args, f, dynamo=False, "
+      "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False), or with graphpipe.export "
+      "(python/graphpipe), which does this",
+      net.path, convs.size(), fmt::join(convs.begin(), convs.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+      convs.size() > shown ? ", ..." : ""));
+}
+
 void read_provenance(const onnx::ModelProto& model, Net& net) {
   const onnx::GraphProto& g = model.graph();
   for (const auto& p : model.metadata_props())
     if (p.key() == "graphpipe.export") read_export_metadata(net.path, p.value(), g, net);
   if (net.export_names) return;  // exported without folding: no copies
+  if (!net.dynamo) refuse_folded_conv_weights(g, net);
   // Named 2-d initializers by shape; each anonymous one is compared with those of its transposed shape.
   std::map<std::pair<int64_t, int64_t>, std::vector<const onnx::TensorProto*>> named;
   for (const auto& init : g.initializer())
