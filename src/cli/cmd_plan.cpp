@@ -61,6 +61,8 @@ void run(const PlanArgs& a) {
   p.cluster_spec = a.cluster;
   plan::record_costs(p, c, prof.get(), a.profile);
   plan::validate_plan(p, g, "planner output");
+  for (const std::string& w : plan::micro_batch_warnings(p, g))
+    std::fprintf(stderr, "graphpipe: warning: %s\n", w.c_str());
   if (!a.out.empty()) plan::save_plan(a.out, p);
   if (!a.dot.empty()) write_text_file(a.dot, stage_dot(p));
   if (a.json) {

@@ -319,6 +319,46 @@ std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {
   return st;
 }
 
+std::vector<std::string> micro_batch_warnings(const Plan& p, const ir::Graph& g) {
+  std::vector<std::string> bn_parts, ce_parts;
+  for (const Stage& s : p.stages) {
+    const int per_replica = s.micro_batch_size / std::max<int>(1, static_cast<int>(s.devices.size()));
+    if (per_replica >= p.mini_batch_size) continue;
+    std::vector<std::string> bn;
+    for (const std::string& name : s.ops) {
+      const OpId id = g.find(name);
+      if (!id.valid()) continue;
+      const ir::Op& op = g.op(id);
+      if (op.kind == ir::OpKind::batchnorm) bn.push_back(name);
+      if (op.kind == ir::OpKind::cross_entropy && op.attrs.is_object() && op.attrs.contains("ignore_index"))
+        ce_parts.push_back(fmt::format("loss \"{}\" on stage {} ({} sample(s) at a time)", name, s.id, per_replica));
+    }
+    if (bn.empty()) continue;
+    const size_t shown = std::min<size_t>(bn.size(), 2);
+    bn_parts.push_back(fmt::format("stage {} ({} batchnorm op(s): {}{}) normalizes over {} sample(s) at a time", s.id,
+                                   bn.size(),
+                                   fmt::join(bn.begin(), bn.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                                   bn.size() > shown ? ", ..." : "", per_replica));
+  }
+  std::vector<std::string> out;
+  if (!bn_parts.empty())
+    out.push_back(fmt::format(
+        "batch normalization uses the statistics of each micro-batch on each replica, not of the mini-batch of {}: "
+        "{}; this trains a different model than one device taking the whole mini-batch (and than PyTorch's own "
+        "step with batch {}), the more the smaller the micro-batch. With `plan --micro-batch {}` and one device "
+        "per such stage the statistics are the mini-batch's (exact); smaller micro-batches follow GPipe's "
+        "convention (statistics per micro-batch)",
+        p.mini_batch_size, fmt::join(bn_parts, "; "), p.mini_batch_size, p.mini_batch_size));
+  if (!ce_parts.empty())
+    out.push_back(fmt::format(
+        "a cross-entropy with ignore_index averages over the labels it counts in each micro-batch, and the "
+        "micro-batches are weighed by their samples: {}; when micro-batches hold different numbers of ignored "
+        "labels the loss and gradients differ from one device taking the whole mini-batch of {}. With `plan "
+        "--micro-batch {}` and one device on that stage they are exact",
+        fmt::join(ce_parts, "; "), p.mini_batch_size, p.mini_batch_size));
+  return out;
+}
+
 namespace {
 graph::Dag stage_dag(const Plan& p) {
   graph::Dag d(static_cast<int>(p.stages.size()));

@@ -220,6 +220,8 @@ int run_pipeline(const TrainOptions& opt) {
   check_device_available(opt.device);
   choose_comm(opt.comm, opt.device, 0, 0, nccl_built());  // refuses a bad --comm before any worker starts
   PreparedRun run = prepare_run(opt);
+  for (const std::string& w : plan::micro_batch_warnings(run.plan, run.graph))
+    std::fprintf(stderr, "graphpipe: warning: %s: %s\n", opt.plan_path.c_str(), w.c_str());
   const int world = run.plan.num_devices;
   double local_bytes = 0;  // every worker runs on this machine
   for (const auto& st : run.plan.stages)

@@ -210,6 +210,9 @@ int run_worker(const TrainOptions& opt) {
     CheckpointLock lock;
     if (!status.active() && le->rank == 0 && !opt.checkpoint_dir.empty()) lock = CheckpointLock(opt.checkpoint_dir);
     PreparedRun run = prepare_run(opt, /*check_data_values=*/!status.active());  // our launcher checked them
+    if (!status.active() && le->rank == 0)  // under torchrun, mpirun or srun (our launcher said it itself)
+      for (const std::string& w : plan::micro_batch_warnings(run.plan, run.graph))
+        std::fprintf(stderr, "graphpipe: warning: %s: %s\n", opt.plan_path.c_str(), w.c_str());
     RankRole role = role_of_rank(run.plan, le->rank);
     stage = role.stage;
     // Before the rendezvous, so every rank of a wrongly sized job stops at once instead of waiting.
