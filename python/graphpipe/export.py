@@ -20,7 +20,7 @@ METADATA_KEY = "graphpipe.export"
 METADATA_FORMAT = "graphpipe.export/1"
 OPSET = 17
 
-Loss = Optional[str]  # None (what the importer appends), "cross_entropy" or "mse"
+Loss = Optional[str]  # None (what the importer decides), "cross_entropy", "mse", "bce" or "own"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +32,15 @@ class ExportInfo:
         input_names: the graph's data inputs, in the order of ``example_inputs``: the names
             ``graphpipe train --data DIR`` looks for (``DIR/<name>.npy``).
         output_names: the graph's outputs.
-        losses: per output, the loss graphpipe's importer appends: ``"cross_entropy"`` against an
-            int64 ``label`` input of shape [B] for a [B, C] output, else ``"mse"`` against a float
+        losses: per output, the loss graphpipe's importer appends: ``"bce"`` (binary cross-entropy
+            with logits) against a float ``target`` [B, 1] for a [B, 1] output, ``"cross_entropy"``
+            against an int64 ``label`` input of shape [B] for a [B, C] output, else ``"mse"`` against a float
             ``target`` input of the output's shape (``label_k`` / ``target_k`` with several outputs).
-        label_names: per output, the name of that loss's target input (``label`` or ``target``...).
+            A scalar output is the module's own loss (``"own"``: e.g. ``F.cross_entropy(logits.view(-1,
+            V), targets.view(-1))``, its targets a forward argument); then the other outputs get
+            none (``"none"``).
+        label_names: per output, the name of that loss's target input (``label`` or ``target``...;
+            ``""`` where none is appended).
         parameters: per initializer that is a trainable parameter, every PyTorch name bound to it
             (``named_parameters(remove_duplicate=False)``); two or more names are a true tie.
         num_parameters: PyTorch's count, ``sum(p.numel() for p in module.parameters())``.
@@ -82,12 +87,21 @@ def _default_input_names(module, count: int) -> List[str]:
     return ["input"] if count == 1 else [f"input{k}" for k in range(count)]
 
 
-def _loss_names(output_ranks: Sequence[int]) -> Tuple[List[str], List[str]]:
-    """The importer's rule (docs/onnx.md, "Loss"): cross_entropy + label for rank 2, else mse + target."""
+def _loss_names(output_shapes: Sequence[Sequence[int]]) -> Tuple[List[str], List[str]]:
+    """The importer's rule (docs/onnx.md, "Loss"): a scalar output is the module's own loss ("own", no
+    label input appended; then no other output gets a loss); else bce + target for [B, 1], cross_entropy
+    + label for other rank-2 outputs, mse + target for the rest."""
+    ranks = [len(s) for s in output_shapes]
+    if any(rank == 0 for rank in ranks):
+        return ["own" if rank == 0 else "none" for rank in ranks], ["" for _ in ranks]
     losses, labels = [], []
-    for k, rank in enumerate(output_ranks):
-        suffix = "" if len(output_ranks) == 1 else f"_{k}"
-        if rank == 2:
+    for k, shape in enumerate(output_shapes):
+        rank = len(shape)
+        suffix = "" if len(ranks) == 1 else f"_{k}"
+        if rank == 2 and shape[1] == 1:
+            losses.append("bce")
+            labels.append("target" + suffix)
+        elif rank == 2:
             losses.append("cross_entropy")
             labels.append("label" + suffix)
         else:
@@ -133,7 +147,9 @@ def export(module, example_inputs, path: Union[str, "os.PathLike[str]"], *, loss
             (docs/onnx.md): cross-entropy against an int64 class label for a [B, C] output, mean
             squared error against a target of the output's shape otherwise. ``None`` accepts that
             rule; ``"cross_entropy"`` or ``"mse"`` states what you expect and raises ``ValueError``
-            when the module's outputs would get the other one.
+            when the module's outputs would get the other one. A module whose ``forward`` returns its
+            own loss (a scalar: ``F.cross_entropy(logits.view(-1, V), targets.view(-1))`` with the
+            targets a forward argument) trains on that loss as it is (``"own"``).
         input_names: names of the graph inputs (default: ``forward``'s argument names).
         output_names: names of the graph outputs (default: ``output``, or ``output0``...).
 
@@ -147,18 +163,14 @@ def export(module, example_inputs, path: Union[str, "os.PathLike[str]"], *, loss
     import onnx
     import torch
 
-    if loss not in (None, "cross_entropy", "mse"):
-        raise ValueError(f'loss must be None, "cross_entropy" or "mse", got {loss!r}')
+    if loss not in (None, "cross_entropy", "mse", "bce", "own"):
+        raise ValueError(f'loss must be None, "cross_entropy", "mse", "bce" or "own", got {loss!r}')
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     examples = _as_tuple(example_inputs)
     names_in = list(input_names) if input_names is not None else _default_input_names(module, len(examples))
     if len(names_in) != len(examples):
         raise ValueError(f"{len(names_in)} input names for {len(examples)} example inputs")
-    clash = [n for n in names_in if n.startswith(("label", "target"))]
-    if clash:
-        raise ValueError(f"input name {clash[0]!r}: names starting with label/target are taken by the loss "
-                         "graphpipe appends; pass input_names=...")
     path = os.fspath(path)
 
     buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
@@ -167,9 +179,15 @@ def export(module, example_inputs, path: Union[str, "os.PathLike[str]"], *, loss
         # export needs (the dynamo exporter writes opset 18+, which the importer does not take yet).
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         try:
-            with torch.no_grad():  # how many outputs, to name them
+            with torch.no_grad():  # how many outputs, to name them; scalars (a loss) have no batch axis
                 out = module(*examples)
-            count = len(out) if isinstance(out, (tuple, list)) else 1
+            outs_list = list(out) if isinstance(out, (tuple, list)) else [out]
+            count = len(outs_list)
+            own_loss = any(getattr(o, "dim", lambda: 1)() == 0 for o in outs_list)
+            clash = [n for n in names_in if n.startswith(("label", "target"))]
+            if clash and not own_loss:
+                raise ValueError(f"input name {clash[0]!r}: names starting with label/target are taken by the loss "
+                                 "graphpipe appends; pass input_names=...")
             names_out = (list(output_names) if output_names is not None
                          else ["output"] if count == 1 else [f"output{k}" for k in range(count)])
             if len(names_out) != count:
@@ -178,7 +196,8 @@ def export(module, example_inputs, path: Union[str, "os.PathLike[str]"], *, loss
                 module, examples, path, dynamo=False, opset_version=OPSET,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, export_params=True,
                 input_names=names_in, output_names=names_out,
-                dynamic_axes={n: {0: "batch"} for n in names_in + names_out})
+                dynamic_axes={n: {0: "batch"} for n, o in zip(names_in + names_out, list(examples) + outs_list)
+                              if getattr(o, "dim", lambda: 1)() > 0})
         finally:
             with torch.no_grad():  # tracing ran forward in training mode: undo its running statistics
                 for k, b in module.named_buffers():
@@ -188,12 +207,12 @@ def export(module, example_inputs, path: Union[str, "os.PathLike[str]"], *, loss
     proto = onnx.load(path)
     outs = [o.name for o in proto.graph.output]
     ranks = [len(o.type.tensor_type.shape.dim) for o in proto.graph.output]
-    losses, labels = _loss_names(ranks)
-    if loss is not None and any(l != loss for l in losses):
+    losses, labels = _loss_names([tuple(o.shape) for o in outs_list])
+    if loss is not None and any(l != loss for l in losses if l != "none"):
         k = next(i for i, l in enumerate(losses) if l != loss)
         raise ValueError(
             f"output {outs[k]!r} has rank {ranks[k]}: graphpipe appends {losses[k]} to it, not {loss} "
-            "(cross_entropy needs [batch, classes] logits; any other shape gets mse)")
+            "(bce for [batch, 1]; cross_entropy for other [batch, classes] logits; any other shape gets mse)")
 
     bound, unmatched = parameter_names(module, [t.name for t in proto.graph.initializer])
     meta = {"format": METADATA_FORMAT, "torch": torch.__version__, "parameters": bound}

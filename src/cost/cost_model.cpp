@@ -54,9 +54,9 @@ double extra_bytes_per_sample(const ir::Graph& g, OpId id) {
   if (op.kind == OpKind::attention && op.output_shape.size() == 3) {
     // heads x seq x seq scores: written by QK^T, read and written by softmax, read by (.)V.
     double elt = static_cast<double>(ir::dtype_bytes(op.dtype));
-    double seq = static_cast<double>(op.output_shape[1]);
+    double seq = static_cast<double>(op.output_shape[1]), keys = static_cast<double>(g.attention_keys(id));
     double heads = static_cast<double>(op.attrs.value("heads", int64_t{1}));
-    return 4.0 * heads * seq * seq * elt;
+    return 4.0 * heads * seq * keys * elt;
   }
   return 0;
 }

@@ -150,12 +150,14 @@ OpWork op_work(const ir::Graph& g, OpId id) {
   } else if (cls == WorkClass::attention && op.output_shape.size() == 3) {
     double seq = static_cast<double>(op.output_shape[1]), hidden = static_cast<double>(op.output_shape[2]);
     double heads = static_cast<double>(op.attrs.value("heads", int64_t{1}));
-    // Q, K, V and output projections: 4 GEMMs of [seq, hidden] x [hidden, hidden].
-    double proj = std::min(8 * seq * hidden * hidden, c.fwd_flops);
+    double keys = static_cast<double>(g.attention_keys(id));
+    // Q, K, V and output projections: 4 GEMMs of [seq, hidden] x [hidden, hidden] (K and V over the
+    // keys' source [keys, hidden] in cross-attention).
+    double proj = std::min(4 * (seq + keys) * hidden * hidden, c.fwd_flops);
     double proj_bwd = std::min(2 * proj, c.bwd_flops);
-    add(proj, proj_bwd, seq, hidden * hidden);
-    // Scores and weighted sum: per head [seq, d] x [d, seq] and [seq, seq] x [seq, d], batched.
-    add(c.fwd_flops - proj, c.bwd_flops - proj_bwd, heads * seq, seq * hidden / heads);
+    add(proj, proj_bwd, (seq + keys) / 2, hidden * hidden);
+    // Scores and weighted sum: per head [seq, d] x [d, keys] and [seq, keys] x [keys, d], batched.
+    add(c.fwd_flops - proj, c.bwd_flops - proj_bwd, heads * seq, keys * hidden / heads);
   } else {
     add(c.fwd_flops, c.bwd_flops, out_elems, 0);
   }

@@ -220,6 +220,7 @@ class Recovery {
     alias_castlike_constants();
     rewrite_bernoulli_dropout(fx);
     for (int i = 0; i < g_.node_size(); ++i) recover_inputs(i, fx[static_cast<size_t>(i)]);
+    recover_split_merges(fx);
     for (int i = 0; i < g_.node_size(); ++i) restore_dropped_bias(i, fx[static_cast<size_t>(i)]);
     // Op names start as the TorchScript exporter's do, with the module path ("blocks.0.attn.c_attn" ->
     // "/blocks.0/attn/c_attn/node_linear"), so plans and `model info` group a module's ops.
@@ -610,6 +611,41 @@ class Recovery {
     for (const auto& c : candidates)
       if (last_component(c) == last_component(like)) return c;
     return candidates.empty() ? std::string() : candidates.front();
+  }
+
+  // nn.MultiheadAttention(q, kv, kv) splits in_proj_weight and in_proj_bias into Q and K, V rows; the
+  // optimizer writes those Splits itself (no fx metadata), so a bias it merged with another module's
+  // equal one (zero at initialisation) reads that module's: Split(X.in_proj_bias) beside
+  // Split(Y.in_proj_weight) with the same sizes, Y.in_proj_bias a parameter the file does not hold.
+  // Y's bias becomes an Identity of X's, as recover_inputs makes every other merge.
+  void recover_split_merges(const std::vector<FxInfo>& fx) {
+    const std::string kw = ".in_proj_weight", kb = ".in_proj_bias";
+    auto scope_of = [](const std::string& name, const std::string& suffix) {
+      return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
+                 ? name.substr(0, name.size() - suffix.size())
+                 : std::string();
+    };
+    for (int i = 0; i < g_.node_size(); ++i) {
+      onnx::NodeProto& b = *g_.mutable_node(i);
+      if (b.op_type() != "Split" || fx[static_cast<size_t>(i)].scoped || b.input_size() < 2) continue;
+      const std::string x = scope_of(b.input(0), kb);
+      if (x.empty() || !inits_.count(b.input(0))) continue;
+      for (int j = 0; j < g_.node_size(); ++j) {
+        const onnx::NodeProto& w = g_.node(j);
+        if (w.op_type() != "Split" || w.input_size() < 2 || w.input(1) != b.input(1)) continue;
+        const std::string y = scope_of(w.input(0), kw);
+        if (y.empty() || y == x || present(y + kb) || !signature_params_.count(y + kb)) continue;
+        onnx::NodeProto id;
+        id.set_op_type("Identity");
+        id.set_name("dynamo_merge/" + y + kb);
+        id.add_input(b.input(0));
+        id.add_output(y + kb);
+        added_nodes_.push_back(id);
+        made_.insert(y + kb);
+        b.set_input(0, y + kb);
+        break;
+      }
+    }
   }
 
   void recover_inputs(int i, const FxInfo& fx) {

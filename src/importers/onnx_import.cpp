@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "importers/onnx_mapper.h"
@@ -42,6 +43,20 @@ std::string Mapper::emit(const std::string& name_hint, ir::OpKind kind, std::vec
   op.inputs = std::move(in_tensors);  // tensor names for now; resolved to IR names in finish()
   op.output_shape = shape ? *shape : ir_shape(out_tensor);
   op.attrs = std::move(attrs);
+  // Index tensors computed from an index input (ids[:, k] feeding one embedding table per feature)
+  // stay integers.
+  auto is_int = [&](const std::string& t) {
+    if (auto p = producer_of.find(t); p != producer_of.end())  // an IR-only intermediate
+      for (const auto& o : model.ops)
+        if (o.name == p->second) return o.dtype == ir::DType::i64;
+    auto it = net.t.find(t);
+    return it != net.t.end() &&
+           (it->second.elem_type == onnx::TensorProto::INT64 || it->second.elem_type == onnx::TensorProto::INT32);
+  };
+  const bool movement = kind == ir::OpKind::slice || kind == ir::OpKind::gather || kind == ir::OpKind::reshape ||
+                        kind == ir::OpKind::flatten || kind == ir::OpKind::transpose;
+  if (movement && (out_tensor.empty() ? !op.inputs.empty() && is_int(op.inputs[0]) : is_int(out_tensor)))
+    op.dtype = ir::DType::i64;
   model.ops.push_back(std::move(op));
   if (!out_tensor.empty()) producer_of[out_tensor] = name;
   return name;
@@ -439,9 +454,8 @@ void map_table_lookup(const Node& d) {
   if (w.size() != 2 || norm_axis(attr_i(n, "axis", 0), 2) != 0)
     return d.unsupported("a table lookup needs a 2-d table gathered along axis 0");
   const int idx_type = net.at(n.input(1)).elem_type;
-  if (std::find(net.data_inputs.begin(), net.data_inputs.end(), n.input(1)) == net.data_inputs.end() ||
-      (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32))
-    return d.unsupported("the indices of a table lookup must be an int32 or int64 graph input");
+  if (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32)
+    return d.unsupported("the indices of a table lookup must be int32 or int64 (a graph input, or a slice of one)");
   const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {n.input(1)}, d.y,
                                     Json{{"rows", w[0]}, {"dim", w[1]}});
   d.m.add_param(name, "weight", d.x, {w[0], w[1]});
@@ -521,6 +535,11 @@ void Mapper::map_node(int i) {
   const onnx::NodeProto& n = net.nodes[i];
   const std::string& op = n.op_type();
   auto rule = node_rules().find(op);
+  if (op == "LSTM" || op == "GRU" || op == "RNN")
+    return unsupported(n, fmt::format("a recurrent layer (nn.{}) is not supported yet: the IR has no recurrent op, "
+                                      "and neither of torch's exporters writes it as other ops, so no export of it "
+                                      "imports",
+                                      op));
   if (rule == node_rules().end()) {
     unsupported_ops[op] += 1;
     return;
@@ -795,9 +814,14 @@ ir::Model Mapper::finish() {
   // position for [B, C, H, W]: labels [B, H, W]), =mse makes every loss MSE.
   const char* env = std::getenv("GRAPHPIPE_ONNX_LOSS");
   const std::string loss_choice = env && *env ? env : "auto";
-  GP_CHECK(loss_choice == "auto" || loss_choice == "cross_entropy" || loss_choice == "mse",
-           "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy or mse, found \"{}\"", loss_choice);
-  for (size_t k = 0; k < net.outputs.size(); ++k) {
+  GP_CHECK(loss_choice == "auto" || loss_choice == "cross_entropy" || loss_choice == "mse" || loss_choice == "bce",
+           "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy, mse or bce, found \"{}\"", loss_choice);
+  for (const auto& [tensor, op] : own_losses) model.outputs.push_back(op);
+  if (!own_losses.empty() && own_losses.size() < net.outputs.size())
+    warn_once(net.path, "own loss",
+              fmt::format("the model returns its own loss ({}); its other outputs are not trained against anything",
+                          fmt::join(model.outputs, ", ")));
+  for (size_t k = 0; k < net.outputs.size() && own_losses.empty(); ++k) {
     const std::string suffix = net.outputs.size() == 1 ? "" : fmt::format("_{}", k);
     const std::string pred = resolve(net.outputs[k]);
     ir::Shape shape = ir_shape(net.outputs[k]);
@@ -806,7 +830,11 @@ ir::Model Mapper::finish() {
     for (int j = 2; used_names.count(loss.name); ++j) loss.name = fmt::format("loss{}_{}", suffix, j);
     used_names.insert(loss.name);
     ir::Input target;
-    if (loss_choice == "cross_entropy" || (loss_choice == "auto" && shape.size() == 2)) {
+    if (loss_choice == "bce" || (loss_choice == "auto" && shape.size() == 2 && shape[1] == 1)) {
+      // One logit per sample (a click, a yes/no): cross-entropy over one class is always 0.
+      loss.kind = ir::OpKind::bce_with_logits;
+      target = ir::Input{"target" + suffix, shape, ir::DType::f32};
+    } else if (loss_choice == "cross_entropy" || (loss_choice == "auto" && shape.size() == 2)) {
       GP_CHECK(shape.size() >= 2,
                "{}: GRAPHPIPE_ONNX_LOSS=cross_entropy: output \"{}\" has shape {}, expected logits "
                "[B, C, ...] with the classes on dim 1",

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -814,9 +815,91 @@ void infer_and_fold(onnx::ModelProto& model, Net& net) {
 
 }  // namespace
 
+namespace {
+
+// Names every tensor a graph (and the graphs nested in its nodes) reads.
+void names_read(const onnx::GraphProto& g, std::set<std::string>& out) {
+  for (const auto& n : g.node()) {
+    for (const auto& in : n.input()) out.insert(in);
+    for (const auto& a : n.attribute())
+      if (a.has_g()) names_read(a.g(), out);
+  }
+}
+
+// A Loop is control flow, which the IR does not have; refused before shape inference (which often
+// fails on the Loops torch writes). Both of torch's exporters write nn.EmbeddingBag as one: the
+// message names the tables whose rows the loop sums (gathered inside its body, or gathered before it
+// and read by it, as torch.export writes it) and the module that exports as plain ops.
+void refuse_loops(const std::string& path, const onnx::GraphProto& g) {
+  int loops = 0;
+  std::set<std::string> in_bodies;
+  for (const auto& n : g.node())
+    if (n.op_type() == "Loop") {
+      ++loops;
+      for (const auto& a : n.attribute())
+        if (a.has_g()) names_read(a.g(), in_bodies);
+    }
+  if (loops == 0) return;
+  std::set<std::string> inits, tables;
+  for (const auto& t : g.initializer())
+    if (t.dims_size() == 2) inits.insert(t.name());
+  std::map<std::string, std::string> table_of;  // tensor -> the table it holds rows of
+  for (const auto& n : g.node()) {
+    if (n.op_type() == "Gather" && n.input_size() == 2 && inits.count(n.input(0))) {
+      table_of[n.output(0)] = n.input(0);
+    } else if (n.input_size() > 0 && n.output_size() == 1) {  // rows scaled, renamed (Mul, Identity)
+      for (const auto& in : n.input())
+        if (auto it = table_of.find(in); it != table_of.end()) table_of[n.output(0)] = it->second;
+    }
+  }
+  for (const auto& [t, table] : table_of)
+    if (in_bodies.count(t)) tables.insert(table);
+  for (const auto& t : in_bodies)
+    if (inits.count(t)) tables.insert(t);
+  throw UserError(fmt::format(
+      "{}: cannot import the ONNX model (nothing was imported): {} Loop node(s): control flow, which the IR does "
+      "not have{}",
+      path, loops,
+      tables.empty()
+          ? ""
+          : fmt::format(". They gather rows of {}: both of torch's exporters write nn.EmbeddingBag this way. For "
+                        "2-d indices [B, bag] write the bag as nn.Embedding and a reduction, emb(ids).sum(1) "
+                        "(mode \"sum\") or emb(ids).mean(1) (mode \"mean\"): the same values and gradients",
+                        fmt::join(tables, ", "))));
+}
+
+// One Transpose moving dim 0 read by several nodes becomes one Transpose per reader: torch.export's
+// optimizer shares the transpose of a decoder's memory ([B, S, H] -> [S, B, H]) among every layer's
+// cross-attention, which would make all of them one region (onnx_patterns.cpp) where each is a block.
+void unshare_batch_transposes(onnx::GraphProto& g) {
+  std::map<std::string, std::vector<std::pair<int, int>>> readers;  // tensor -> (node, input slot)
+  for (int i = 0; i < g.node_size(); ++i)
+    for (int k = 0; k < g.node(i).input_size(); ++k) readers[g.node(i).input(k)].push_back({i, k});
+  const int n = g.node_size();
+  for (int i = 0; i < n; ++i) {
+    const onnx::NodeProto t = g.node(i);
+    if (t.op_type() != "Transpose" || t.output_size() != 1) continue;
+    const auto* perm = find_attr(t, "perm");
+    if (!perm || perm->ints_size() == 0 || perm->ints(0) == 0) continue;
+    const auto it = readers.find(t.output(0));
+    if (it == readers.end() || it->second.size() < 2) continue;
+    for (size_t r = 1; r < it->second.size(); ++r) {
+      onnx::NodeProto copy = t;
+      const std::string out = fmt::format("{}/unshared_{}", t.output(0), r);
+      copy.set_output(0, out);
+      copy.set_name(fmt::format("{}/unshared_{}", t.name(), r));
+      g.mutable_node(it->second[r].first)->set_input(it->second[r].second, out);
+      *g.add_node() = std::move(copy);
+    }
+  }
+}
+
+}  // namespace
+
 Net load_net(const std::string& path, bool keep_values) {
   Net net;
   onnx::ModelProto model = parse_model(path, net);
+  refuse_loops(path, model.graph());
   inline_external_data(path, model);
   recover_dynamo_export(model, net);
   normalize_opset(model, net);
@@ -831,6 +914,7 @@ Net load_net(const std::string& path, bool keep_values) {
   }
   for (const auto& in : g.input()) sources.insert(in.name());
   read_provenance(model, net);
+  unshare_batch_transposes(g);
   net.nodes = sort_nodes(path, g, sources);
   for (const auto& o : g.output()) net.outputs.push_back(o.name());
   classify_inputs(g, initializers, net);

@@ -40,6 +40,9 @@ struct Mapper {
   std::vector<std::string> reasons;            // supported op types used in an unsupported way
   std::vector<std::string> shape_unknown;      // nodes whose output shape inference could not give
   std::vector<ParamSource> param_sources;      // every IR parameter, in op order then param_specs order
+  // Graph outputs that are a loss the model computes itself (match_own_loss): ONNX tensor -> IR loss op.
+  // No loss is appended for them, nor for the other outputs when there are any.
+  std::map<std::string, std::string> own_losses;
 
   ir::Shape ir_shape(const std::string& tensor) const;
   /// True when the tensor's dim 0 is the batch and no other dim depends on the batch.

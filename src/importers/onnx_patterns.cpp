@@ -137,11 +137,22 @@ std::variant<std::array<const Proj*, 3>, std::string> assign_qkv(const Net& net,
     qkv.fill(in_projs[0]);
     return qkv;
   }
-  if (in_projs.size() != 3 || a.score_mm < 0 || a.ctx_mm < 0)
-    return fmt::format("{} input projection(s), expected one packed [{}, {}] or three [{}, {}]", in_projs.size(), 3 * h,
-                       h, h, h);
+  if ((in_projs.size() != 3 && in_projs.size() != 2) || a.score_mm < 0 || a.ctx_mm < 0)
+    return fmt::format("{} input projection(s), expected one packed [{}, {}], three [{}, {}] or (cross-attention) "
+                       "[{}, {}] for Q and a packed [{}, {}] for K and V",
+                       in_projs.size(), 3 * h, h, h, h, h, h, 2 * h, h);
   const auto &sn = net.nodes[a.score_mm], &cn = net.nodes[a.ctx_mm];
   const std::string& v_in = a.after.count(cn.input(0)) ? cn.input(1) : cn.input(0);
+  if (in_projs.size() == 2) {  // nn.MultiheadAttention with key is value but not query: Q, then K and V packed
+    for (const auto* p : in_projs) {
+      if (p->rows == h && reaches(net, nodes, p->out, sn.input(0)) && !qkv[0]) qkv[0] = p;
+      else if (p->rows == 2 * h && reaches(net, nodes, p->out, sn.input(1)) && reaches(net, nodes, p->out, v_in) &&
+               !qkv[1])
+        qkv[1] = qkv[2] = p;
+      else return std::string("the input projections are not Q [h, h] and a packed K, V [2h, h]");
+    }
+    return qkv;
+  }
   for (const auto* p : in_projs) {
     int k = reaches(net, nodes, p->out, sn.input(0))   ? 0
             : reaches(net, nodes, p->out, sn.input(1)) ? 1
@@ -151,6 +162,64 @@ std::variant<std::array<const Proj*, 3>, std::string> assign_qkv(const Net& net,
     qkv[k] = p;
   }
   return qkv;
+}
+
+}  // namespace
+
+namespace {
+
+// Rows [offset, offset + rows) of a parameter initializer `root` with `total` rows, reached from `t`
+// through Transpose / Identity and one Split (or Slice) along dim 0 of the root.
+struct SplitRows {
+  std::string root;
+  int64_t offset = 0, total = 0;
+  bool transposed = false;  // an odd number of Transposes between the Split and t
+};
+std::optional<SplitRows> split_rows(const Net& net, std::string t) {
+  SplitRows r;
+  for (int guard = 0; guard < 8; ++guard) {
+    const auto& ti = net.at(t);
+    if (ti.activation || ti.producer < 0) return std::nullopt;
+    const auto& nd = net.nodes[static_cast<size_t>(ti.producer)];
+    if (nd.op_type() == "Identity") {
+      t = nd.input(0);
+      continue;
+    }
+    if (nd.op_type() == "Transpose") {
+      r.transposed = !r.transposed;
+      t = nd.input(0);
+      continue;
+    }
+    if (nd.op_type() != "Split" && nd.op_type() != "Slice") return std::nullopt;
+    const std::string& root = nd.input(0);
+    const auto& rt = net.at(root);
+    // The root: an initializer, or an Identity of one (a merge the importer reads as its own parameter).
+    const bool behind_identity = rt.producer >= 0 && net.nodes[static_cast<size_t>(rt.producer)].op_type() == "Identity" &&
+                                 net.at(net.nodes[static_cast<size_t>(rt.producer)].input(0)).producer < 0;
+    if (rt.activation || !rt.param || (rt.producer >= 0 && !behind_identity) || !rt.shape || rt.shape->empty())
+      return std::nullopt;
+    const auto& rs = *rt.shape;
+    if (nd.op_type() == "Split") {
+      if (attr_i(nd, "axis", 0) != 0) return std::nullopt;
+      for (int k = 0; k < nd.output_size() && nd.output(k) != t; ++k) r.offset += net.shape(nd.output(k))[0];
+    } else {  // Slice(root, starts, ends, axes = [0], steps = [1])
+      const auto& st = net.at(nd.input(1));
+      if (!st.ints || st.ints->size() != 1 || (*st.ints)[0] < 0) return std::nullopt;
+      if (nd.input_size() > 3 && !nd.input(3).empty()) {
+        const auto& ax = net.at(nd.input(3));
+        if (!ax.ints || ax.ints->size() != 1 || (*ax.ints)[0] != 0) return std::nullopt;
+      }
+      if (nd.input_size() > 4 && !nd.input(4).empty()) {
+        const auto& sp = net.at(nd.input(4));
+        if (!sp.ints || sp.ints->size() != 1 || (*sp.ints)[0] != 1) return std::nullopt;
+      }
+      r.offset = (*st.ints)[0];
+    }
+    r.root = root;
+    r.total = rs[0];
+    return r;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -181,9 +250,20 @@ void Mapper::attention_params(const std::string& op, const std::vector<int>& nod
   const auto& proj = std::get<std::array<const Proj*, 3>>(qkv);
   const char* names[3][2] = {{"wq", "bq"}, {"wk", "bk"}, {"wv", "bv"}};
   for (int k = 0; k < 3; ++k) {
-    const bool packed = proj[k]->rows == 3 * h;
-    add_param(op, names[k][0], proj[k]->w, {h, h}, proj[k]->transpose, packed ? k : 0, packed ? 3 : 1);
-    add_param(op, names[k][1], proj[k]->b, {h}, false, packed ? k : 0, packed ? 3 : 1);
+    const int64_t parts = proj[k]->rows / h;  // 3: Q, K, V packed; 2: K, V packed; 1: one of them
+    const int64_t part = parts == 3 ? k : parts == 2 ? k - 1 : 0;
+    for (int b = 0; b < 2; ++b) {
+      const std::string& t = b == 0 ? proj[k]->w : proj[k]->b;
+      // A projection reading rows of a larger packed initializer (in_proj_weight split into Q and K, V
+      // for cross-attention) reads them from that initializer directly.
+      if (std::optional<SplitRows> sr = split_rows(net, t); sr && sr->offset % h == 0 && sr->total % h == 0)
+        add_param(op, names[k][b], sr->root, b == 0 ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h},
+                  b == 0 && proj[k]->transpose != sr->transposed, sr->offset / h + part, sr->total / h);
+      else if (b == 0)
+        add_param(op, names[k][0], t, {h, h}, proj[k]->transpose, part, parts);
+      else
+        add_param(op, names[k][1], t, {h}, false, part, parts);
+    }
   }
   add_param(op, "wo", out_projs[0]->w, {h, h}, out_projs[0]->transpose);
   add_param(op, "bo", out_projs[0]->b, {h});
@@ -239,48 +319,59 @@ void join_head_split_regions(const Mapper& mp, const Matcher& m, std::map<int, s
   for (const auto& [root, nodes] : regions)
     for (int i : nodes) region_of[static_cast<size_t>(i)] = root;
   auto rank4 = [&](const std::string& t) { return net.at(t).shape && net.at(t).shape->size() == 4; };
+  // A rank-4 node that may sit between the regions of one block.
+  auto between_node = [&](int c) {
+    const auto& cn = net.nodes[static_cast<size_t>(c)];
+    return !m.claimed[static_cast<size_t>(c)] && kBetween.count(cn.op_type()) && rank4(cn.output(0)) &&
+           !m.is_output(cn.output(0));
+  };
   for (bool joined = true; joined;) {
     joined = false;
     for (auto& [root, nodes] : regions) {
+      // From the region's outputs forward through rank-4 nodes, and back from those nodes' other
+      // operands (cross-attention: the keys come from a region of their own): every region met is
+      // one block with this one. A node of any other kind on the way (a mask computed from an input)
+      // keeps them apart.
       std::set<int> between, hit;
-      std::vector<std::string> work;
-      for (int i : nodes)
-        for (const auto& o : net.nodes[static_cast<size_t>(i)].output()) work.push_back(o);
+      std::vector<int> work;  // between nodes to explore
       bool ok = true;
-      while (ok && !work.empty()) {
-        const std::string t = work.back();
-        work.pop_back();
-        if (t.empty() || !net.at(t).activation) continue;
-        for (int c : net.at(t).consumers) {
-          const int r = region_of[static_cast<size_t>(c)];
-          if (net.folded[static_cast<size_t>(c)] || r == root) continue;
-          if (r >= 0) {
-            hit.insert(r);
-            continue;
-          }
-          const auto& cn = net.nodes[static_cast<size_t>(c)];
-          if (m.claimed[static_cast<size_t>(c)] || !kBetween.count(cn.op_type()) || !rank4(cn.output(0)) ||
-              m.is_output(cn.output(0))) {
-            ok = false;
-            break;
-          }
-          if (between.insert(c).second) work.push_back(cn.output(0));
+      auto reach = [&](int c) {  // a node met from the region's side
+        const int r = region_of[static_cast<size_t>(c)];
+        if (net.folded[static_cast<size_t>(c)] || r == root) return;
+        if (r >= 0) {
+          hit.insert(r);
+        } else if (!between_node(c)) {
+          ok = false;
+        } else if (between.insert(c).second) {
+          work.push_back(c);
         }
-      }
-      if (!ok || hit.size() != 1 || between.empty()) continue;
-      for (int c : between)  // nothing from outside flows in (a mask input keeps them apart)
-        for (const auto& in : net.nodes[static_cast<size_t>(c)].input())
+      };
+      for (int i : nodes)
+        for (const auto& o : net.nodes[static_cast<size_t>(i)].output())
+          if (!o.empty() && net.at(o).activation)
+            for (int c : net.at(o).consumers) reach(c);
+      while (ok && !work.empty()) {
+        const int c = work.back();
+        work.pop_back();
+        const auto& cn = net.nodes[static_cast<size_t>(c)];
+        for (const auto& o : cn.output())
+          if (!o.empty() && net.at(o).activation)
+            for (int d : net.at(o).consumers) reach(d);
+        for (const auto& in : cn.input())
           if (!in.empty() && net.at(in).activation) {
             const int p = net.at(in).producer;
-            ok = ok && p >= 0 && (between.count(p) || region_of[static_cast<size_t>(p)] == root);
+            if (p < 0) ok = false;  // a data input flows in
+            else reach(p);
           }
-      if (!ok) continue;
-      const int other = *hit.begin();
+      }
+      if (!ok || hit.empty() || between.empty()) continue;
       for (int c : between) nodes.push_back(c);
-      for (int c : regions.at(other)) nodes.push_back(c);
+      for (int other : hit) {
+        for (int c : regions.at(other)) nodes.push_back(c);
+        regions.erase(other);
+      }
       for (int c : nodes) region_of[static_cast<size_t>(c)] = root;
       std::sort(nodes.begin(), nodes.end());
-      regions.erase(other);
       joined = true;
       break;
     }
@@ -321,18 +412,44 @@ Region summarize_region(const Net& net, const Matcher& m, const std::vector<int>
   return r;
 }
 
-// Why the region is not a multi-head self-attention block ("" when it is); `h` gets the hidden
-// width when the region has one input and one output.
-std::string attention_mismatch(const Mapper& mp, const Region& r, int64_t& h) {
+// The block's activation inputs: the queries' source x and, for cross-attention, the keys' and
+// values' source (empty for self-attention).
+struct AttentionSources {
+  std::string x, kv;
+};
+
+// Why the region is not a multi-head attention block ("" when it is); `h` gets the hidden width and
+// `src` the inputs when the region has one input (self-attention) or two (cross-attention: the one
+// reaching the score MatMul's left operand is the queries' source) and one output.
+std::string attention_mismatch(const Mapper& mp, const Region& r, const std::vector<int>& nodes, int score_mm,
+                               int64_t& h, AttentionSources& src) {
   const Net& net = mp.net;
-  if (r.ext_in.size() != 1 || r.outs.size() != 1)
-    return fmt::format("{} activation input(s) and {} output(s), expected 1 and 1", r.ext_in.size(), r.outs.size());
-  const auto &xs = net.shape(*r.ext_in.begin()), &ys = net.shape(*r.outs.begin());
+  if (r.ext_in.size() < 1 || r.ext_in.size() > 2 || r.outs.size() != 1)
+    return fmt::format("{} activation input(s) and {} output(s), expected 1 (self-attention) or 2 (cross-attention) "
+                       "and 1",
+                       r.ext_in.size(), r.outs.size());
+  src = AttentionSources{*r.ext_in.begin(), ""};
+  if (r.ext_in.size() == 2) {
+    if (score_mm < 0) return "two activation inputs and no score MatMul to tell queries from keys";
+    const std::string &a = *r.ext_in.begin(), &b = *std::next(r.ext_in.begin());
+    const std::string& left = net.nodes[static_cast<size_t>(score_mm)].input(0);
+    const std::string& right = net.nodes[static_cast<size_t>(score_mm)].input(1);
+    const bool aq = reaches(net, nodes, a, left), bq = reaches(net, nodes, b, left);
+    const bool ak = reaches(net, nodes, a, right), bk = reaches(net, nodes, b, right);
+    if (aq && !ak && bk && !bq) src = {a, b};
+    else if (bq && !bk && ak && !aq) src = {b, a};
+    else return fmt::format("two activation inputs ({}, {}), but not one for the queries and one for the keys", a, b);
+    const auto &qs = net.shape(src.x), &ks = net.shape(src.kv);
+    if (ks.size() != 3 || qs.size() != 3 || ks.back() != qs.back() || !mp.batch_first(src.kv))
+      return fmt::format("the keys' source [{}] is not [B, seq, {}] like the queries' [{}]", fmt::join(ks, ","),
+                         qs.back(), fmt::join(qs, ","));
+  }
+  const auto &xs = net.shape(src.x), &ys = net.shape(*r.outs.begin());
   h = xs.back();
   int64_t count = 0;
   for (const auto& p : r.params)
     count += std::max<int64_t>(0, ir::per_sample_elems(net.shape(p)) > 1 ? ir::per_sample_elems(net.shape(p)) : 0);
-  if (xs.size() != 3 || xs != ys || !mp.batch_first(*r.ext_in.begin()))
+  if (xs.size() != 3 || xs != ys || !mp.batch_first(src.x))
     return fmt::format("input [{}] and output [{}] are not both [B, seq, hidden]", fmt::join(xs, ","),
                        fmt::join(ys, ","));
   if (r.softmax != 1 || r.act_matmul != 2)
@@ -368,11 +485,16 @@ int64_t score_seq(const Net& net, int softmax) {
   return s && !s->empty() ? s->back() : 0;
 }
 
-// The attention op's inputs and attrs: x, then the padding mask when there is one.
-std::pair<std::vector<std::string>, Json> attention_signature(const std::string& x, int64_t heads,
+// The attention op's inputs and attrs: x, the keys' source for cross-attention, then the padding mask
+// when there is one.
+std::pair<std::vector<std::string>, Json> attention_signature(const AttentionSources& src, int64_t heads,
                                                               const AttentionMasks& am) {
   Json attrs{{"heads", heads}};
-  std::vector<std::string> in{x};
+  std::vector<std::string> in{src.x};
+  if (!src.kv.empty()) {
+    in.push_back(src.kv);
+    attrs["cross"] = true;
+  }
   if (am.causal) attrs["causal"] = true;
   if (!am.mask_input.empty()) {
     in.push_back(am.mask_input);
@@ -399,10 +521,19 @@ void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& c
   join_head_split_regions(mp, m, regions);
   for (const auto& [root, nodes] : regions) {
     const int sm = region_softmax(net, nodes);
+    if (sm == -1) {  // no attention: node by node, the batch tracked through each tensor
+      claim(claimed, nodes);
+      if (std::string why = map_batch_axis_region(mp, nodes); !why.empty())
+        mp.reasons.push_back(fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and back: {}",
+                                         node_label(net.nodes[static_cast<size_t>(nodes.front())]),
+                                         node_label(net.nodes[static_cast<size_t>(nodes.back())]), why));
+      continue;
+    }
     const AttentionMasks am = sm >= 0 ? scan_attention_masks(net, sm, score_seq(net, sm)) : AttentionMasks{};
     const Region r = summarize_region(net, m, nodes, am.operands);
     int64_t h = 0;
-    std::string why = attention_mismatch(mp, r, h);
+    AttentionSources src;
+    std::string why = attention_mismatch(mp, r, nodes, am.score_mm, h, src);
     const int64_t heads = attention_heads(r, h);
     if (why.empty() && !am.error.empty()) why = am.error;
     if (why.empty()) why = scale_mismatch(am, h, heads, false);
@@ -412,12 +543,12 @@ void map_batch_moving_regions(Mapper& mp, const Matcher& m, std::vector<bool>& c
     if (!why.empty()) {
       mp.reasons.push_back(
           fmt::format("nodes {} .. {} move the batch dimension away from dim 0 and are not a "
-                      "multi-head self-attention block ({})",
+                      "multi-head attention block ({})",
                       node_label(net.nodes[nodes.front()]), node_label(net.nodes[nodes.back()]), why));
       continue;
     }
     claim(claimed, am.prep);
-    auto [in, attrs] = attention_signature(*r.ext_in.begin(), heads, am);
+    auto [in, attrs] = attention_signature(src, heads, am);
     mp.attention_params(mp.emit(fused_name(net, nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs),
                         nodes, h);
   }
@@ -530,12 +661,13 @@ void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& 
     std::string why;
     int64_t h = 0, heads = 1;
     Region r;
+    AttentionSources src;
     if (!nodes) {
       why = "its nodes reach past the attention block";
       nodes = std::vector<int>{i};
     } else {
       r = summarize_region(net, m, *nodes, am.operands);
-      why = attention_mismatch(mp, r, h);
+      why = attention_mismatch(mp, r, *nodes, am.score_mm, h, src);
       const auto& q = net.at(net.nodes[static_cast<size_t>(am.score_mm)].input(0)).shape;
       if (q && q->size() == 4 && (*q)[1] * q->back() == h) heads = (*q)[1];
       if (why.empty() && !am.error.empty()) why = am.error;
@@ -546,13 +678,13 @@ void map_batch_first_attention(Mapper& mp, const Matcher& m, std::vector<bool>& 
     if (!why.empty()) {
       mp.reasons.push_back(
           fmt::format("nodes {} .. {} (the Softmax {} over [B, heads, S, S] scores) are not a "
-                      "multi-head self-attention block ({})",
+                      "multi-head attention block ({})",
                       node_label(net.nodes[static_cast<size_t>(nodes->front())]),
                       node_label(net.nodes[static_cast<size_t>(nodes->back())]), node_label(nd), why));
       continue;
     }
     claim(claimed, am.prep);
-    auto [in, attrs] = attention_signature(*r.ext_in.begin(), heads, am);
+    auto [in, attrs] = attention_signature(src, heads, am);
     mp.attention_params(
         mp.emit(fused_name(net, *nodes, "attention"), ir::OpKind::attention, in, *r.outs.begin(), attrs), *nodes, h);
   }
@@ -663,6 +795,9 @@ bool match_pool_flatten(Mapper& mp, const Matcher& m, int i, std::vector<bool>& 
 
 void Mapper::match_patterns(std::vector<bool>& claimed) {
   Matcher m{net, claimed};
+  // The model's own loss first: its reshapes merge the batch with the positions ([B*N, C]).
+  for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i)
+    if (!claimed[static_cast<size_t>(i)]) (void)match_own_loss(*this, m, i, claimed);
   // First: its Transposes move the batch away from dim 0, which the region patterns below would claim.
   for (int i = 0; i < static_cast<int>(net.nodes.size()); ++i)
     if (!claimed[static_cast<size_t>(i)]) (void)match_index_pool(*this, m, i, claimed);

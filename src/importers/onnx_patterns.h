@@ -69,6 +69,17 @@ void claim(std::vector<bool>& claimed, const std::vector<int>& nodes);
 /// Swin's (shifted) window attention blocks as window_attention ops (onnx_window_attention.cpp).
 void map_window_attention(Mapper& mp, const Matcher& m, std::vector<bool>& claimed);
 
+/// A region whose tensors keep the batch as a dimension of its own but not always dim 0 (DLRM's
+/// interaction gathered as [F, F, B]), mapped node by node onto batch-first IR ops
+/// (onnx_batch_axis.cpp): "" when every node maps, else why the first that does not (naming it).
+std::string map_batch_axis_region(Mapper& mp, const std::vector<int>& nodes);
+
+/// A scalar graph output that is the model's own loss, SoftmaxCrossEntropyLoss (mean) over logits
+/// and an int64 label input, possibly reshaped [B, ..., C] -> [B*N, C] (onnx_losses.cpp): an IR
+/// cross_entropy recorded in Mapper::own_losses, or a refusal naming the node. False when node i is
+/// not such a loss.
+bool match_own_loss(Mapper& mp, const Matcher& m, int i, std::vector<bool>& claimed);
+
 /// A pool written as Transpose -> GatherND of constant spatial indices -> Transpose -> ReduceMean
 /// (torch.export's adaptive_avg_pool2d) at GatherND node i: resize nearest or avgpool, or a refusal
 /// naming the node (onnx_index_pool.cpp). False when node i is not that.

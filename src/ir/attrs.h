@@ -41,6 +41,14 @@ PoolGeometry pool_geometry(const Op& op, const std::string& where);
 std::string attr_choice(const Op& op, const char* key, const char* dflt, std::initializer_list<const char*> allowed,
                         const std::string& where);
 
+/// An attention op's inputs: the queries' source x (input 0); with attrs.cross the keys' and values'
+/// source (input 1, [B, seq_kv, hidden]); then an optional padding mask over the keys. kv: the index
+/// of the keys' source (0 for self-attention); mask: the mask's index, -1 when there is none.
+struct AttentionInputs {
+  int kv = 0, mask = -1;
+};
+AttentionInputs attention_inputs(const Op& op, const std::string& where);
+
 /// The per-sample shape of an add / mul / concat's learned parameter operand (attrs.param), or
 /// nothing when the op has none.
 std::optional<Shape> param_shape(const Op& op, const std::string& where);

@@ -164,15 +164,21 @@ void embedding_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
 // projection 2SH^2, softmax 5*heads*S^2. Saved: x, Q, K, V, context (5SH) + probs (heads*S^2).
 // A causal or padding mask costs what full attention costs (the runtime computes every score and
 // masks it, as PyTorch's math path does); a padding mask adds its read (input_bytes) and one byte
-// per key kept for backward.
+// per key kept for backward. Cross-attention (queries from x [S, H], keys and values from mem [T, H]):
+// projections 2SH^2 (Q, output) x 2 + 2TH^2 (K, V) x 2, scores and weighted sum 4STH, softmax
+// 5*heads*S*T; saved x, Q, context (3SH), mem, K, V (3TH) + probs (heads*S*T).
 void attention_cost(const CostInput& x, OpCosts& c, ParamCount& p) {
+  const AttentionInputs a = attention_inputs(x.op, kWhere);
   double s = static_cast<double>(x.in[0][1]), h = static_cast<double>(x.in[0][2]);
+  double t = static_cast<double>(x.in[static_cast<size_t>(a.kv)][1]);
   double heads = static_cast<double>(attr_int(x.op, "heads", std::nullopt, kWhere));
   p.params = 4 * h * h + 4 * h;
   p.tensors = 8;
-  c.fwd_flops = 8 * s * h * h + 4 * s * s * h + 5 * heads * s * s;
-  c.bwd_flops = 2 * (8 * s * h * h + 4 * s * s * h) + 4 * heads * s * s;
-  c.saved_bytes = (5 * s * h + heads * s * s) * x.eb + (x.in.size() > 1 ? s : 0.0);
+  const double proj = 4 * s * h * h + 4 * t * h * h, mix = 4 * s * t * h;
+  c.fwd_flops = proj + mix + 5 * heads * s * t;
+  c.bwd_flops = 2 * (proj + mix) + 4 * heads * s * t;
+  const double kept = a.kv ? 3 * s * h + 3 * t * h : 5 * s * h;
+  c.saved_bytes = (kept + heads * s * t) * x.eb + (a.mask >= 0 ? t : 0.0);
 }
 
 // Swin's window attention on the padded map [Hp, Wp, C], n = Hp Wp tokens in windows of N = wh ww:
@@ -248,6 +254,13 @@ void reduce_cost(const CostInput& x, OpCosts& c, ParamCount&) {
   c.bwd_flops = x.in_elems0;
 }
 
+// max(x, 0) - x t + log(1 + exp(-|x|)) per element, and its gradient sigmoid(x) - t.
+void bce_cost(const CostInput& x, OpCosts& c, ParamCount&) {
+  c.fwd_flops = 8 * x.in_elems0;
+  c.bwd_flops = 4 * x.in_elems0;
+  c.saved_bytes = c.input_bytes;
+}
+
 void mse_loss_cost(const CostInput& x, OpCosts& c, ParamCount&) {
   c.fwd_flops = 3 * x.in_elems0;
   c.bwd_flops = 2 * x.in_elems0;
@@ -270,6 +283,7 @@ CostRule cost_rule(OpKind k) {
     case OpKind::concat: return concat_cost;
     case OpKind::pad:
     case OpKind::slice:
+    case OpKind::gather:
     case OpKind::flatten:
     case OpKind::reshape:
     case OpKind::transpose: return movement_cost;
@@ -297,6 +311,7 @@ CostRule cost_rule(OpKind k) {
     case OpKind::mean:
     case OpKind::sum: return reduce_cost;
     case OpKind::mse_loss: return mse_loss_cost;
+    case OpKind::bce_with_logits: return bce_cost;
     case OpKind::cross_entropy: return cross_entropy_cost;
   }
   return movement_cost;

@@ -19,6 +19,7 @@ constexpr std::array kKinds = {
     KindName{OpKind::mul, "mul"},
     KindName{OpKind::concat, "concat"},
     KindName{OpKind::slice, "slice"},
+    KindName{OpKind::gather, "gather"},
     KindName{OpKind::relu, "relu"},
     KindName{OpKind::gelu, "gelu"},
     KindName{OpKind::sigmoid, "sigmoid"},
@@ -39,6 +40,7 @@ constexpr std::array kKinds = {
     KindName{OpKind::mean, "mean"},
     KindName{OpKind::sum, "sum"},
     KindName{OpKind::mse_loss, "mse_loss"},
+    KindName{OpKind::bce_with_logits, "bce_with_logits"},
     KindName{OpKind::cross_entropy, "cross_entropy"},
     KindName{OpKind::embedding, "embedding"},
     KindName{OpKind::clip, "clip"},
@@ -68,7 +70,9 @@ OpKind op_kind_from_string(const std::string& s) {
   throw UserError(fmt::format("unknown op kind \"{}\" (valid kinds: {})", s, all));
 }
 
-bool is_loss(OpKind k) { return k == OpKind::mse_loss || k == OpKind::cross_entropy; }
+bool is_loss(OpKind k) {
+  return k == OpKind::mse_loss || k == OpKind::cross_entropy || k == OpKind::bce_with_logits;
+}
 
 int64_t dtype_bytes(DType t) {
   switch (t) {

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "graph/dag.h"
+#include "ir/attrs.h"
 
 namespace gp::ir {
 
@@ -125,15 +126,26 @@ void check_op_types(const Model& m, const Names& n, const Op& op, const std::str
       dts.push_back(m.inputs[n.input.at(src)].dtype);
     }
   }
-  for (size_t k = 0; k < dts.size(); ++k) {
-    if (op.kind == OpKind::attention && k == 1) continue;  // a padding mask: i64 or floating, 0 / 1
+  // Data movement keeps its input's type: index tensors (ids[:, k]) may be sliced, gathered, reshaped.
+  const bool movement = op.kind == OpKind::slice || op.kind == OpKind::gather || op.kind == OpKind::reshape ||
+                        op.kind == OpKind::flatten || op.kind == OpKind::transpose;
+  for (size_t k = 0; k < dts.size() && movement; ++k)
+    GP_CHECK((dts[k] == DType::i64) == (op.dtype == DType::i64),
+             "{}: op \"{}\" ({}): input {} (\"{}\") is {}, but the op's dtype is {} (data movement keeps the type)",
+             where, op.name, to_string(op.kind), k, op.inputs[k], to_string(dts[k]), to_string(op.dtype));
+  for (size_t k = 0; k < dts.size() && !movement; ++k) {
+    if (op.kind == OpKind::attention && static_cast<int>(k) == attention_inputs(op, where).mask)
+      continue;  // a padding mask: i64 or floating, 0 / 1
     bool want_int = ((op.kind == OpKind::embedding_bag || op.kind == OpKind::embedding) && k == 0) ||
                     (op.kind == OpKind::cross_entropy && k == 1);
     bool is_int = dts[k] == DType::i64;
     GP_CHECK(want_int == is_int, "{}: op \"{}\" ({}): input {} (\"{}\") is {}, expected {}", where, op.name,
              to_string(op.kind), k, op.inputs[k], to_string(dts[k]), want_int ? "i64" : "a floating type");
   }
-  GP_CHECK(op.dtype != DType::i64, "{}: op \"{}\": output dtype i64 is not supported", where, op.name);
+  GP_CHECK(op.dtype != DType::i64 || movement,
+           "{}: op \"{}\": output dtype i64 is only supported for data movement (slice, gather, reshape, flatten, "
+           "transpose of an index input)",
+           where, op.name);
   Shape inferred = infer_shape(op, shapes, where);
   GP_CHECK(within_limits(inferred), "{}: op \"{}\" ({}): output shape {} has more than 2^40 elements per sample", where,
            op.name, to_string(op.kind), shape_str(inferred));
@@ -232,6 +244,19 @@ const Input* Graph::find_input(const std::string& name) const {
   for (const Input& in : model_.inputs)
     if (in.name == name) return &in;
   return nullptr;
+}
+
+const Shape& Graph::shape_of(const std::string& name) const {
+  if (OpId id = find(name); id.valid()) return op(id).output_shape;
+  const Input* in = find_input(name);
+  GP_CHECK(in, "{}: no op or graph input named \"{}\"", model_.name, name);
+  return in->shape;
+}
+
+int64_t Graph::attention_keys(OpId id) const {
+  const Op& o = op(id);
+  const Shape& s = shape_of(o.inputs.at(static_cast<size_t>(attention_inputs(o, model_.name).kv)));
+  return s.size() >= 2 ? s[1] : 1;
 }
 
 namespace {

@@ -45,6 +45,9 @@ enum class OpKind {
            // attrs.param_at (default 0) among them (ViT's class token)
   slice,   // x[..., start:end, ...] along attrs.axis; attrs: axis, start, end; step (default 1:
            // every step-th element from start, PyTorch's x[..., start:end:step])
+  gather,  // x.index_select(attrs.axis, attrs.indices): positions of a non-batch axis picked by a
+           // constant index list (each in [0, dim), repeats allowed), e.g. DLRM's upper triangle
+           // Z[:, li, lj] of a flattened [B, F*F] interaction
   relu,
   gelu,
   sigmoid,
@@ -64,6 +67,9 @@ enum class OpKind {
                      // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
   attention,         // multi-head self-attention incl. Q,K,V and output projections (with biases),
                      // x [B, seq, hidden] -> same; attrs: heads. Softmax(QK^T/sqrt(d_head) + M) V.
+                     // attrs.cross (default false): cross-attention, Q from x and K, V from input 1,
+                     // mem [B, seq_kv, hidden] (a decoder reading its encoder; the padding mask, if
+                     // any, is then input 2 and has seq_kv values; causal needs seq_kv == seq).
                      // M masks keys (-inf: weight 0): attrs.causal (default false): key j > query i
                      // (a decoder); an optional input 1, a padding mask m [B, seq] (i64 or f32, values
                      // 0 / 1) over the keys: attrs.mask "keep" (default: keys with m != 0 take part,
@@ -109,9 +115,13 @@ enum class OpKind {
   mean,
   sum,            // reduce along attrs.axis; attrs: keepdim (default false)
   mse_loss,       // inputs (pred, target) of equal shape -> scalar: mean over all elements
+  bce_with_logits,  // inputs (logits, target in [0, 1]) of equal shape -> scalar: mean over all elements
+                    // of F.binary_cross_entropy_with_logits (a click / multi-label output)
   cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch; or
-                  // per position (segmentation): logits [B, C, d1, ...], labels [B, d1, ...] ->
-                  // mean over the batch and every position
+                  // per position (segmentation, next-token): logits [B, C, d1, ...], labels [B, d1, ...]
+                  // -> mean over the batch and every position. attrs: ignore_index (optional: labels
+                  // equal to it count for nothing, the mean is over the others), label_smoothing
+                  // (default 0), as F.cross_entropy
 };
 const char* to_string(OpKind k);
 OpKind op_kind_from_string(const std::string& s);  // throws UserError listing valid names
@@ -204,6 +214,10 @@ class Graph {
   const std::vector<int>& graph_inputs_of(OpId id) const { return graph_inputs_[id.v]; }
   OpId find(const std::string& op_name) const;  // invalid id when absent
   const Input* find_input(const std::string& name) const;
+  /// The shape of a graph input or op output by name (throws when there is none).
+  const Shape& shape_of(const std::string& name) const;
+  /// An attention op's key count: its keys' source's dim 1 (input 1 with attrs.cross, else x's).
+  int64_t attention_keys(OpId id) const;
 
   /// The ops using shared parameter k (model().shared_params[k]), in its `uses` order; the first
   /// is the canonical user.

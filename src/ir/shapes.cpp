@@ -156,6 +156,13 @@ std::string attr_choice(const Op& op, const char* key, const char* dflt, std::in
   fail(op, where, fmt::format("attrs.{} = {} is not one of {}", key, v.dump(), names));
 }
 
+AttentionInputs attention_inputs(const Op& op, const std::string& where) {
+  AttentionInputs a;
+  a.kv = attr_bool(op, "cross", false, where) ? 1 : 0;
+  if (static_cast<int>(op.inputs.size()) > a.kv + 1) a.mask = a.kv + 1;
+  return a;
+}
+
 std::optional<Shape> param_shape(const Op& op, const std::string& where) {
   if (!op.attrs.is_object() || !op.attrs.contains("param")) return std::nullopt;
   Shape s = attr_ints(op, "param", where);
@@ -306,6 +313,20 @@ Shape slice_shape(const ShapeInput& x) {
   return out;
 }
 
+Shape gather_shape(const ShapeInput& x) {
+  x.one_input();
+  const int64_t axis = x.axis("axis", std::nullopt, x.in[0].size());
+  const std::vector<int64_t> idx = attr_ints(x.op, "indices", x.where);
+  if (idx.empty()) x.fail("attrs.indices is empty");
+  for (int64_t i : idx)
+    if (i < 0 || i >= x.in[0][axis])
+      x.fail(fmt::format("attrs.indices holds {}, outside [0, {}) (axis {} of {})", i, x.in[0][axis], axis,
+                         shape_str(x.in[0])));
+  Shape out = x.in[0];
+  out[axis] = static_cast<int64_t>(idx.size());
+  return out;
+}
+
 Shape dropout_shape(const ShapeInput& x) {
   x.one_input();
   double p = x.number("p", 0.1);
@@ -369,18 +390,31 @@ Shape embedding_shape(const ShapeInput& x) {
   return out;
 }
 
-// x [B, seq, hidden] and an optional padding mask [B, seq] over the keys (attrs.mask says how it is read).
+// x [B, seq, hidden], with attrs.cross the keys' source [B, seq_kv, hidden], and an optional padding
+// mask [B, seq_kv] over the keys (attrs.mask says how it is read).
 Shape attention_shape(const ShapeInput& x) {
-  x.need_inputs(1, 2);
+  const AttentionInputs a = attention_inputs(x.op, x.where);
+  x.need_inputs(1 + a.kv, 2 + a.kv);
   x.need_rank(0, 3, 3);
   int64_t heads = x.positive("heads", std::nullopt);
   if (x.in[0][2] % heads != 0)
     x.fail(fmt::format("attrs.heads = {} does not divide hidden size {}", heads, x.in[0][2]));
-  x.flag("causal");  // a bool when present
-  if (x.in.size() == 2) {
-    if (x.in[1] != Shape{kBatch, x.in[0][1]})
-      x.fail(fmt::format("input 1 (the padding mask) has shape {}, expected [B, {}] (one value per key position)",
-                         shape_str(x.in[1]), x.in[0][1]));
+  const bool causal = x.flag("causal");
+  if (a.kv) {
+    x.need_rank(1, 3, 3);
+    if (x.in[1][2] != x.in[0][2])
+      x.fail(fmt::format("input 1 (the keys' and values' source) has shape {}, expected [B, seq_kv, {}] (the "
+                         "queries' hidden size)",
+                         shape_str(x.in[1]), x.in[0][2]));
+    if (causal && x.in[1][1] != x.in[0][1])
+      x.fail(fmt::format("attrs.causal on cross-attention needs as many keys as queries, found {} and {}",
+                         x.in[1][1], x.in[0][1]));
+  }
+  const int64_t keys = x.in[static_cast<size_t>(a.kv)][1];
+  if (a.mask >= 0) {
+    if (x.in[static_cast<size_t>(a.mask)] != Shape{kBatch, keys})
+      x.fail(fmt::format("input {} (the padding mask) has shape {}, expected [B, {}] (one value per key position)",
+                         a.mask, shape_str(x.in[static_cast<size_t>(a.mask)]), keys));
     attr_choice(x.op, "mask", "keep", {"keep", "ignore"}, x.where);
     const double fill = x.number("mask_fill", -1.0);
     if (x.op.attrs.contains("mask_fill") && !(fill < 0 && std::isfinite(fill)))
@@ -540,6 +574,10 @@ Shape cross_entropy_shape(const ShapeInput& x) {
   if (x.in[1] != want)
     x.fail(fmt::format("labels have shape {}, expected {} for logits {} (classes on dim 1)", shape_str(x.in[1]),
                        shape_str(want), shape_str(x.in[0])));
+  if (x.op.attrs.is_object() && x.op.attrs.contains("ignore_index")) (void)x.integer("ignore_index", 0);
+  const double smoothing = x.number("label_smoothing", 0.0);
+  if (!(smoothing >= 0 && smoothing <= 1))
+    x.fail(fmt::format("attrs.label_smoothing must be in [0, 1], found {}", smoothing));
   return Shape{};
 }
 
@@ -552,6 +590,7 @@ ShapeRule shape_rule(OpKind k) {
     case OpKind::mul: return elementwise_shape;
     case OpKind::concat: return concat_shape;
     case OpKind::slice: return slice_shape;
+    case OpKind::gather: return gather_shape;
     case OpKind::relu:
     case OpKind::gelu:
     case OpKind::sigmoid:
@@ -579,7 +618,8 @@ ShapeRule shape_rule(OpKind k) {
     case OpKind::transpose: return transpose_shape;
     case OpKind::mean:
     case OpKind::sum: return reduce_shape;
-    case OpKind::mse_loss: return mse_loss_shape;
+    case OpKind::mse_loss:
+    case OpKind::bce_with_logits: return mse_loss_shape;
     case OpKind::cross_entropy: return cross_entropy_shape;
   }
   return nullptr;

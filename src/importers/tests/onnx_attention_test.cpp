@@ -130,7 +130,7 @@ TEST(OnnxAttention, AnAntiCausalConstantMaskIsRefusedNamingTheNode) {
     for (auto& a : *node_named(m, trilu)->mutable_attribute())
       if (a.name() == "upper") a.set_i(1);
   const std::string err = error_of(save_temp(m, "anticausal"));
-  EXPECT_THAT(err, HasSubstr("are not a multi-head self-attention block"));
+  EXPECT_THAT(err, HasSubstr("are not a multi-head attention block"));
   EXPECT_THAT(err, HasSubstr("mask at node \"/blocks.0/attn/Add\" (Add): the constant mask [8, 8] is not causal"));
   EXPECT_THAT(err, HasSubstr("\"/blocks.1/attn/Softmax\" (Softmax)"));
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ir/attrs.h"
 #include "runtime/exec/device.h"
 #include "runtime/exec/synthetic.h"
 #include "support/error.h"
@@ -156,13 +157,23 @@ void add_eval_sums(const StageModule& m, const TensorMap& ext, const TensorMap& 
       // Per sample: the mean over its positions (one for [B, C] logits), as the training loss.
       const double positions = static_cast<double>(target.numel()) / static_cast<double>(counted);
       sums.loss += torch::nn::functional::cross_entropy(
-                       pred, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                       pred, target,
+                       torch::nn::functional::CrossEntropyFuncOptions()
+                           .reduction(torch::kSum)
+                           .ignore_index(ir::attr_int(op, "ignore_index", -100, g.name()))
+                           .label_smoothing(ir::attr_num(op, "label_smoothing", 0.0, g.name())))
                        .item<double>() /
                    positions;
       sums.correct += pred.argmax(1).eq(target).sum().item<double>() / positions;
       sums.classified += static_cast<double>(counted);
     } else if (op.kind == ir::OpKind::mse_loss) {
       sums.loss += (pred - target).pow(2).reshape({counted, -1}).mean(1).sum().item<double>();
+    } else if (op.kind == ir::OpKind::bce_with_logits) {
+      sums.loss += torch::binary_cross_entropy_with_logits(pred, target, {}, {}, at::Reduction::None)
+                       .reshape({counted, -1})
+                       .mean(1)
+                       .sum()
+                       .item<double>();
     } else {
       throw UserError(fmt::format("--eval-data: loss op \"{}\" of kind {} has no per-sample loss to evaluate", name,
                                   ir::to_string(op.kind)));

@@ -125,7 +125,8 @@ struct SplitMix {
 };
 
 /// UserError naming the file, the sample and the value when an index or label is outside [0, range).
-void check_index_values(const std::string& flag, const NpyFile& f, int64_t range, const std::string& input) {
+void check_index_values(const std::string& flag, const NpyFile& f, int64_t range, const std::string& input,
+                        std::optional<int64_t> ignored) {
   const int64_t e = f.row_elems();
   for (int64_t s = 0; s < f.samples(); ++s) {
     const uint8_t* row = f.row(s);
@@ -138,8 +139,9 @@ void check_index_values(const std::string& flag, const NpyFile& f, int64_t range
         std::memcpy(&w, row + 4 * k, 4);
         v = w;
       }
-      GP_CHECK(v >= 0 && v < range, "{} {}: sample {} has value {} for model input \"{}\", outside [0, {})", flag,
-               f.path(), s, v, input, range);
+      GP_CHECK((v >= 0 && v < range) || (ignored && v == *ignored),
+               "{} {}: sample {} has value {} for model input \"{}\", outside [0, {}){}", flag, f.path(), s, v, input,
+               range, ignored ? fmt::format(" (and not the ignored label {})", *ignored) : "");
     }
   }
 }
@@ -266,7 +268,9 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& dir, const ir::G
   for (size_t i = 0; i < inputs.size(); ++i) d->rows_read_[i] = 0;
   if (check_values)
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (d->index_[i]) check_index_values(flag, d->files_[i], index_range(g, static_cast<int>(i)), inputs[i].name);
+      if (d->index_[i])
+        check_index_values(flag, d->files_[i], index_range(g, static_cast<int>(i)), inputs[i].name,
+                           ignored_label(g, static_cast<int>(i)));
   return d;
 }
 

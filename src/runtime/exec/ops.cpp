@@ -119,29 +119,38 @@ torch::Tensor concat(const ir::Graph& g, const ir::Op& op, const std::vector<tor
 torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const std::vector<torch::Tensor>& in,
                         const std::vector<torch::Tensor>& w) {
   const torch::Tensor& x = in[0];
+  const ir::AttentionInputs a = ir::attention_inputs(op, g.name());
+  const torch::Tensor& mem = in[static_cast<size_t>(a.kv)];  // x itself unless cross-attention
   int64_t heads = ir::attr_int(op, "heads", std::nullopt, g.name());
-  int64_t b = x.size(0), s = x.size(1), h = x.size(2), dh = h / heads;
-  auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, dh}).transpose(1, 2); };
-  torch::Tensor q = split(torch::linear(x, w[0], w[1]));
-  torch::Tensor k = split(torch::linear(x, w[2], w[3]));
-  torch::Tensor v = split(torch::linear(x, w[4], w[5]));
+  int64_t b = x.size(0), s = x.size(1), h = x.size(2), dh = h / heads, t = mem.size(1);
+  auto split = [&](const torch::Tensor& y, int64_t n) { return y.view({b, n, heads, dh}).transpose(1, 2); };
+  torch::Tensor q = split(torch::linear(x, w[0], w[1]), s);
+  torch::Tensor k = split(torch::linear(mem, w[2], w[3]), t);
+  torch::Tensor v = split(torch::linear(mem, w[4], w[5]), t);
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
   if (ir::attr_bool(op, "causal", false, g.name())) {  // key j > query i
-    torch::Tensor future = torch::ones({s, s}, torch::TensorOptions(torch::kBool).device(x.device())).triu(1);
+    torch::Tensor future = torch::ones({s, t}, torch::TensorOptions(torch::kBool).device(x.device())).triu(1);
     scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   }
-  if (in.size() > 1) {  // a padding mask m [b, s] over the keys
-    torch::Tensor set = in[1].ne(0);
+  if (a.mask >= 0) {  // a padding mask m [b, t] over the keys
+    torch::Tensor set = in[static_cast<size_t>(a.mask)].ne(0);
     torch::Tensor masked = (ir::attr_choice(op, "mask", "keep", {"keep", "ignore"}, g.name()) == "keep"
                                 ? set.logical_not()
                                 : set)
-                               .view({b, 1, 1, s});
+                               .view({b, 1, 1, t});
     if (op.attrs.contains("mask_fill"))
       scores = scores + masked.to(scores.scalar_type()) * ir::attr_num(op, "mask_fill", 0, g.name());
     else scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
   }
   torch::Tensor o = torch::matmul(torch::softmax(scores, -1), v);  // [b, heads, s, dh]
   return torch::linear(o.transpose(1, 2).reshape({b, s, h}), w[6], w[7]);
+}
+
+// F.cross_entropy with the op's ignore_index and label_smoothing (mean over the labels not ignored).
+torch::Tensor cross_entropy(const ir::Graph& g, const ir::Op& op, const torch::Tensor& logits,
+                            const torch::Tensor& labels) {
+  return torch::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, ir::attr_int(op, "ignore_index", -100, g.name()),
+                                   ir::attr_num(op, "label_smoothing", 0.0, g.name()));
 }
 
 // torchvision's shifted_window_attention (Swin v1), step by step as PyTorch computes it (ir/model.h).
@@ -217,6 +226,10 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       return in[0].slice(ir::attr_axis(op, "axis", std::nullopt, rank(0), where),
                          ir::attr_int(op, "start", std::nullopt, where), ir::attr_int(op, "end", std::nullopt, where),
                          ir::attr_int(op, "step", 1, where));
+    case ir::OpKind::gather:
+      return in[0].index_select(
+          ir::attr_axis(op, "axis", std::nullopt, rank(0), where),
+          torch::tensor(ir::attr_ints(op, "indices", where), torch::TensorOptions(torch::kLong)).to(in[0].device()));
     case ir::OpKind::relu: return torch::relu(in[0]);
     case ir::OpKind::gelu: return torch::gelu(in[0]);  // exact (erf) form
     case ir::OpKind::sigmoid: return torch::sigmoid(in[0]);
@@ -271,7 +284,8 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       return op.kind == ir::OpKind::mean ? in[0].mean(axis, keep) : in[0].sum(axis, keep);
     }
     case ir::OpKind::mse_loss: return torch::mse_loss(in[0], in[1]);
-    case ir::OpKind::cross_entropy: return torch::cross_entropy_loss(in[0], in[1]);
+    case ir::OpKind::bce_with_logits: return torch::binary_cross_entropy_with_logits(in[0], in[1]);
+    case ir::OpKind::cross_entropy: return cross_entropy(g, op, in[0], in[1]);
   }
   GP_ASSERT(false, "unhandled op kind {}", ir::to_string(op.kind));
   return {};

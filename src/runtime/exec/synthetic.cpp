@@ -10,22 +10,28 @@
 #include <tuple>
 #include <vector>
 
+#include "ir/attrs.h"
 #include "runtime/exec/stable_hash.h"
 #include "support/error.h"
 
 namespace gp::runtime {
 
-int64_t index_range(const ir::Graph& g, int input_index) {
-  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+namespace {
+
+/// The smallest range the readers of `name` take its values in (0: none says); index tensors moved
+/// by data movement ops (ids[:, k] before a table) are followed to their readers.
+int64_t reader_range(const ir::Graph& g, const std::string& name, int depth) {
   int64_t range = 0;
   for (size_t i = 0; i < g.num_ops(); ++i) {
     const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
     for (size_t k = 0; k < op.inputs.size(); ++k) {
-      if (op.inputs[k] != input.name) continue;
+      if (op.inputs[k] != name) continue;
       int64_t r = 0;
+      if (op.dtype == ir::DType::i64 && depth < 16) r = reader_range(g, op.name, depth + 1);
       if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0)
         r = op.attrs.value("rows", int64_t{0});
-      if (op.kind == ir::OpKind::attention && k == 1) r = 2;  // a padding mask: 0 / 1
+      if (op.kind == ir::OpKind::attention && static_cast<int>(k) == ir::attention_inputs(op, g.name()).mask)
+        r = 2;  // a padding mask: 0 / 1
       if (op.kind == ir::OpKind::cross_entropy && k == 1) {
         OpId logits = g.find(op.inputs[0]);
         const ir::Shape& s = logits.valid() ? g.op(logits).output_shape : g.find_input(op.inputs[0])->shape;
@@ -34,6 +40,25 @@ int64_t index_range(const ir::Graph& g, int input_index) {
       if (r > 0) range = range == 0 ? r : std::min(range, r);
     }
   }
+  return range;
+}
+
+}  // namespace
+
+std::optional<int64_t> ignored_label(const ir::Graph& g, int input_index) {
+  const std::string& name = g.model().inputs.at(static_cast<size_t>(input_index)).name;
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
+    if (op.kind == ir::OpKind::cross_entropy && op.inputs.size() == 2 && op.inputs[1] == name &&
+        op.attrs.is_object() && op.attrs.contains("ignore_index"))
+      return ir::attr_int(op, "ignore_index", std::nullopt, g.name());
+  }
+  return std::nullopt;
+}
+
+int64_t index_range(const ir::Graph& g, int input_index) {
+  const ir::Input& input = g.model().inputs.at(static_cast<size_t>(input_index));
+  const int64_t range = reader_range(g, input.name, 0);
   GP_CHECK(range > 0,
            "{}: i64 input \"{}\" is not read as embedding indices or cross_entropy labels, so the "
            "runtime cannot tell the range of its synthetic values",
@@ -47,18 +72,20 @@ namespace {
 const ir::Op* target_of(const ir::Graph& g, const std::string& name) {
   for (size_t i = 0; i < g.num_ops(); ++i) {
     const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
-    if ((op.kind == ir::OpKind::cross_entropy || op.kind == ir::OpKind::mse_loss) && op.inputs.size() == 2 &&
+    if (ir::is_loss(op.kind) && op.inputs.size() == 2 &&
         op.inputs[1] == name)
       return &op;
   }
   return nullptr;
 }
 
-/// The attention op reading graph input `name` as its padding mask (input 1), or nullptr.
+/// The attention op reading graph input `name` as its padding mask, or nullptr.
 const ir::Op* mask_reader(const ir::Graph& g, const std::string& name) {
   for (size_t i = 0; i < g.num_ops(); ++i) {
     const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
-    if (op.kind == ir::OpKind::attention && op.inputs.size() == 2 && op.inputs[1] == name) return &op;
+    if (op.kind != ir::OpKind::attention) continue;
+    const int mask = ir::attention_inputs(op, g.name()).mask;
+    if (mask >= 0 && op.inputs[static_cast<size_t>(mask)] == name) return &op;
   }
   return nullptr;
 }
@@ -218,8 +245,9 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
         .reshape(shape)
         .contiguous();
   }
-  return torch::tanh(y)
-      .repeat({1, (per_sample + outs - 1) / outs})
+  // BCE targets are probabilities: 0 / 1 labels, the sign of the teacher's output.
+  torch::Tensor t = loss->kind == ir::OpKind::bce_with_logits ? y.gt(0).to(torch::kFloat32) : torch::tanh(y);
+  return t.repeat({1, (per_sample + outs - 1) / outs})
       .narrow(1, 0, per_sample)
       .reshape(shape)
       .contiguous();

@@ -2,6 +2,7 @@
 // depends only on (seed, X, global sample index i, step), so every plan and the single-process
 // reference see the same data. Include only from runtime .cpp files.
 #pragma once
+#include <optional>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -15,6 +16,9 @@ namespace gp::runtime {
 /// For an i64 graph input: the exclusive upper bound of its values (embedding(_bag) rows,
 /// cross_entropy classes); the minimum over its consumers. UserError when nothing bounds it.
 int64_t index_range(const ir::Graph& g, int input_index);
+/// The label value a cross_entropy reading graph input `input_index` ignores (its attrs.ignore_index),
+/// if any: allowed in the data beside [0, index_range).
+std::optional<int64_t> ignored_label(const ir::Graph& g, int input_index);
 
 /// The graph input the synthetic targets are computed from: the first f32 input that is not itself
 /// a target, else the first such i64 input (token indices); -1 when there is none (targets are then
