@@ -15,8 +15,10 @@ and on a pipeline of 3+ stages, or is it refused with a message, and never train
 without a word.
 
 The loss. graphpipe's importer appends the loss itself (docs/onnx.md, "Loss"): for a [B, C] output
-`cross_entropy` against an int64 `label` [B], for any other output `mse_loss` against a float
-`target` of the output's shape; with several outputs `label_k` / `target_k` and the losses summed.
+with C >= 2 `cross_entropy` against an int64 `label` [B], for one logit per sample [B, 1]
+`bce_with_logits` against a float 0/1 `target` [B, 1], for any other output `mse_loss` against a
+float `target` of the output's shape; with several outputs `label_k` / `target_k` and the losses
+summed. (No family here has a [B, 1] output; the rule is mirrored for models added later.)
 The reference is computed with exactly that loss (`loss_kinds`, `reference_losses`), even where the
 model's natural loss is another one (a GPT's [B, S, V] logits get MSE, not a per-token
 cross-entropy); the result table says which loss each family was trained with.
@@ -440,6 +442,8 @@ class Family:
         for (kind, name), shape in zip(loss_kinds(self.output_shapes()), self.output_shapes()):
             if kind == "cross_entropy":
                 out[name] = rng.integers(0, shape[0], size=(n,), dtype=np.int64)
+            elif kind == "bce_with_logits":
+                out[name] = rng.integers(0, 2, size=(n,) + shape).astype(np.float32)
             else:
                 out[name] = rng.standard_normal((n,) + shape).astype(np.float32)
         return out
@@ -453,13 +457,23 @@ class Family:
 
 def loss_kinds(per_sample_shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[str, str]]:
     """graphpipe's importer rule (docs/onnx.md "Loss"; onnx_import.cpp): per output, (loss, target
-    input name): a [B, C] output gets cross_entropy vs int64 `label`, anything else mse vs `target`;
-    with several outputs the names get `_k`."""
+    input name): a [B, C] output with C >= 2 gets cross_entropy vs int64 `label`, a [B, 1] output
+    bce_with_logits vs float `target`, anything else mse vs `target`; with several outputs the names
+    get `_k`."""
     out = []
     for k, shape in enumerate(per_sample_shapes):
         suffix = "" if len(per_sample_shapes) == 1 else f"_{k}"
-        out.append(("cross_entropy", "label" + suffix) if len(shape) == 1 else ("mse", "target" + suffix))
+        if len(shape) == 1 and shape[0] >= 2:
+            out.append(("cross_entropy", "label" + suffix))
+        elif tuple(shape) == (1,):
+            out.append(("bce_with_logits", "target" + suffix))
+        else:
+            out.append(("mse", "target" + suffix))
     return out
+
+
+LOSS_FUNCTIONS = {"cross_entropy": F.cross_entropy, "bce_with_logits": F.binary_cross_entropy_with_logits,
+                  "mse": F.mse_loss}
 
 
 def reference_losses(family: Family, steps: int = STEPS, batch: int = BATCH, lr: float = OPTIMIZER["lr"],
@@ -479,8 +493,7 @@ def reference_losses(family: Family, steps: int = STEPS, batch: int = BATCH, lr:
         opt.zero_grad()
         y = model(*(data[i.name][idx] for i in family.inputs))
         ys = y if isinstance(y, (tuple, list)) else (y,)
-        loss = sum(F.cross_entropy(out, targets[name][idx]) if kind == "cross_entropy"
-                   else F.mse_loss(out, targets[name][idx]) for out, (kind, name) in zip(ys, kinds))
+        loss = sum(LOSS_FUNCTIONS[kind](out, targets[name][idx]) for out, (kind, name) in zip(ys, kinds))
         loss.backward()
         opt.step()
         losses.append(loss.item())
