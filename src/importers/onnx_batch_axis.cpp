@@ -219,6 +219,10 @@ struct BatchAxisMapper {
         if (batch_axis(t) < 0)
           return fmt::format("\"{}\" [{}] has no batch dimension of its own", t, fmt::join(net.shape(t), ", "));
       }
+    if (op == "LSTM" || op == "GRU" || op == "RNN")
+      return fmt::format("a recurrent layer (nn.{}) is not supported yet: the IR has no recurrent op, and neither of "
+                         "torch's exporters writes it as other ops, so no export of it imports",
+                         op);
     if (op == "Transpose") return transpose(n);
     if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return reshape(n);
     if (op == "Gather") return gather(n);

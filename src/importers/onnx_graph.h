@@ -55,6 +55,10 @@ struct Net {
   // A dynamo export's recovered parameters (onnx_dynamo.cpp), for `model info`; unset for other files.
   std::optional<DynamoRecovery> dynamo;
 
+  // nn.EmbeddingBag Loops rewritten as Gather + reduction (onnx_load.cpp): their index tensors,
+  // checked to be [B, bag] once shapes are known.
+  std::vector<std::string> bag_indices;
+
   // Said after a shape inference failure: how the file was likely made to fail (onnx_dynamo.cpp).
   std::string inference_hint;
 

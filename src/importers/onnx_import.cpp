@@ -561,6 +561,7 @@ void Mapper::map_conv(int i) {
   const std::string &x = n.input(0), &y = n.output(0);
   if (net.at(n.input(1)).activation) return unsupported(n, "the weight must be a parameter, not an activation");
   const auto& w = net.shape(n.input(1));
+  if (w.size() == 3) return map_conv1d(i);
   Json attrs = Json::object();
   std::string why = conv_attrs(n, {w.begin() + 2, w.end()}, attrs);
   if (!why.empty()) return unsupported(n, why);
@@ -575,6 +576,46 @@ void Mapper::map_conv(int i) {
   const std::string name = emit(n.name(), ir::OpKind::conv2d, {x}, y, attrs);
   add_param(name, "weight", n.input(1), {w[0], w[1], w[2], w[3]});
   if (bias) add_param(name, "bias", n.input(2), {w[0]});
+}
+
+// nn.Conv1d (x [B, C, T], weight [co, C/groups, k]) as the 2-d convolution it equals on [B, C, 1, T]
+// with a [1, k] kernel: reshape, conv2d, reshape back. The weight is the file's, read as [co, C/g, 1, k].
+void Mapper::map_conv1d(int i) {
+  const onnx::NodeProto& n = net.nodes[static_cast<size_t>(i)];
+  const std::string &x = n.input(0), &y = n.output(0);
+  const auto &w = net.shape(n.input(1)), &xs = net.shape(x), &ys = net.shape(y);
+  auto strides = attr_ints(n, "strides"), pads = attr_ints(n, "pads"), dil = attr_ints(n, "dilations");
+  if (strides.empty()) strides = {1};
+  if (dil.empty()) dil = {1};
+  if (pads.empty()) pads = {0, 0};
+  const auto* ap = find_attr(n, "auto_pad");
+  if (ap && ap->s() != "NOTSET")
+    return unsupported(n, fmt::format("auto_pad {} is not supported (export with explicit pads)", ap->s()));
+  if (strides.size() != 1 || dil.size() != 1 || pads.size() != 2 || xs.size() != 3)
+    return unsupported(n, "a 1-d convolution needs one stride, one dilation, two pads and a [B, C, T] input");
+  const int64_t groups = attr_i(n, "group", 1), ci = xs[1];
+  if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
+    return unsupported(
+        n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
+  Json attrs{{"out_channels", w[0]}, {"kernel", std::vector<int64_t>{1, w[2]}},
+             {"stride", std::vector<int64_t>{1, strides[0]}}};
+  if (dil[0] != 1) attrs["dilation"] = std::vector<int64_t>{1, dil[0]};
+  attrs["padding"] = pads[0] == pads[1] ? Json(std::vector<int64_t>{0, pads[0]})
+                                        : Json(std::vector<int64_t>{0, pads[0], 0, pads[1]});
+  if (groups != 1) attrs["groups"] = groups;
+  const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  attrs["bias"] = bias;
+  const ir::Shape x4{ir::kBatch, xs[1], 1, xs[2]}, y4{ir::kBatch, ys[1], 1, ys[2]};
+  const std::string up = emit(n.name() + "/as_2d", ir::OpKind::reshape, {x}, "",
+                              Json{{"shape", std::vector<int64_t>{xs[1], 1, xs[2]}}}, &x4);
+  producer_of["\x01" + up] = up;
+  const std::string conv = emit(n.name(), ir::OpKind::conv2d, {"\x01" + up}, "", attrs, &y4);
+  producer_of["\x01" + conv] = conv;
+  add_param(conv, "weight", n.input(1), {w[0], w[1], 1, w[2]});
+  param_sources.back().reshape = true;
+  if (bias) add_param(conv, "bias", n.input(2), {w[0]});
+  emit(n.name() + "/as_1d", ir::OpKind::reshape, {"\x01" + conv}, y,
+       Json{{"shape", std::vector<int64_t>{ys[1], ys[2]}}});
 }
 
 void Mapper::map_pad(int i) {
@@ -694,6 +735,11 @@ void Mapper::map_reduce(int i) {
   // x.mean([2, 3]) (shufflenet, mnasnet) is a mean over 3 then over 2, exactly the mean over both.
   const onnx::NodeProto& n = net.nodes[i];
   auto axes = attr_ints(n, "axes");
+  if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {  // ReduceSum since opset 13: axes an input
+    const auto& ax = net.at(n.input(1));
+    if (ax.activation || !ax.ints) return unsupported(n, "the axes are not a constant");
+    axes = *ax.ints;
+  }
   const size_t rank = net.shape(n.input(0)).size();
   if (axes.empty()) return unsupported(n, "a reduction over every axis (the batch included)");
   for (auto& a : axes) a = norm_axis(a, rank);

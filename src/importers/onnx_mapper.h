@@ -19,6 +19,7 @@ struct ParamSource {
   bool transpose = false;       // a 2-d [in, out] weight (MatMul, Gemm transB=0) -> [out, in]
   int64_t part = 0, parts = 1;  // rows [part*n/parts, (part+1)*n/parts) of dim 0 (packed Q/K/V in_proj)
   std::vector<int64_t> shape;   // the IR parameter's shape
+  bool reshape = false;         // the same values read in the IR's shape (Conv1d's [co, ci, k] as [co, ci, 1, k])
   std::string error;            // set when the source is unknown; loading weights then fails with it
 };
 
@@ -61,6 +62,7 @@ struct Mapper {
   void map_node(int i);
   void map_slice(int i);
   void map_conv(int i);
+  void map_conv1d(int i);
   void map_reduce(int i);
   void map_pad(int i);
   void map_clip(int i);

@@ -200,7 +200,8 @@ ParamValues import_onnx_weights(const std::string& path, ir::Model* model) {
       return d;
     };
     bool fits = v->shape == ps.shape || std::vector<int64_t>(lead, v->shape.end()) == ps.shape ||
-                (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]) || strip(v->shape) == strip(ps.shape);
+                (ps.shape.size() == 1 && numel(v->shape) == ps.shape[0]) || strip(v->shape) == strip(ps.shape) ||
+                (ps.reshape && numel(v->shape) == numel(ps.shape));
     GP_CHECK(fits, "{} has shape [{}]{}, expected [{}]", where, fmt::join(v->shape, ", "),
              ps.transpose || ps.parts > 1 ? " after transposing / splitting" : "", fmt::join(ps.shape, ", "));
     v->shape = ps.shape;

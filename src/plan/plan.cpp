@@ -320,7 +320,7 @@ std::vector<int> stage_of_ops(const Plan& p, const ir::Graph& g) {
 }
 
 std::vector<std::string> micro_batch_warnings(const Plan& p, const ir::Graph& g) {
-  std::vector<std::string> bn_parts, ce_parts;
+  std::vector<std::string> bn_parts;
   for (const Stage& s : p.stages) {
     const int per_replica = s.micro_batch_size / std::max<int>(1, static_cast<int>(s.devices.size()));
     if (per_replica >= p.mini_batch_size) continue;
@@ -330,8 +330,6 @@ std::vector<std::string> micro_batch_warnings(const Plan& p, const ir::Graph& g)
       if (!id.valid()) continue;
       const ir::Op& op = g.op(id);
       if (op.kind == ir::OpKind::batchnorm) bn.push_back(name);
-      if (op.kind == ir::OpKind::cross_entropy && op.attrs.is_object() && op.attrs.contains("ignore_index"))
-        ce_parts.push_back(fmt::format("loss \"{}\" on stage {} ({} sample(s) at a time)", name, s.id, per_replica));
     }
     if (bn.empty()) continue;
     const size_t shown = std::min<size_t>(bn.size(), 2);
@@ -349,13 +347,6 @@ std::vector<std::string> micro_batch_warnings(const Plan& p, const ir::Graph& g)
         "per such stage the statistics are the mini-batch's (exact); smaller micro-batches follow GPipe's "
         "convention (statistics per micro-batch)",
         p.mini_batch_size, fmt::join(bn_parts, "; "), p.mini_batch_size, p.mini_batch_size));
-  if (!ce_parts.empty())
-    out.push_back(fmt::format(
-        "a cross-entropy with ignore_index averages over the labels it counts in each micro-batch, and the "
-        "micro-batches are weighed by their samples: {}; when micro-batches hold different numbers of ignored "
-        "labels the loss and gradients differ from one device taking the whole mini-batch of {}. With `plan "
-        "--micro-batch {}` and one device on that stage they are exact",
-        fmt::join(ce_parts, "; "), p.mini_batch_size, p.mini_batch_size));
   return out;
 }
 

@@ -132,10 +132,10 @@ void save_plan(const std::string& path, const Plan& p);
 void validate_plan(const Plan& p, const ir::Graph& g, const std::string& where = "plan");
 
 /// What a plan computes differently from one device taking the whole mini-batch, because a stage sees
-/// fewer samples at once (a micro-batch divided by the stage's replicas) than the mini-batch:
-/// batch normalization's statistics are the micro-batch's; a cross_entropy with ignore_index averages
-/// over each micro-batch's counted labels, then weighs micro-batches by their samples. One warning per
-/// cause, naming the stages, ops and sizes and how to avoid it; empty when the plan is exact.
+/// fewer samples at once (a micro-batch divided by the stage's replicas) than the mini-batch: batch
+/// normalization's statistics are the micro-batch's. One warning per cause, naming the stages, ops
+/// and sizes and how to avoid it; empty when the plan is exact. (A cross_entropy with ignore_index is
+/// exact: the runtime weighs each micro-batch by the labels it counts, StageModule::scaled_loss.)
 std::vector<std::string> micro_batch_warnings(const Plan& p, const ir::Graph& g);
 
 /// Stages on the longest path of the stage DAG (1 for a one-stage plan).

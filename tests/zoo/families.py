@@ -131,6 +131,33 @@ class DLRM(nn.Module):
         return self.top(torch.cat([x, inter], dim=1))
 
 
+class DLRMDot(nn.Module):
+    """DLRM's dot interaction as facebookresearch/dlrm's `interact_features` writes it: the bottom
+    MLP's vector and one vector per sparse feature (here an `nn.Embedding` per feature reading its
+    column of the id matrix) stacked, `torch.bmm(T, T.transpose(1, 2))`, the strictly lower triangle
+    by `li`, `lj` index lists built in forward, `Z[:, li, lj]`, concatenated with the dense vector;
+    a top MLP to one click logit [B, 1] (BCE-with-logits)."""
+
+    def __init__(self, dense=8, d=8, rows=(20, 30, 10)):
+        super().__init__()
+        self.bot = nn.Sequential(nn.Linear(dense, 16), nn.ReLU(), nn.Linear(16, d), nn.ReLU())
+        self.emb = nn.ModuleList([nn.Embedding(r, d) for r in rows])
+        ni = len(rows) + 1
+        self.top = nn.Sequential(nn.Linear(d + ni * (ni - 1) // 2, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, dense, ids):
+        x = self.bot(dense)
+        ly = [e(ids[:, k]) for k, e in enumerate(self.emb)]
+        (batch_size, d) = x.shape
+        T = torch.cat([x] + ly, dim=1).view((batch_size, -1, d))
+        Z = torch.bmm(T, torch.transpose(T, 1, 2))
+        _, ni, nj = Z.shape
+        li = torch.tensor([i for i in range(ni) for j in range(i)])
+        lj = torch.tensor([j for i in range(nj) for j in range(i)])
+        Zflat = Z[:, li, lj]
+        return self.top(torch.cat([x, Zflat], dim=1))
+
+
 class DCN(nn.Module):
     """Deep & Cross Network (v2's cross layer): embedded categorical ids and dense features form x0;
     two cross layers x_{l+1} = x0 * (W x_l + b) + x_l beside a deep MLP; both concatenated into a
@@ -363,6 +390,15 @@ class GPT(nn.Module):
         return self.lm_head(self.transformer.ln_f(x))
 
 
+class GPTLM(GPT):
+    """nanoGPT's own forward with targets: it returns its loss, `F.cross_entropy(logits.view(-1,
+    logits.size(-1)), targets.view(-1), ignore_index=-1)` (positions with target -1 are not counted)."""
+
+    def forward(self, idx, targets):
+        logits = super().forward(idx)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
 class LSTMPlusMLP(nn.Module):
     """A sequence branch (`nn.LSTM(batch_first=True)`, the last layer's final hidden state h_n[-1])
     joined with an MLP branch over static features, concatenated into a 3-class head."""
@@ -384,7 +420,8 @@ class LSTMPlusMLP(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class Input:
-    """One forward argument: per-sample shape, "float" (standard normal) or "ids" (int64 in [0, high))."""
+    """One forward argument: per-sample shape, "float" (standard normal), "ids" (int64 in [0, high)) or
+    "targets" (ids, about one in eight -1: ignored by the model's own loss)."""
     name: str
     shape: Tuple[int, ...]
     kind: str = "float"
@@ -416,6 +453,9 @@ class Family:
         for inp in self.inputs:
             if inp.kind == "ids":
                 out[inp.name] = rng.integers(0, inp.high, size=(n,) + inp.shape, dtype=np.int64)
+            elif inp.kind == "targets":  # next-token targets, about one in eight ignored (-1)
+                t = rng.integers(0, inp.high, size=(n,) + inp.shape, dtype=np.int64)
+                out[inp.name] = np.where(rng.random(t.shape) < 0.125, -1, t)
             else:
                 out[inp.name] = rng.standard_normal((n,) + inp.shape).astype(np.float32)
         return out
@@ -429,17 +469,19 @@ class Family:
         return [i.name for i in self.inputs]
 
     def output_shapes(self) -> List[Tuple[int, ...]]:
-        """Per output, its per-sample shape (the batch dim dropped)."""
+        """Per output, its per-sample shape (the batch dim dropped); None for a scalar (the model's loss)."""
         with torch.no_grad():
             y = self.build()(*self.example_inputs())
         ys = y if isinstance(y, (tuple, list)) else (y,)
-        return [tuple(t.shape[1:]) for t in ys]
+        return [None if t.dim() == 0 else tuple(t.shape[1:]) for t in ys]  # None: a scalar (its own loss)
 
     def targets(self, n: int = N_TRAIN) -> Dict[str, np.ndarray]:
         """The appended losses' target arrays, named as graphpipe names the inputs it adds."""
         rng = np.random.default_rng(2000 + self.seed)
         out = {}
         for (kind, name), shape in zip(loss_kinds(self.output_shapes()), self.output_shapes()):
+            if kind == "own":
+                continue
             if kind == "cross_entropy":
                 out[name] = rng.integers(0, shape[0], size=(n,), dtype=np.int64)
             elif kind == "bce_with_logits":
@@ -463,7 +505,9 @@ def loss_kinds(per_sample_shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[str, 
     out = []
     for k, shape in enumerate(per_sample_shapes):
         suffix = "" if len(per_sample_shapes) == 1 else f"_{k}"
-        if len(shape) == 1 and shape[0] >= 2:
+        if shape is None:  # a scalar output, the module's own loss: nothing appended
+            out.append(("own", ""))
+        elif len(shape) == 1 and shape[0] >= 2:
             out.append(("cross_entropy", "label" + suffix))
         elif tuple(shape) == (1,):
             out.append(("bce_with_logits", "target" + suffix))
@@ -493,7 +537,8 @@ def reference_losses(family: Family, steps: int = STEPS, batch: int = BATCH, lr:
         opt.zero_grad()
         y = model(*(data[i.name][idx] for i in family.inputs))
         ys = y if isinstance(y, (tuple, list)) else (y,)
-        loss = sum(LOSS_FUNCTIONS[kind](out, targets[name][idx]) for out, (kind, name) in zip(ys, kinds))
+        loss = sum(out if kind == "own" else LOSS_FUNCTIONS[kind](out, targets[name][idx])
+                   for out, (kind, name) in zip(ys, kinds))
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -511,6 +556,9 @@ FAMILIES: List[Family] = [
            "upper triangle via torch.triu_indices indexing, top MLP, 2 classes",
            DLRM, (Input("dense", (8,)), Input("bag_a", (3,), "ids", 20), Input("bag_b", (2,), "ids", 30),
                   Input("id_c", (), "ids", 10)), seed=3),
+    Family("dlrm_dot", "DLRM as facebookresearch/dlrm writes its interaction: bottom MLP, an nn.Embedding per sparse "
+           "column, bmm(T, T^T), Z[:, li, lj] with index lists built in forward, top MLP, one click logit (BCE)",
+           DLRMDot, (Input("dense", (8,)), Input("ids", (3,), "ids", 10)), seed=14),
     Family("dcn", "Deep & Cross Network: embedded ids + dense as x0, 2 cross layers x0 * (W x + b) + x beside a "
            "deep MLP, concatenated, 2 classes",
            DCN, (Input("dense", (8,)), Input("cat", (2,), "ids", 10)), seed=4),
@@ -537,6 +585,9 @@ FAMILIES: List[Family] = [
     Family("gpt", "nanoGPT: token + position nn.Embedding, 2 pre-LN blocks (packed c_attn, SDPA is_causal, "
            "GELU MLP), ln_f, LM head tied to wte, logits [B, 8, 32]",
            GPT, (Input("idx", (8,), "ids", 32),), seed=12),
+    Family("gpt_lm", "nanoGPT returning its own loss: forward(idx, targets) -> F.cross_entropy(logits.view(-1, V), "
+           "targets.view(-1), ignore_index=-1), 1 in 8 targets ignored",
+           GPTLM, (Input("idx", (8,), "ids", 32), Input("targets", (8,), "targets", 32)), seed=15),
     Family("lstm_mlp", "nn.LSTM(batch_first=True) over [B, 7, 6] (h_n[-1]) joined with an MLP over static "
            "features, concatenated, 3 classes",
            LSTMPlusMLP, (Input("seq", (7, 6)), Input("static", (10,))), seed=13),

@@ -260,7 +260,8 @@ def run_cell(gp, outdir, fam, how, ref, steps, do_plan, timeout, env):
 def loss_label(ref):
     """"cross_entropy on [B, 2]", "mse on [B, 8, 32]", or each output's, summed."""
     shapes = ref.get("output_shapes") or [None] * len(ref["loss"])
-    parts = [kind + (" on [" + ", ".join(["B"] + [str(d) for d in shape]) + "]" if shape is not None else "")
+    parts = ["its own loss (a scalar output)" if kind == "own" else
+             kind + (" on [" + ", ".join(["B"] + [str(d) for d in shape]) + "]" if shape is not None else "")
              for (kind, _), shape in zip(ref["loss"], shapes)]
     return parts[0] if len(parts) == 1 else " + ".join(parts) + " (summed)"
 

@@ -341,7 +341,7 @@ TEST(OnnxDecoder, LossChoiceForDenseOutputs) {
   EXPECT_EQ(ce.inputs.back().shape, (ir::Shape{ir::kBatch, 16, 16}));
   EXPECT_EQ(ce.inputs.back().dtype, ir::DType::i64);
   ASSERT_EQ(setenv("GRAPHPIPE_ONNX_LOSS", "dice", 1), 0);
-  EXPECT_EQ(error_of(seg), "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy or mse, found \"dice\"");
+  EXPECT_EQ(error_of(seg), "GRAPHPIPE_ONNX_LOSS: expected auto, cross_entropy, mse or bce, found \"dice\"");
   unsetenv("GRAPHPIPE_ONNX_LOSS");
 }
 

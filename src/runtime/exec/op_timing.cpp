@@ -98,7 +98,7 @@ std::vector<OpTiming> time_model(const ir::Graph& g, const std::vector<int64_t>&
   detail::SpanTimer timer(dev, cpu_clock);
   return time_passes(m, batches, warmup, repeats, timer, [&](const TensorMap& ext, const MicroBatchInfo& info) {
     TensorMap outs = m.forward(ext, info);
-    return m.scaled_loss(outs, info);  // every other output released, as in a step
+    return m.scaled_loss(outs, info, ext);  // every other output released, as in a step
   });
 }
 

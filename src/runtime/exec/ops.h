@@ -1,6 +1,8 @@
 // Internal (LibTorch): one op of the graph run on tensors (run_op; semantics in ir/model.h), and the
 // micro-batch it runs for. Include only from runtime .cpp files (it pulls in <torch/torch.h>).
 #pragma once
+#include <map>
+#include <memory>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -21,6 +23,9 @@ struct MicroBatchInfo {
   int64_t mini_batch = 0;    // samples in the whole mini-batch (loss scaling: count / mini_batch)
   int64_t step = 0;          // optimizer step (0-based); data and dropout masks depend on it
   bool train = true;         // false for evaluation: dropout passes its input through
+  // Per label input of a cross_entropy with ignore_index: the labels it counts in the whole
+  // mini-batch (set where a micro-batch is less than the mini-batch; see StageModule::scaled_loss).
+  std::shared_ptr<const std::map<std::string, int64_t>> counted_labels;
 };
 
 /// Runs op `op` on `inputs` with `params` (in param_specs order). `info` is used by dropout.

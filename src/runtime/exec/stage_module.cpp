@@ -1,6 +1,8 @@
 // StageModule: the parameters and forward of a set of ops.
 #include "runtime/exec/stage_module.h"
 
+#include "ir/attrs.h"
+
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -99,10 +101,33 @@ TensorMap StageModule::forward(const TensorMap& external, const MicroBatchInfo& 
   return out;
 }
 
-torch::Tensor StageModule::scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info) const {
-  torch::Tensor total;
-  double scale = static_cast<double>(info.count) / static_cast<double>(info.mini_batch);
+std::vector<std::pair<std::string, int64_t>> StageModule::ignoring_labels() const {
+  std::vector<std::pair<std::string, int64_t>> out;
   for (const std::string& l : losses_) {
+    const ir::Op& op = g_->op(g_->find(l));
+    if (op.kind == ir::OpKind::cross_entropy && op.attrs.is_object() && op.attrs.contains("ignore_index"))
+      out.emplace_back(op.inputs.at(1), ir::attr_int(op, "ignore_index", std::nullopt, g_->name()));
+  }
+  return out;
+}
+
+torch::Tensor StageModule::scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info,
+                                       const TensorMap& external) const {
+  torch::Tensor total;
+  const double share = static_cast<double>(info.count) / static_cast<double>(info.mini_batch);
+  for (const std::string& l : losses_) {
+    double scale = share;
+    const ir::Op& op = g_->op(g_->find(l));
+    if (info.counted_labels && op.kind == ir::OpKind::cross_entropy && op.attrs.contains("ignore_index")) {
+      auto it = info.counted_labels->find(op.inputs.at(1));
+      auto labels = external.find(op.inputs.at(1));
+      if (labels == external.end()) labels = outputs.find(op.inputs.at(1));
+      if (it != info.counted_labels->end() && labels != outputs.end()) {
+        const int64_t ignored = ir::attr_int(op, "ignore_index", std::nullopt, g_->name());
+        const double mine = labels->second.ne(ignored).sum().item<double>();
+        scale = it->second > 0 ? mine / static_cast<double>(it->second) : 0.0;
+      }
+    }
     torch::Tensor t = outputs.at(l) * scale;
     total = total.defined() ? total + t : t;
   }

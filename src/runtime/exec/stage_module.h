@@ -61,9 +61,15 @@ class StageModule {
   TensorMap forward(const TensorMap& external, const MicroBatchInfo& info) const;
 
   /// The sum over this stage's loss ops of loss * (info.count / info.mini_batch): the quantity to
-  /// backpropagate so that accumulated gradients equal those of the mini-batch mean loss.
-  /// An undefined tensor when the stage has no loss op.
-  torch::Tensor scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info) const;
+  /// backpropagate so that accumulated gradients equal those of the mini-batch mean loss. A
+  /// cross_entropy with ignore_index is the mean over the labels it counts, so its weight is the
+  /// micro-batch's counted labels over the mini-batch's (info.counted_labels; the labels read from
+  /// `external`). An undefined tensor when the stage has no loss op.
+  torch::Tensor scaled_loss(const TensorMap& outputs, const MicroBatchInfo& info,
+                            const TensorMap& external = TensorMap{}) const;
+
+  /// The label inputs of this stage's cross_entropy ops with ignore_index, and the value ignored.
+  std::vector<std::pair<std::string, int64_t>> ignoring_labels() const;
 
  private:
   const ir::Graph* g_;

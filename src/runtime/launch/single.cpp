@@ -52,7 +52,7 @@ double train_step(const TrainOptions& opt, StageModule& m, torch::optim::Optimiz
   torch::Tensor loss;
   metered("forward", [&] {
     TensorMap outs = m.forward(ins, info);  // every op output: released before backward, as a stage does
-    loss = m.scaled_loss(outs, info);
+    loss = m.scaled_loss(outs, info, ins);
     GP_CHECK(loss.defined(), "{}: the model has no loss output", opt.model_spec);
   });
   torch::Tensor read = loss.detach().reshape({1}).to(torch::kFloat64);

@@ -186,6 +186,22 @@ std::optional<MicroBatchInfo> StageRunner::next_forward(int mb) const {
 
 // --- Compute actions ---
 
+// The labels each ignore_index cross-entropy of this stage counts in the whole mini-batch of this
+// step (read once a step from the data, or made as the synthetic feed makes them), so that every
+// micro-batch's mean weighs as many labels as it counts: the pipeline's loss and gradients are then
+// the mini-batch's mean over its counted labels, as one device computes them.
+std::shared_ptr<const std::map<std::string, int64_t>> StageRunner::counted_labels() {
+  if (counted_ && counted_step_ == step_) return counted_;
+  MicroBatchInfo whole{0, p_.mini_batch_size, p_.mini_batch_size, step_};
+  const TensorMap all = stage_inputs(*module_, whole, in_.data);
+  auto counts = std::make_shared<std::map<std::string, int64_t>>();
+  for (const auto& [name, ignored] : module_->ignoring_labels())
+    if (auto it = all.find(name); it != all.end()) (*counts)[name] = it->second.ne(ignored).sum().item<int64_t>();
+  counted_ = counts;
+  counted_step_ = step_;
+  return counted_;
+}
+
 void StageRunner::forward(int mb) {
   MicroBatchInfo mi = info(mb);
   Range mine{mi.sample_begin, mi.count};
@@ -194,13 +210,14 @@ void StageRunner::forward(int mb) {
   data_s_ += now_s() - t0;
   auto& ms = mbs_[mb];
   take_received(mb, mine, ms, ext);
+  if (!eval_ && mi.count < mi.mini_batch && !module_->ignoring_labels().empty()) mi.counted_labels = counted_labels();
   TensorMap outs = module_->forward(ext, mi);
   for (int v : st_.outputs_to)
     for (const auto& n : edge(st_.id, v)) ms.outputs[n] = outs.at(n);
   if (eval_) {
     add_eval_sums(*module_, ext, outs, mi, in_.eval_data->size(), eval_sums_);
   } else if (!module_->loss_ops().empty()) {
-    ms.loss = module_->scaled_loss(outs, mi);
+    ms.loss = module_->scaled_loss(outs, mi, ext);
     double v = ms.loss.item<double>();
     if (!opt_.allow_nonfinite) check_loss_finite(v, *module_, ext, outs, {step_, st_.id});
     loss_sum_ += v;

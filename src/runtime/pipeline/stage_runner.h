@@ -111,6 +111,7 @@ class StageRunner {
 
   // One handler per action kind.
   void forward(int mb);
+  std::shared_ptr<const std::map<std::string, int64_t>> counted_labels();
   void backward(int mb);
   void backward_input(int mb);
   void backward_weight(int mb);
@@ -187,6 +188,8 @@ class StageRunner {
   std::vector<detail::Pending> sends_;
   ReceivesAhead ahead_;
   Inputs in_;
+  std::shared_ptr<const std::map<std::string, int64_t>> counted_;  // counted_labels() of step counted_step_
+  int64_t counted_step_ = -1;
   bool eval_ = false;  // inside eval_batch
   double data_s_ = 0;  // seconds spent reading data this step
   EvalSums eval_sums_;

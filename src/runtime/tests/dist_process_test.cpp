@@ -97,7 +97,9 @@ TEST_F(DistProcess, LocalLauncherMatchesSingleAndWritesLogAndTrace) {
     const double process = e["args"].at("process_cpu_us").get<double>();
     EXPECT_GE(thread, 0) << e.dump();
     EXPECT_LE(thread, e["dur"].get<double>() + 50) << e.dump();
-    EXPECT_GE(process, thread - 1) << e.dump();
+    // The process clock sums every thread's accounted run time, which Linux brings up to date for
+    // the running thread only at its reads: seen 7 us short of the thread's own clock over a 0.5 ms span.
+    EXPECT_GE(process, thread - std::max(20.0, 0.02 * thread)) << e.dump();
     if (e.value("cat", "") == "forward") forwards += thread > 0;
   }
   EXPECT_GT(forwards, 0);

@@ -36,7 +36,11 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
   std::string te = b.op("tok_emb", OpKind::embedding, {tok},
                         {{"rows", 7}, {"dim", 16}, {"positions", true}, {"position_rows", 9}});
   std::string tm = b.op("tok_mean", OpKind::mean, {te}, {{"axis", 1}});
-  std::vector<std::string> feats{rs, me, sf, em, tm};
+  // DLRM's interaction picks positions of a flattened product; a decoder reads its encoder.
+  std::string ga = b.op("gather", OpKind::gather, {rs}, {{"axis", 1}, {"indices", {3, 0, 63, 3}}});
+  std::string xa = b.op("cross_attn", OpKind::attention, {at, te}, {{"heads", 4}, {"cross", true}});
+  std::string xm = b.op("cross_mean", OpKind::mean, {xa}, {{"axis", 1}});
+  std::vector<std::string> feats{rs, me, sf, em, tm, ga, xm};
   if (with_batchnorm) {
     std::string img = b.input("img", {3, 8, 8});
     std::string cv = b.op("conv", OpKind::conv2d, {img}, {{"out_channels", 4}, {"kernel", 3}, {"padding", 1}});
@@ -65,6 +69,8 @@ inline ir::Model all_kinds_model(bool with_batchnorm = true) {
   b.output(b.op("ce", OpKind::cross_entropy, {logits, lab}));
   std::string pred = b.linear("pred", cat2, 3);
   b.output(b.op("mse", OpKind::mse_loss, {pred, tgt}));
+  std::string click = b.linear("click", cat2, 1);
+  b.output(b.op("bce", OpKind::bce_with_logits, {click, b.input("clicked", {1})}));
   return b.build();
 }
 
