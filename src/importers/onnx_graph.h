@@ -81,6 +81,15 @@ struct ConstantValue {
 };
 std::optional<ConstantValue> evaluate_constant(const onnx::GraphProto& g, const std::string& name);
 
+/// nn.EmbeddingBag (mode sum / mean, 2-d indices, no per-sample weights), which both of torch's
+/// exporters write as a Loop over the bags, rewritten as Gather(table, indices) + ReduceSum / ReduceMean
+/// over the bag axis (onnx_loops.cpp); returns the index tensors (Net::bag_indices). `opset` decides
+/// whether the reductions take their axes as an input.
+std::vector<std::string> rewrite_bag_loops(onnx::GraphProto& g, int opset);
+
+/// Any Loop left: a UserError (the IR has no control flow) naming the tables it gathers, if any.
+void refuse_loops(const std::string& path, const onnx::GraphProto& g);
+
 /// Opsets 18-21 rewritten to their opset-17 form (onnx_opset.cpp); net.opset becomes 17.
 void normalize_opset(onnx::ModelProto& model, Net& net);
 

@@ -344,7 +344,44 @@ void map_global_avgpool(const Node& d) {
   d.m.emit(d.n.name() + "/unsqueeze", ir::OpKind::reshape, {"\x01" + gap}, d.y, Json{{"shape", {xs[1], 1, 1}}});
 }
 
+// The constant integer offsets c of indices computed as Add(ids, c) (ids an integer activation, c a
+// constant integer tensor: one per index of the last dim, or one), read only by table lookups: the
+// lookup takes them as attrs.offsets. Nothing when `idx` is not that.
+struct IndexOffsets {
+  std::string ids;
+  std::vector<int64_t> offsets;
+};
+std::optional<IndexOffsets> index_offsets(const Net& net, const std::string& idx) {
+  const auto& ti = net.at(idx);
+  if (ti.producer < 0) return std::nullopt;
+  const auto& add = net.nodes[static_cast<size_t>(ti.producer)];
+  if (add.op_type() != "Add" || add.input_size() != 2) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const auto &a = net.at(add.input(k)), &c = net.at(add.input(1 - k));
+    if (!a.activation || c.activation || !c.ints || !a.shape) continue;
+    if (a.elem_type != onnx::TensorProto::INT64 && a.elem_type != onnx::TensorProto::INT32) continue;
+    int64_t n = 1;
+    for (int64_t d : c.value_shape) n *= d;
+    if (n != 1 && n != a.shape->back()) continue;
+    for (int ci : ti.consumers)
+      if (net.nodes[static_cast<size_t>(ci)].op_type() != "Gather") return std::nullopt;
+    return IndexOffsets{add.input(k), *c.ints};
+  }
+  return std::nullopt;
+}
+
+// Add(ids, c) feeding table lookups only: taken by the lookups (index_offsets); nothing of its own.
+bool offsets_for_lookups(const Node& d) {
+  if (!index_offsets(d.net(), d.y)) return false;
+  for (int ci : d.net().at(d.y).consumers) {
+    const auto& g = d.net().nodes[static_cast<size_t>(ci)];
+    if (g.input(1) != d.y || d.net().at(g.input(0)).activation) return false;
+  }
+  return true;
+}
+
 void map_add_mul(const Node& d) {
+  if (d.n.op_type() == "Add" && offsets_for_lookups(d)) return;  // the lookups read ids + offsets themselves
   if (d.n.op_type() == "Add" && d.is_act(0) != d.is_act(1) && d.m.learned_positions(d.i, d.is_act(0) ? 0 : 1)) return;
   d.m.map_elementwise(d.i);
 }
@@ -456,8 +493,13 @@ void map_table_lookup(const Node& d) {
   const int idx_type = net.at(n.input(1)).elem_type;
   if (idx_type != onnx::TensorProto::INT64 && idx_type != onnx::TensorProto::INT32)
     return d.unsupported("the indices of a table lookup must be int32 or int64 (a graph input, or a slice of one)");
-  const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {n.input(1)}, d.y,
-                                    Json{{"rows", w[0]}, {"dim", w[1]}});
+  Json attrs{{"rows", w[0]}, {"dim", w[1]}};
+  std::string idx = n.input(1);
+  if (std::optional<IndexOffsets> off = index_offsets(net, idx)) {  // table[ids + offsets]
+    idx = off->ids;
+    attrs["offsets"] = off->offsets;
+  }
+  const std::string name = d.m.emit(n.name(), ir::OpKind::embedding, {idx}, d.y, attrs);
   d.m.add_param(name, "weight", d.x, {w[0], w[1]});
 }
 

@@ -62,7 +62,9 @@ enum class OpKind {
   dropout,           // attrs: p (default 0.1); identity at p = 0
   embedding_bag,     // x: i64 indices [B, bag] in [0, rows); y [B, dim] = sum of rows. attrs: rows, dim
   embedding,         // x: i64 indices [B, ...] in [0, rows); y [B, ..., dim] = the rows (a lookup table,
-                     // nn.Embedding). attrs: rows, dim, positions (default false: true adds rows
+                     // nn.Embedding). attrs.offsets (optional constant integers, one per position of
+                     // x's last dim, or one for all): added to the indices first (TabTransformer's
+                     // columns sharing one table). attrs: rows, dim, positions (default false: true adds rows
                      // [0, seq) of a learned [position_rows, dim] table to every sample; x must be
                      // [B, seq]), position_rows (default seq; >= seq: a max_len-row table)
   attention,         // multi-head self-attention incl. Q,K,V and output projections (with biases),

@@ -376,8 +376,16 @@ Shape embedding_bag_shape(const ShapeInput& x) {
 
 Shape embedding_shape(const ShapeInput& x) {
   x.one_input(1, 7);
-  x.positive("rows", std::nullopt);
+  const int64_t rows = x.positive("rows", std::nullopt);
   const Shape& idx = x.in[0];
+  if (x.op.attrs.is_object() && x.op.attrs.contains("offsets")) {
+    const std::vector<int64_t> off = attr_ints(x.op, "offsets", x.where);
+    if (off.size() != 1 && (idx.size() < 2 || static_cast<int64_t>(off.size()) != idx.back()))
+      x.fail(fmt::format("attrs.offsets has {} values, expected 1 or one per index of the last dim of {}", off.size(),
+                         shape_str(idx)));
+    for (int64_t o : off)
+      if (o < 0 || o >= rows) x.fail(fmt::format("attrs.offsets holds {}, outside [0, rows = {})", o, rows));
+  }
   Shape out = idx;
   out.push_back(x.positive("dim", std::nullopt));
   if (x.flag("positions")) {

@@ -256,7 +256,10 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
       return std::get<0>(torch::embedding_bag(w[0], in[0].reshape({-1}), offsets, false, /*sum*/ 0));
     }
     case ir::OpKind::embedding: {
-      torch::Tensor y = torch::embedding(w[0], in[0]);
+      torch::Tensor idx = in[0];
+      if (op.attrs.contains("offsets"))  // per column of the last dim (or one for all), as x + offsets
+        idx = idx + torch::tensor(ir::attr_ints(op, "offsets", where), torch::TensorOptions(torch::kLong)).to(idx.device());
+      torch::Tensor y = torch::embedding(w[0], idx);
       if (w.size() == 1) return y;
       return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch
     }

@@ -28,8 +28,11 @@ int64_t reader_range(const ir::Graph& g, const std::string& name, int depth) {
       if (op.inputs[k] != name) continue;
       int64_t r = 0;
       if (op.dtype == ir::DType::i64 && depth < 16) r = reader_range(g, op.name, depth + 1);
-      if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0)
+      if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0) {
         r = op.attrs.value("rows", int64_t{0});
+        if (op.attrs.contains("offsets"))  // indices + offsets must stay in the table
+          for (int64_t o : ir::attr_ints(op, "offsets", g.name())) r = std::min(r, op.attrs.value("rows", int64_t{0}) - o);
+      }
       if (op.kind == ir::OpKind::attention && static_cast<int>(k) == ir::attention_inputs(op, g.name()).mask)
         r = 2;  // a padding mask: 0 / 1
       if (op.kind == ir::OpKind::cross_entropy && k == 1) {

@@ -41,7 +41,7 @@ TEST(StageModule, SameSeedSameParamsAndIndependentOfStageSplit) {
   }
   EXPECT_EQ(only.external_inputs(), std::vector<std::string>{"drop"});
   EXPECT_TRUE(only.loss_ops().empty());
-  EXPECT_EQ(a.loss_ops(), (std::vector<std::string>{"ce", "mse"}));
+  EXPECT_EQ(a.loss_ops(), (std::vector<std::string>{"ce", "mse", "bce"}));
 }
 
 TEST(Synthetic, SampleRangesConcatenateAndDependOnStep) {
