@@ -162,8 +162,8 @@ struct BatchAxisMapper {
       emit(n.name(), ir::OpKind::gather, {in}, y, Json{{"axis", 1}, {"indices", list}}, cy);
       return "";
     }
-    const std::string g =
-        intermediate(n.name() + "/gather", ir::OpKind::gather, {in}, Json{{"axis", 1}, {"indices", list}}, picked);
+    const std::string g = intermediate(n.name() + "/gather", ir::OpKind::gather, {in},
+                                       Json{{"axis", 1}, {"indices", list}}, picked);
     emit(n.name(), ir::OpKind::reshape, {g}, y, Json{{"shape", per_sample(cy)}}, cy);
     return "";
   }
@@ -220,9 +220,10 @@ struct BatchAxisMapper {
           return fmt::format("\"{}\" [{}] has no batch dimension of its own", t, fmt::join(net.shape(t), ", "));
       }
     if (op == "LSTM" || op == "GRU" || op == "RNN")
-      return fmt::format("a recurrent layer (nn.{}) is not supported yet: the IR has no recurrent op, and neither of "
-                         "torch's exporters writes it as other ops, so no export of it imports",
-                         op);
+      return fmt::format(
+          "a recurrent layer (nn.{}) is not supported yet: the IR has no recurrent op, and neither of "
+          "torch's exporters writes it as other ops, so no export of it imports",
+          op);
     if (op == "Transpose") return transpose(n);
     if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return reshape(n);
     if (op == "Gather") return gather(n);

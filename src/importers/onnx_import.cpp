@@ -639,7 +639,8 @@ void Mapper::map_conv1d(int i) {
   if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
     return unsupported(
         n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
-  Json attrs{{"out_channels", w[0]}, {"kernel", std::vector<int64_t>{1, w[2]}},
+  Json attrs{{"out_channels", w[0]},
+             {"kernel", std::vector<int64_t>{1, w[2]}},
              {"stride", std::vector<int64_t>{1, strides[0]}}};
   if (dil[0] != 1) attrs["dilation"] = std::vector<int64_t>{1, dil[0]};
   attrs["padding"] = pads[0] == pads[1] ? Json(std::vector<int64_t>{0, pads[0]})

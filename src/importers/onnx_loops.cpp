@@ -82,8 +82,8 @@ std::optional<BagLoop> read_bag_loop(const onnx::GraphProto& g, int loop) {
   if (!b.table.empty()) {  // TorchScript: the body slices an outer 1-d index tensor
     std::function<void(const onnx::GraphProto&)> find_idx = [&](const onnx::GraphProto& body) {
       for (const auto& n : body.node()) {
-        if (n.op_type() == "Slice" && !n.input(0).empty() && producer.count(n.input(0)) &&
-            outer.count(n.input(0)) && op_of(n.input(0)) == "Reshape")
+        if (n.op_type() == "Slice" && !n.input(0).empty() && producer.count(n.input(0)) && outer.count(n.input(0)) &&
+            op_of(n.input(0)) == "Reshape")
           idx = n.input(0);
         for (const auto& a : n.attribute())
           if (a.has_g()) find_idx(a.g());

@@ -41,9 +41,10 @@ bool match_own_loss(Mapper& mp, const Matcher& m, int i, std::vector<bool>& clai
   };
   const std::string reduction = find_attr(nd, "reduction") ? find_attr(nd, "reduction")->s() : "mean";
   if (reduction != "mean")
-    return refuse(fmt::format("reduction \"{}\" (the runtime averages the loss over the mini-batch; return "
-                              "F.cross_entropy's default mean)",
-                              reduction));
+    return refuse(
+        fmt::format("reduction \"{}\" (the runtime averages the loss over the mini-batch; return "
+                    "F.cross_entropy's default mean)",
+                    reduction));
   if (nd.input_size() > 2 && !nd.input(2).empty()) return refuse("class weights are not supported");
   if (nd.output_size() > 1 && !nd.output(1).empty() && !net.at(nd.output(1)).consumers.empty())
     return refuse("its log-probabilities output is used");
@@ -51,8 +52,7 @@ bool match_own_loss(Mapper& mp, const Matcher& m, int i, std::vector<bool>& clai
   const std::string labels = before_reshapes(net, nd.input(1), nodes);
   if (!mp.batch_first(logits) || !mp.batch_first(labels))
     return refuse(fmt::format("logits \"{}\" and labels \"{}\" are not both batch-first tensors", logits, labels));
-  const bool is_input =
-      std::find(net.data_inputs.begin(), net.data_inputs.end(), labels) != net.data_inputs.end();
+  const bool is_input = std::find(net.data_inputs.begin(), net.data_inputs.end(), labels) != net.data_inputs.end();
   const int et = net.at(labels).elem_type;
   if (!is_input || (et != onnx::TensorProto::INT64 && et != onnx::TensorProto::INT32))
     return refuse(fmt::format("the labels \"{}\" are not an int64 (or int32) input of the model", labels));
@@ -73,14 +73,14 @@ bool match_own_loss(Mapper& mp, const Matcher& m, int i, std::vector<bool>& clai
     for (int64_t d = 1; d + 1 < static_cast<int64_t>(ls.size()); ++d) perm.push_back(d);
     ir::Shape moved{ir::kBatch, ls.back()};
     moved.insert(moved.end(), ls.begin() + 1, ls.end() - 1);
-    const std::string t = mp.emit(nd.name() + "/classes", ir::OpKind::transpose, {logits}, "",
-                                  Json{{"perm", perm}}, &moved);
+    const std::string t = mp.emit(nd.name() + "/classes", ir::OpKind::transpose, {logits}, "", Json{{"perm", perm}},
+                                  &moved);
     mp.producer_of["\x01" + t] = t;
     scores = "\x01" + t;
   }
   const ir::Shape scalar{};
-  mp.own_losses[nd.output(0)] =
-      mp.emit(nd.name(), ir::OpKind::cross_entropy, {scores, labels}, nd.output(0), attrs, &scalar);
+  mp.own_losses[nd.output(0)] = mp.emit(nd.name(), ir::OpKind::cross_entropy, {scores, labels}, nd.output(0), attrs,
+                                        &scalar);
   return true;
 }
 

@@ -138,9 +138,10 @@ std::variant<std::array<const Proj*, 3>, std::string> assign_qkv(const Net& net,
     return qkv;
   }
   if ((in_projs.size() != 3 && in_projs.size() != 2) || a.score_mm < 0 || a.ctx_mm < 0)
-    return fmt::format("{} input projection(s), expected one packed [{}, {}], three [{}, {}] or (cross-attention) "
-                       "[{}, {}] for Q and a packed [{}, {}] for K and V",
-                       in_projs.size(), 3 * h, h, h, h, h, h, 2 * h, h);
+    return fmt::format(
+        "{} input projection(s), expected one packed [{}, {}], three [{}, {}] or (cross-attention) "
+        "[{}, {}] for Q and a packed [{}, {}] for K and V",
+        in_projs.size(), 3 * h, h, h, h, h, h, 2 * h, h);
   const auto &sn = net.nodes[a.score_mm], &cn = net.nodes[a.ctx_mm];
   const std::string& v_in = a.after.count(cn.input(0)) ? cn.input(1) : cn.input(0);
   if (in_projs.size() == 2) {  // nn.MultiheadAttention with key is value but not query: Q, then K and V packed
@@ -194,7 +195,8 @@ std::optional<SplitRows> split_rows(const Net& net, std::string t) {
     const std::string& root = nd.input(0);
     const auto& rt = net.at(root);
     // The root: an initializer, or an Identity of one (a merge the importer reads as its own parameter).
-    const bool behind_identity = rt.producer >= 0 && net.nodes[static_cast<size_t>(rt.producer)].op_type() == "Identity" &&
+    const bool behind_identity = rt.producer >= 0 &&
+                                 net.nodes[static_cast<size_t>(rt.producer)].op_type() == "Identity" &&
                                  net.at(net.nodes[static_cast<size_t>(rt.producer)].input(0)).producer < 0;
     if (rt.activation || !rt.param || (rt.producer >= 0 && !behind_identity) || !rt.shape || rt.shape->empty())
       return std::nullopt;
@@ -259,10 +261,8 @@ void Mapper::attention_params(const std::string& op, const std::vector<int>& nod
       if (std::optional<SplitRows> sr = split_rows(net, t); sr && sr->offset % h == 0 && sr->total % h == 0)
         add_param(op, names[k][b], sr->root, b == 0 ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h},
                   b == 0 && proj[k]->transpose != sr->transposed, sr->offset / h + part, sr->total / h);
-      else if (b == 0)
-        add_param(op, names[k][0], t, {h, h}, proj[k]->transpose, part, parts);
-      else
-        add_param(op, names[k][1], t, {h}, false, part, parts);
+      else if (b == 0) add_param(op, names[k][0], t, {h, h}, proj[k]->transpose, part, parts);
+      else add_param(op, names[k][1], t, {h}, false, part, parts);
     }
   }
   add_param(op, "wo", out_projs[0]->w, {h, h}, out_projs[0]->transpose);
@@ -425,9 +425,10 @@ std::string attention_mismatch(const Mapper& mp, const Region& r, const std::vec
                                int64_t& h, AttentionSources& src) {
   const Net& net = mp.net;
   if (r.ext_in.size() < 1 || r.ext_in.size() > 2 || r.outs.size() != 1)
-    return fmt::format("{} activation input(s) and {} output(s), expected 1 (self-attention) or 2 (cross-attention) "
-                       "and 1",
-                       r.ext_in.size(), r.outs.size());
+    return fmt::format(
+        "{} activation input(s) and {} output(s), expected 1 (self-attention) or 2 (cross-attention) "
+        "and 1",
+        r.ext_in.size(), r.outs.size());
   src = AttentionSources{*r.ext_in.begin(), ""};
   if (r.ext_in.size() == 2) {
     if (score_mm < 0) return "two activation inputs and no score MatMul to tell queries from keys";

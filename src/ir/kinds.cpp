@@ -70,9 +70,7 @@ OpKind op_kind_from_string(const std::string& s) {
   throw UserError(fmt::format("unknown op kind \"{}\" (valid kinds: {})", s, all));
 }
 
-bool is_loss(OpKind k) {
-  return k == OpKind::mse_loss || k == OpKind::cross_entropy || k == OpKind::bce_with_logits;
-}
+bool is_loss(OpKind k) { return k == OpKind::mse_loss || k == OpKind::cross_entropy || k == OpKind::bce_with_logits; }
 
 int64_t dtype_bytes(DType t) {
   switch (t) {

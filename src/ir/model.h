@@ -115,15 +115,15 @@ enum class OpKind {
   reshape,         // attrs: shape (per-sample dims, without the batch dim)
   transpose,       // attrs: perm over all dims, perm[0] == 0
   mean,
-  sum,            // reduce along attrs.axis; attrs: keepdim (default false)
-  mse_loss,       // inputs (pred, target) of equal shape -> scalar: mean over all elements
+  sum,              // reduce along attrs.axis; attrs: keepdim (default false)
+  mse_loss,         // inputs (pred, target) of equal shape -> scalar: mean over all elements
   bce_with_logits,  // inputs (logits, target in [0, 1]) of equal shape -> scalar: mean over all elements
                     // of F.binary_cross_entropy_with_logits (a click / multi-label output)
-  cross_entropy,  // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch; or
-                  // per position (segmentation, next-token): logits [B, C, d1, ...], labels [B, d1, ...]
-                  // -> mean over the batch and every position. attrs: ignore_index (optional: labels
-                  // equal to it count for nothing, the mean is over the others), label_smoothing
-                  // (default 0), as F.cross_entropy
+  cross_entropy,    // inputs (logits [B, C], labels i64 [B]) -> scalar: mean over the batch; or
+                    // per position (segmentation, next-token): logits [B, C, d1, ...], labels [B, d1, ...]
+                    // -> mean over the batch and every position. attrs: ignore_index (optional: labels
+                    // equal to it count for nothing, the mean is over the others), label_smoothing
+                    // (default 0), as F.cross_entropy
 };
 const char* to_string(OpKind k);
 OpKind op_kind_from_string(const std::string& s);  // throws UserError listing valid names

@@ -390,8 +390,8 @@ Shape embedding_shape(const ShapeInput& x) {
   out.push_back(x.positive("dim", std::nullopt));
   if (x.flag("positions")) {
     if (idx.size() != 2) x.fail(fmt::format("attrs.positions needs [B, seq] indices, found {}", shape_str(idx)));
-    if (int64_t rows = x.integer("position_rows", idx[1]); rows < idx[1])
-      x.fail(fmt::format("attrs.position_rows = {} is less than the sequence length {}", rows, idx[1]));
+    if (int64_t pos_rows = x.integer("position_rows", idx[1]); pos_rows < idx[1])
+      x.fail(fmt::format("attrs.position_rows = {} is less than the sequence length {}", pos_rows, idx[1]));
   } else if (x.op.attrs.contains("position_rows")) {
     x.fail("attrs.position_rows without attrs.positions");
   }
@@ -411,12 +411,13 @@ Shape attention_shape(const ShapeInput& x) {
   if (a.kv) {
     x.need_rank(1, 3, 3);
     if (x.in[1][2] != x.in[0][2])
-      x.fail(fmt::format("input 1 (the keys' and values' source) has shape {}, expected [B, seq_kv, {}] (the "
-                         "queries' hidden size)",
-                         shape_str(x.in[1]), x.in[0][2]));
+      x.fail(
+          fmt::format("input 1 (the keys' and values' source) has shape {}, expected [B, seq_kv, {}] (the "
+                      "queries' hidden size)",
+                      shape_str(x.in[1]), x.in[0][2]));
     if (causal && x.in[1][1] != x.in[0][1])
-      x.fail(fmt::format("attrs.causal on cross-attention needs as many keys as queries, found {} and {}",
-                         x.in[1][1], x.in[0][1]));
+      x.fail(fmt::format("attrs.causal on cross-attention needs as many keys as queries, found {} and {}", x.in[1][1],
+                         x.in[0][1]));
   }
   const int64_t keys = x.in[static_cast<size_t>(a.kv)][1];
   if (a.mask >= 0) {

@@ -149,7 +149,8 @@ torch::Tensor attention(const ir::Graph& g, const ir::Op& op, const std::vector<
 // F.cross_entropy with the op's ignore_index and label_smoothing (mean over the labels not ignored).
 torch::Tensor cross_entropy(const ir::Graph& g, const ir::Op& op, const torch::Tensor& logits,
                             const torch::Tensor& labels) {
-  return torch::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, ir::attr_int(op, "ignore_index", -100, g.name()),
+  return torch::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean,
+                                   ir::attr_int(op, "ignore_index", -100, g.name()),
                                    ir::attr_num(op, "label_smoothing", 0.0, g.name()));
 }
 
@@ -258,7 +259,8 @@ torch::Tensor run_op(const ir::Graph& g, OpId id, const std::vector<torch::Tenso
     case ir::OpKind::embedding: {
       torch::Tensor idx = in[0];
       if (op.attrs.contains("offsets"))  // per column of the last dim (or one for all), as x + offsets
-        idx = idx + torch::tensor(ir::attr_ints(op, "offsets", where), torch::TensorOptions(torch::kLong)).to(idx.device());
+        idx = idx +
+              torch::tensor(ir::attr_ints(op, "offsets", where), torch::TensorOptions(torch::kLong)).to(idx.device());
       torch::Tensor y = torch::embedding(w[0], idx);
       if (w.size() == 1) return y;
       return y + w[1].narrow(0, 0, in[0].size(1));  // learned positions 0..seq-1, broadcast over the batch

@@ -31,7 +31,8 @@ int64_t reader_range(const ir::Graph& g, const std::string& name, int depth) {
       if ((op.kind == ir::OpKind::embedding_bag || op.kind == ir::OpKind::embedding) && k == 0) {
         r = op.attrs.value("rows", int64_t{0});
         if (op.attrs.contains("offsets"))  // indices + offsets must stay in the table
-          for (int64_t o : ir::attr_ints(op, "offsets", g.name())) r = std::min(r, op.attrs.value("rows", int64_t{0}) - o);
+          for (int64_t o : ir::attr_ints(op, "offsets", g.name()))
+            r = std::min(r, op.attrs.value("rows", int64_t{0}) - o);
       }
       if (op.kind == ir::OpKind::attention && static_cast<int>(k) == ir::attention_inputs(op, g.name()).mask)
         r = 2;  // a padding mask: 0 / 1
@@ -52,8 +53,8 @@ std::optional<int64_t> ignored_label(const ir::Graph& g, int input_index) {
   const std::string& name = g.model().inputs.at(static_cast<size_t>(input_index)).name;
   for (size_t i = 0; i < g.num_ops(); ++i) {
     const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
-    if (op.kind == ir::OpKind::cross_entropy && op.inputs.size() == 2 && op.inputs[1] == name &&
-        op.attrs.is_object() && op.attrs.contains("ignore_index"))
+    if (op.kind == ir::OpKind::cross_entropy && op.inputs.size() == 2 && op.inputs[1] == name && op.attrs.is_object() &&
+        op.attrs.contains("ignore_index"))
       return ir::attr_int(op, "ignore_index", std::nullopt, g.name());
   }
   return std::nullopt;
@@ -75,9 +76,7 @@ namespace {
 const ir::Op* target_of(const ir::Graph& g, const std::string& name) {
   for (size_t i = 0; i < g.num_ops(); ++i) {
     const ir::Op& op = g.op(OpId(static_cast<int32_t>(i)));
-    if (ir::is_loss(op.kind) && op.inputs.size() == 2 &&
-        op.inputs[1] == name)
-      return &op;
+    if (ir::is_loss(op.kind) && op.inputs.size() == 2 && op.inputs[1] == name) return &op;
   }
   return nullptr;
 }
@@ -250,10 +249,7 @@ torch::Tensor synthetic_input(const ir::Graph& g, int input_index, int64_t sampl
   }
   // BCE targets are probabilities: 0 / 1 labels, the sign of the teacher's output.
   torch::Tensor t = loss->kind == ir::OpKind::bce_with_logits ? y.gt(0).to(torch::kFloat32) : torch::tanh(y);
-  return t.repeat({1, (per_sample + outs - 1) / outs})
-      .narrow(1, 0, per_sample)
-      .reshape(shape)
-      .contiguous();
+  return t.repeat({1, (per_sample + outs - 1) / outs}).narrow(1, 0, per_sample).reshape(shape).contiguous();
 }
 
 TensorMap synthetic_external_inputs(const StageModule& m, const MicroBatchInfo& info, bool on_host) {
