@@ -139,3 +139,41 @@ def test_loss_that_the_importer_would_not_append_is_refused(tmp_path):
         graphpipe.export(model, torch.randn(2, 4), tmp_path / "m.onnx", loss="mse")
     with pytest.raises(ValueError, match="label/target"):
         graphpipe.export(model, torch.randn(2, 4), tmp_path / "m.onnx", input_names=["label"])
+
+
+class OwnLossLM(nn.Module):
+    """nanoGPT's way: forward(idx, targets) returns the next-token loss, ignore_index=-1."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, D)
+        self.head = nn.Linear(D, VOCAB)
+
+    def forward(self, idx, targets):
+        logits = self.head(torch.tanh(self.wte(idx)))
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+def test_a_module_returning_its_own_loss_trains_on_it(tmp_path):
+    torch.manual_seed(2)
+    model = OwnLossLM()
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, VOCAB, size=(N_TRAIN, SEQ), dtype=np.int64)
+    targets = np.where(rng.random((N_TRAIN, SEQ)) < 0.2, -1, rng.integers(0, VOCAB, size=(N_TRAIN, SEQ)))
+    info = graphpipe.export(model, (torch.from_numpy(ids[:2]), torch.from_numpy(targets[:2])), tmp_path / "lm.onnx")
+    assert info.losses == ("own",) and info.label_names == ("",)
+    assert info.input_names == ("idx", "targets")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    expected = []
+    for step in range(STEPS):
+        rows = [(step * BATCH + j) % N_TRAIN for j in range(BATCH)]
+        opt.zero_grad()
+        loss = model(torch.from_numpy(ids[rows]), torch.from_numpy(targets[rows]))
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    plan = graphpipe.plan(info.path, cluster="h200", devices=2, batch=BATCH, micro_batch=2, optimizer="sgd",
+                          extra_args=["--no-data-parallel"])
+    got = graphpipe.train(plan, {"idx": ids, "targets": targets}, steps=STEPS, optimizer="sgd", lr=0.1,
+                          momentum=0.9).losses
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
