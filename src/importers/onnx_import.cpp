@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "importers/onnx_mapper.h"
+#include "ir/attrs.h"
 #include "support/error.h"
 
 namespace gp::importers {
@@ -53,8 +54,7 @@ std::string Mapper::emit(const std::string& name_hint, ir::OpKind kind, std::vec
     return it != net.t.end() &&
            (it->second.elem_type == onnx::TensorProto::INT64 || it->second.elem_type == onnx::TensorProto::INT32);
   };
-  const bool movement = kind == ir::OpKind::slice || kind == ir::OpKind::gather || kind == ir::OpKind::reshape ||
-                        kind == ir::OpKind::flatten || kind == ir::OpKind::transpose;
+  const bool movement = ir::moves_data(kind);
   if (movement && (out_tensor.empty() ? !op.inputs.empty() && is_int(op.inputs[0]) : is_int(out_tensor)))
     op.dtype = ir::DType::i64;
   model.ops.push_back(std::move(op));
@@ -139,6 +139,12 @@ std::string conv_attrs(const onnx::NodeProto& n, const std::vector<int64_t>& ker
   else if (pads[0] == pads[2] && pads[1] == pads[3]) attrs["padding"] = std::vector<int64_t>{pads[0], pads[1]};
   else attrs["padding"] = pads;  // ONNX [top, left, bottom, right] is the IR's order
   return "";
+}
+
+// Why `group` does not fit a convolution's input channels and weight [co, ci / group, ...] ("" when it does).
+std::string group_mismatch(int64_t groups, int64_t ci, const std::vector<int64_t>& w) {
+  if (groups >= 1 && ci % groups == 0 && w[0] % groups == 0 && w[1] * groups == ci) return "";
+  return fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", "));
 }
 
 bool unused(const Net& net, const std::string& tensor) {
@@ -608,9 +614,8 @@ void Mapper::map_conv(int i) {
   std::string why = conv_attrs(n, {w.begin() + 2, w.end()}, attrs);
   if (!why.empty()) return unsupported(n, why);
   const int64_t groups = attr_i(n, "group", 1), ci = net.shape(x)[1];
-  if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
-    return unsupported(
-        n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
+  why = group_mismatch(groups, ci, w);
+  if (!why.empty()) return unsupported(n, why);
   if (groups != 1) attrs["groups"] = groups;
   attrs["out_channels"] = w[0];
   const bool bias = n.input_size() > 2 && !n.input(2).empty();
@@ -636,9 +641,7 @@ void Mapper::map_conv1d(int i) {
   if (strides.size() != 1 || dil.size() != 1 || pads.size() != 2 || xs.size() != 3)
     return unsupported(n, "a 1-d convolution needs one stride, one dilation, two pads and a [B, C, T] input");
   const int64_t groups = attr_i(n, "group", 1), ci = xs[1];
-  if (groups < 1 || ci % groups != 0 || w[0] % groups != 0 || w[1] * groups != ci)
-    return unsupported(
-        n, fmt::format("group {} does not fit {} input channels and weight [{}]", groups, ci, fmt::join(w, ", ")));
+  if (std::string why = group_mismatch(groups, ci, w); !why.empty()) return unsupported(n, why);
   Json attrs{{"out_channels", w[0]},
              {"kernel", std::vector<int64_t>{1, w[2]}},
              {"stride", std::vector<int64_t>{1, strides[0]}}};

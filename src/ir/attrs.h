@@ -41,6 +41,13 @@ PoolGeometry pool_geometry(const Op& op, const std::string& where);
 std::string attr_choice(const Op& op, const char* key, const char* dflt, std::initializer_list<const char*> allowed,
                         const std::string& where);
 
+/// Data movement (slice, gather, reshape, flatten, transpose): ops whose output keeps the input's
+/// dtype, so index tensors (ids[:, k]) may pass through them as i64.
+inline bool moves_data(OpKind k) {
+  return k == OpKind::slice || k == OpKind::gather || k == OpKind::reshape || k == OpKind::flatten ||
+         k == OpKind::transpose;
+}
+
 /// An attention op's inputs: the queries' source x (input 0); with attrs.cross the keys' and values'
 /// source (input 1, [B, seq_kv, hidden]); then an optional padding mask over the keys. kv: the index
 /// of the keys' source (0 for self-attention); mask: the mask's index, -1 when there is none.

@@ -127,8 +127,7 @@ void check_op_types(const Model& m, const Names& n, const Op& op, const std::str
     }
   }
   // Data movement keeps its input's type: index tensors (ids[:, k]) may be sliced, gathered, reshaped.
-  const bool movement = op.kind == OpKind::slice || op.kind == OpKind::gather || op.kind == OpKind::reshape ||
-                        op.kind == OpKind::flatten || op.kind == OpKind::transpose;
+  const bool movement = moves_data(op.kind);
   for (size_t k = 0; k < dts.size() && movement; ++k)
     GP_CHECK((dts[k] == DType::i64) == (op.dtype == DType::i64),
              "{}: op \"{}\" ({}): input {} (\"{}\") is {}, but the op's dtype is {} (data movement keeps the type)",
